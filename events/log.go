@@ -1,0 +1,503 @@
+package events
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+)
+
+// Log is the append-only event log on JetStream: the AGENT_EVENTS stream
+// (and AGENT_SNAPSHOTS, which it creates for the projections). It is safe
+// for concurrent use.
+type Log struct {
+	js         jetstream.JetStream
+	events     jetstream.Stream
+	cfg        Config
+	partitions int
+	log        zerolog.Logger
+}
+
+// Open creates or updates the streams idempotently and returns a Log that
+// appends to and reads from them. An existing AGENT_EVENTS keeps its
+// partition count (see Config.Partitions); other settings that differ are
+// updated in place. logger may be nil (no logging).
+//
+// Errors: a Config that fails Validate; a partition count that conflicts
+// with the existing stream's; ErrLogUnavailable when JetStream does not
+// answer.
+func Open(ctx context.Context, js jetstream.JetStream, cfg Config, logger *zerolog.Logger) (*Log, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("open event log: %w", err)
+	}
+	cfg.setDefaults()
+	l := &Log{js: js, cfg: cfg, log: zerolog.Nop()}
+	if logger != nil {
+		l.log = *logger
+	}
+	ctx, cancel := l.withTimeout(ctx)
+	defer cancel()
+
+	partitions := cfg.Partitions
+	existing, err := js.Stream(ctx, EventsStream)
+	switch {
+	case errors.Is(err, jetstream.ErrStreamNotFound):
+		if partitions == 0 {
+			partitions = DefaultPartitions
+		}
+		l.events, err = js.CreateStream(ctx, EventsStreamConfig(cfg, partitions))
+		if err != nil && !errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+			return nil, fmt.Errorf("open event log: create %s: %w", EventsStream, unavailable(err))
+		}
+		if err != nil { // created concurrently by another process: adopt it
+			return Open(ctx, js, cfg, logger)
+		}
+		l.log.Info().Int("partitions", partitions).Msg("created stream " + EventsStream)
+	case err != nil:
+		return nil, fmt.Errorf("open event log: %w", unavailable(err))
+	default:
+		have, perr := partitionsOf(existing.CachedInfo().Config)
+		if perr != nil {
+			return nil, fmt.Errorf("open event log: %w", perr)
+		}
+		if partitions != 0 && partitions != have {
+			return nil, fmt.Errorf("open event log: stream %s has %d partitions, config asks for %d: the partition count is fixed when the stream is created", EventsStream, have, partitions)
+		}
+		partitions = have
+		want := EventsStreamConfig(cfg, partitions)
+		if differs(existing.CachedInfo().Config, want) {
+			if l.events, err = js.UpdateStream(ctx, want); err != nil {
+				return nil, fmt.Errorf("open event log: update %s: %w", EventsStream, unavailable(err))
+			}
+			l.log.Info().Msg("updated stream " + EventsStream)
+		} else {
+			l.events = existing
+		}
+	}
+	l.partitions = partitions
+
+	if _, err := js.CreateOrUpdateStream(ctx, SnapshotsStreamConfig(cfg)); err != nil {
+		return nil, fmt.Errorf("open event log: %s: %w", SnapshotsStream, unavailable(err))
+	}
+	return l, nil
+}
+
+var partitionRE = regexp.MustCompile(`\{\{\s*partition\((\d+)`)
+
+func partitionsOf(c jetstream.StreamConfig) (int, error) {
+	if c.SubjectTransform == nil {
+		return 0, fmt.Errorf("stream %s has no partition transform: it was not created by Turnstone", c.Name)
+	}
+	m := partitionRE.FindStringSubmatch(c.SubjectTransform.Destination)
+	if m == nil {
+		return 0, fmt.Errorf("stream %s transform %q has no partition()", c.Name, c.SubjectTransform.Destination)
+	}
+	return strconv.Atoi(m[1])
+}
+
+// differs reports whether the settings Turnstone manages differ.
+func differs(have, want jetstream.StreamConfig) bool {
+	return have.Duplicates != want.Duplicates || have.MaxMsgSize != want.MaxMsgSize ||
+		have.MaxBytes != want.MaxBytes || have.DenyDelete != want.DenyDelete ||
+		have.DenyPurge != want.DenyPurge || have.AllowDirect != want.AllowDirect ||
+		have.Discard != want.Discard || have.Replicas != want.Replicas
+}
+
+// Partitions is the stream's partition count.
+func (l *Log) Partitions() int { return l.partitions }
+
+// JetStream is the JetStream context the log uses.
+func (l *Log) JetStream() jetstream.JetStream { return l.js }
+
+// Config is the log's configuration, defaults applied.
+func (l *Log) Config() Config { return l.cfg }
+
+// Partition is the partition the stream's transform puts a session in:
+// FNV-1a (32 bit) of tenant followed by session, modulo partitions. It is
+// the hash nats-server's partition() subject-mapping function computes over
+// the concatenated tokens.
+func Partition(tenant, session string, partitions int) int {
+	if partitions <= 0 {
+		return 0
+	}
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(tenant))
+	_, _ = h.Write([]byte(session))
+	return int(h.Sum32() % uint32(partitions))
+}
+
+// SessionSubject is the stored subject of a session's events in this log.
+func (l *Log) SessionSubject(tenant, session string) string {
+	return StoredEventSubject(Partition(tenant, session, l.partitions), tenant, session)
+}
+
+func (l *Log) withTimeout(ctx context.Context) (context.Context, context.CancelFunc) {
+	if _, ok := ctx.Deadline(); ok {
+		return ctx, func() {}
+	}
+	return context.WithTimeout(ctx, l.cfg.Timeout)
+}
+
+// Ack is the log's receipt for one appended event: the stream sequence it is
+// stored at, and whether JetStream dropped it as a duplicate of an event
+// with the same id stored within the duplicate window (Seq is then the
+// original's).
+type Ack struct {
+	ID        string
+	Seq       uint64
+	Duplicate bool
+}
+
+type appendOpts struct {
+	expect    bool
+	expectSeq uint64
+}
+
+// AppendOption sets an optional behaviour of Append.
+type AppendOption func(*appendOpts)
+
+// ExpectLastSeq makes Append conditional: the session's last stored event
+// must be at stream sequence seq (0: the session must have no event yet),
+// or Append stores nothing and returns ErrConflict. Each further event of
+// the same call is conditional on the one before it, so no other writer can
+// interleave. All events of the call must then belong to one session. It is
+// JetStream's Nats-Expected-Last-Subject-Sequence header.
+func ExpectLastSeq(seq uint64) AppendOption {
+	return func(o *appendOpts) { o.expect, o.expectSeq = true, seq }
+}
+
+// Append validates, masks and stores evs in order, and returns one Ack per
+// event. Each event is published to agent.evt.<tenant>.<session> with its id
+// as Nats-Msg-Id, so retrying an Append stores nothing twice within the
+// duplicate window.
+//
+// Nothing is sent when any event is invalid: the error joins one
+// *EventError per bad event, wrapping ErrInvalid (with *FieldError values)
+// or ErrTooLarge. Other errors: ErrConflict (see ExpectLastSeq; the acks of
+// events stored before the conflict are returned), ErrLogUnavailable.
+func (l *Log) Append(ctx context.Context, evs []Event, opts ...AppendOption) ([]Ack, error) {
+	var o appendOpts
+	for _, opt := range opts {
+		opt(&o)
+	}
+	msgs, err := l.prepare(evs, o.expect)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := l.withTimeout(ctx)
+	defer cancel()
+	if o.expect {
+		return l.appendChained(ctx, evs, msgs, o.expectSeq)
+	}
+	return l.appendAsync(ctx, evs, msgs)
+}
+
+func (l *Log) prepare(evs []Event, oneSession bool) ([]*nats.Msg, error) {
+	var errs []error
+	msgs := make([]*nats.Msg, len(evs))
+	for i := range evs {
+		ev := &evs[i]
+		bad := func(err error) {
+			errs = append(errs, &EventError{Tenant: ev.Tenant, Session: ev.Session, ID: ev.ID, Err: fmt.Errorf("event %d: %w", i, err)})
+		}
+		if err := Validate(ev); err != nil {
+			bad(err)
+			continue
+		}
+		if oneSession && (ev.Tenant != evs[0].Tenant || ev.Session != evs[0].Session) {
+			bad(fmt.Errorf("%w: a conditional append takes events of one session", ErrInvalid))
+			continue
+		}
+		Mask(ev)
+		body, err := ev.Encode()
+		if err != nil {
+			bad(err)
+			continue
+		}
+		if len(body) > l.cfg.MaxEventBytes {
+			bad(fmt.Errorf("%w: %d bytes encoded, the limit is %d bytes", ErrTooLarge, len(body), l.cfg.MaxEventBytes))
+			continue
+		}
+		m := nats.NewMsg(EventSubject(ev.Tenant, ev.Session))
+		m.Data = body
+		m.Header.Set(jetstream.MsgIDHeader, ev.ID)
+		msgs[i] = m
+	}
+	if len(errs) > 0 {
+		return nil, fmt.Errorf("append events: %w", errors.Join(errs...))
+	}
+	return msgs, nil
+}
+
+func (l *Log) appendAsync(ctx context.Context, evs []Event, msgs []*nats.Msg) ([]Ack, error) {
+	futures := make([]jetstream.PubAckFuture, len(msgs))
+	for i, m := range msgs {
+		f, err := l.js.PublishMsgAsync(m, jetstream.WithExpectStream(EventsStream))
+		if err != nil {
+			return nil, fmt.Errorf("append event %s: %w", evs[i].ID, classify(err))
+		}
+		futures[i] = f
+	}
+	acks := make([]Ack, len(msgs))
+	var errs []error
+	for i, f := range futures {
+		select {
+		case pa := <-f.Ok():
+			acks[i] = Ack{ID: evs[i].ID, Seq: pa.Sequence, Duplicate: pa.Duplicate}
+		case err := <-f.Err():
+			errs = append(errs, fmt.Errorf("append event %s: %w", evs[i].ID, classify(err)))
+		case <-ctx.Done():
+			return nil, fmt.Errorf("append events: %w: %w", ErrLogUnavailable, ctx.Err())
+		}
+	}
+	if len(errs) > 0 {
+		return acks, errors.Join(errs...)
+	}
+	return acks, nil
+}
+
+func (l *Log) appendChained(ctx context.Context, evs []Event, msgs []*nats.Msg, expect uint64) ([]Ack, error) {
+	acks := make([]Ack, 0, len(msgs))
+	for i, m := range msgs {
+		m.Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(expect, 10))
+		pa, err := l.js.PublishMsg(ctx, m, jetstream.WithExpectStream(EventsStream))
+		if err != nil {
+			return acks, fmt.Errorf("append event %s: %w", evs[i].ID, classify(err))
+		}
+		acks = append(acks, Ack{ID: evs[i].ID, Seq: pa.Sequence, Duplicate: pa.Duplicate})
+		expect = pa.Sequence
+	}
+	return acks, nil
+}
+
+// classify turns a publish error into the log's sentinels, keeping the
+// original in the chain.
+func classify(err error) error {
+	var apiErr *jetstream.APIError
+	if errors.As(err, &apiErr) {
+		switch apiErr.ErrorCode {
+		case jetstream.JSErrCodeStreamWrongLastSequence, jetstream.JSErrCodeStreamWrongLastSequenceConstant:
+			return fmt.Errorf("%w: %w", ErrConflict, err)
+		case jetstream.JSErrCodeStreamMessageExceedsMaximum:
+			return fmt.Errorf("%w: %w", ErrTooLarge, err)
+		}
+	}
+	if errors.Is(err, nats.ErrMaxPayload) {
+		return fmt.Errorf("%w: %w", ErrTooLarge, err)
+	}
+	return unavailable(err)
+}
+
+func unavailable(err error) error {
+	if errors.Is(err, ErrLogUnavailable) {
+		return err
+	}
+	return fmt.Errorf("%w: %w", ErrLogUnavailable, err)
+}
+
+// ReadOptions bound a read. The zero value reads everything stored when the
+// read starts.
+type ReadOptions struct {
+	// FromSeq is the first stream sequence to deliver; 0 starts at the
+	// beginning.
+	FromSeq uint64
+	// FromTime, when set and FromSeq is 0, starts at the first event stored
+	// at or after it (JetStream's store time, not the event's own time).
+	FromTime time.Time
+	// UntilSeq, when set, is the last stream sequence to deliver.
+	UntilSeq uint64
+}
+
+// LastSeq returns the stream sequence of the session's last event, or 0 and
+// ErrSessionNotFound when it has none.
+func (l *Log) LastSeq(ctx context.Context, tenant, session string) (uint64, error) {
+	ctx, cancel := l.withTimeout(ctx)
+	defer cancel()
+	msg, err := l.events.GetLastMsgForSubject(ctx, l.SessionSubject(tenant, session))
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return 0, fmt.Errorf("last sequence of %s/%s: %w", tenant, session, ErrSessionNotFound)
+	}
+	if err != nil {
+		return 0, fmt.Errorf("last sequence of %s/%s: %w", tenant, session, unavailable(err))
+	}
+	return msg.Sequence, nil
+}
+
+// ReadSession calls fn with each event of the session, in stream order,
+// from opts.FromSeq (or opts.FromTime) to the event that was last when the
+// read started (or opts.UntilSeq). An event whose body is malformed or
+// breaks the contract is delivered with Err set (see Event), so the reader
+// can report it and go on. ReadSession returns fn's first error, or
+// ErrSessionNotFound when the session has no event, or ErrLogUnavailable.
+// The context bounds the whole read; with no deadline each wait for the
+// next batch is bounded by Config.Timeout.
+func (l *Log) ReadSession(ctx context.Context, tenant, session string, opts ReadOptions, fn func(Event) error) error {
+	last, err := l.LastSeq(ctx, tenant, session)
+	if err != nil {
+		return fmt.Errorf("read session: %w", err)
+	}
+	if err := l.read(ctx, l.SessionSubject(tenant, session), last, opts, fn); err != nil {
+		return fmt.Errorf("read session %s/%s: %w", tenant, session, err)
+	}
+	return nil
+}
+
+// ReadAll calls fn with every event of every session in stream order,
+// within opts, up to the last event stored when the read started. Events are
+// delivered as by ReadSession.
+func (l *Log) ReadAll(ctx context.Context, opts ReadOptions, fn func(Event) error) error {
+	ictx, cancel := l.withTimeout(ctx)
+	info, err := l.events.Info(ictx)
+	cancel()
+	if err != nil {
+		return fmt.Errorf("read log: %w", unavailable(err))
+	}
+	if info.State.Msgs == 0 {
+		return nil
+	}
+	if err := l.read(ctx, EventSubjectPrefix+".>", info.State.LastSeq, opts, fn); err != nil {
+		return fmt.Errorf("read log: %w", err)
+	}
+	return nil
+}
+
+func (l *Log) read(ctx context.Context, filter string, last uint64, opts ReadOptions, fn func(Event) error) error {
+	if opts.UntilSeq != 0 && opts.UntilSeq < last {
+		last = opts.UntilSeq
+	}
+	if opts.FromSeq > last {
+		return nil
+	}
+	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: []string{filter}, InactiveThreshold: time.Minute}
+	switch {
+	case opts.FromSeq > 0:
+		cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, opts.FromSeq
+	case !opts.FromTime.IsZero():
+		t := opts.FromTime
+		cfg.DeliverPolicy, cfg.OptStartTime = jetstream.DeliverByStartTimePolicy, &t
+	}
+	cctx, cancel := l.withTimeout(ctx)
+	cons, err := l.events.OrderedConsumer(cctx, cfg)
+	cancel()
+	if err != nil {
+		return unavailable(err)
+	}
+	if info := cons.CachedInfo(); info != nil && info.NumPending == 0 {
+		return nil // nothing at or after the start point
+	}
+	it, err := cons.Messages(jetstream.PullMaxMessages(512))
+	if err != nil {
+		return unavailable(err)
+	}
+	defer it.Stop()
+	// Messages blocks without a context; stop it when ctx ends.
+	stop := context.AfterFunc(ctx, it.Stop)
+	defer stop()
+	for {
+		msg, err := it.Next(jetstream.NextMaxWait(l.cfg.Timeout))
+		if err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			return unavailable(err)
+		}
+		meta, err := msg.Metadata()
+		if err != nil {
+			return unavailable(err)
+		}
+		seq := meta.Sequence.Stream
+		if seq > last {
+			return nil
+		}
+		if err := fn(decodeStored(msg.Subject(), seq, msg.Data())); err != nil {
+			return err
+		}
+		if seq == last || meta.NumPending == 0 {
+			return nil
+		}
+	}
+}
+
+// decodeStored turns a stored message into an Event, setting Err (an
+// *EventError) when the body is malformed, breaks the contract, or names
+// another session than its subject.
+func decodeStored(subject string, seq uint64, body []byte) Event {
+	tenant, session := subjectTokens(subject)
+	ev, err := Decode(body)
+	if err == nil {
+		err = Validate(&ev)
+	}
+	if err == nil && (ev.Tenant != tenant || ev.Session != session) {
+		err = fmt.Errorf("%w: body names %s/%s, stored under subject %s", ErrInvalid, ev.Tenant, ev.Session, subject)
+	}
+	if err != nil {
+		if ev.Tenant == "" || ev.Session == "" {
+			ev.Tenant, ev.Session = tenant, session
+		}
+		if ev.Data == nil {
+			ev.Data = append([]byte(nil), body...)
+		}
+		ev.Err = &EventError{Tenant: tenant, Session: session, Seq: seq, ID: ev.ID, Err: err}
+	}
+	ev.Seq, ev.Subject = seq, subject
+	return ev
+}
+
+// subjectTokens returns tenant and session of a stored subject
+// agent.evt.<partition>.<tenant>.<session>.
+func subjectTokens(subject string) (tenant, session string) {
+	parts := strings.Split(subject, ".")
+	if len(parts) != 5 {
+		return "", ""
+	}
+	return parts[3], parts[4]
+}
+
+// SessionRef names one session stored in the log and its event count.
+type SessionRef struct {
+	Tenant    string
+	Session   string
+	Partition int
+	Events    uint64
+}
+
+// Sessions lists the sessions in the log, optionally of one tenant (empty:
+// all), sorted by tenant then session. It asks the stream for its subjects,
+// so it costs one request per page of subjects, not a read of the log.
+func (l *Log) Sessions(ctx context.Context, tenant string) ([]SessionRef, error) {
+	ctx, cancel := l.withTimeout(ctx)
+	defer cancel()
+	filter := EventSubjectPrefix + ".>"
+	if tenant != "" {
+		filter = EventSubjectPrefix + ".*." + tenant + ".*"
+	}
+	info, err := l.events.Info(ctx, jetstream.WithSubjectFilter(filter))
+	if err != nil {
+		return nil, fmt.Errorf("list sessions: %w", unavailable(err))
+	}
+	refs := make([]SessionRef, 0, len(info.State.Subjects))
+	for subj, n := range info.State.Subjects {
+		parts := strings.Split(subj, ".")
+		if len(parts) != 5 {
+			continue
+		}
+		p, _ := strconv.Atoi(parts[2])
+		refs = append(refs, SessionRef{Tenant: parts[3], Session: parts[4], Partition: p, Events: n})
+	}
+	sort.Slice(refs, func(i, j int) bool {
+		if refs[i].Tenant != refs[j].Tenant {
+			return refs[i].Tenant < refs[j].Tenant
+		}
+		return refs[i].Session < refs[j].Session
+	})
+	return refs, nil
+}

@@ -1,0 +1,322 @@
+package events_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/turnstone-dev/turnstone/embedded/embeddedtest"
+	"github.com/turnstone-dev/turnstone/events"
+)
+
+func openLog(t *testing.T, cfg events.Config) (*events.Log, jetstream.JetStream) {
+	t.Helper()
+	s := embeddedtest.Start(t)
+	_, js := embeddedtest.Connect(t, s)
+	l, err := events.Open(context.Background(), js, cfg, nil)
+	if err != nil {
+		t.Fatalf("open log: %v", err)
+	}
+	return l, js
+}
+
+func ev(t *testing.T, tenant, session, turn string, p events.Payload) events.Event {
+	t.Helper()
+	e, err := events.New(tenant, session, turn, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e
+}
+
+func readAll(t *testing.T, l *events.Log, tenant, session string, opts events.ReadOptions) []events.Event {
+	t.Helper()
+	var out []events.Event
+	if err := l.ReadSession(context.Background(), tenant, session, opts, func(e events.Event) error {
+		out = append(out, e)
+		return nil
+	}); err != nil {
+		t.Fatalf("read %s/%s: %v", tenant, session, err)
+	}
+	return out
+}
+
+func TestOpenIsIdempotentAndKeepsPartitions(t *testing.T) {
+	s := embeddedtest.Start(t)
+	_, js := embeddedtest.Connect(t, s)
+	ctx := context.Background()
+	l1, err := events.Open(ctx, js, events.Config{Partitions: 4}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l2, err := events.Open(ctx, js, events.Config{}, nil)
+	if err != nil {
+		t.Fatalf("second open: %v", err)
+	}
+	if l1.Partitions() != 4 || l2.Partitions() != 4 {
+		t.Fatalf("partitions %d, %d; want 4 and the existing 4", l1.Partitions(), l2.Partitions())
+	}
+	if _, err := events.Open(ctx, js, events.Config{Partitions: 8}, nil); err == nil || !strings.Contains(err.Error(), "fixed") {
+		t.Fatalf("changing the partition count: want an error, got %v", err)
+	}
+	st, err := js.Stream(ctx, events.EventsStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := st.CachedInfo().Config
+	if !c.DenyDelete || !c.DenyPurge || c.Storage != jetstream.FileStorage || c.Duplicates != events.DefaultDuplicateWindow {
+		t.Fatalf("stream config: %+v", c)
+	}
+	if err := st.Purge(ctx); err == nil {
+		t.Fatal("purge allowed on the event stream")
+	}
+	if _, err := js.Stream(ctx, events.SnapshotsStream); err != nil {
+		t.Fatalf("snapshot stream: %v", err)
+	}
+}
+
+func TestAppendStoresUnderPartitionedSubject(t *testing.T) {
+	l, js := openLog(t, events.Config{Partitions: 16})
+	ctx := context.Background()
+	for i := 0; i < 20; i++ {
+		session := fmt.Sprintf("s%d", i)
+		acks, err := l.Append(ctx, []events.Event{ev(t, "acme", session, "", &events.SessionStarted{})})
+		if err != nil {
+			t.Fatal(err)
+		}
+		st, _ := js.Stream(ctx, events.EventsStream)
+		msg, err := st.GetMsg(ctx, acks[0].Seq)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := l.SessionSubject("acme", session); msg.Subject != want {
+			t.Fatalf("stored under %s; Partition() computes %s", msg.Subject, want)
+		}
+	}
+}
+
+func TestAppendDedupsRepeatedID(t *testing.T) {
+	l, _ := openLog(t, events.Config{})
+	ctx := context.Background()
+	e := ev(t, "acme", "s1", "", &events.SessionStarted{Runtime: "r"})
+	first, err := l.Append(ctx, []events.Event{e})
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, err := l.Append(ctx, []events.Event{e})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !again[0].Duplicate || again[0].Seq != first[0].Seq {
+		t.Fatalf("second append: %+v, want duplicate of seq %d", again[0], first[0].Seq)
+	}
+	if got := readAll(t, l, "acme", "s1", events.ReadOptions{}); len(got) != 1 {
+		t.Fatalf("stored %d events, want 1", len(got))
+	}
+}
+
+func TestAppendConflictOnStaleExpectedSequence(t *testing.T) {
+	l, _ := openLog(t, events.Config{})
+	ctx := context.Background()
+	acks, err := l.Append(ctx, []events.Event{ev(t, "acme", "s1", "", &events.SessionStarted{})}, events.ExpectLastSeq(0))
+	if err != nil {
+		t.Fatalf("first conditional append: %v", err)
+	}
+	read := acks[0].Seq
+	// Another writer appends after our read.
+	if _, err := l.Append(ctx, []events.Event{ev(t, "acme", "s1", "t1", &events.TurnStarted{})}); err != nil {
+		t.Fatal(err)
+	}
+	_, err = l.Append(ctx, []events.Event{ev(t, "acme", "s1", "", &events.DistillationRequested{})}, events.ExpectLastSeq(read))
+	if !errors.Is(err, events.ErrConflict) {
+		t.Fatalf("stale expected sequence: want ErrConflict, got %v", err)
+	}
+	last, err := l.LastSeq(ctx, "acme", "s1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Re-read and decide again: succeeds, and chains through a batch.
+	acks, err = l.Append(ctx, []events.Event{
+		ev(t, "acme", "s1", "t1", &events.TurnStageCompleted{Stage: events.StageContext}),
+		ev(t, "acme", "s1", "t1", &events.TurnCompleted{}),
+	}, events.ExpectLastSeq(last))
+	if err != nil || len(acks) != 2 || acks[1].Seq <= acks[0].Seq {
+		t.Fatalf("fresh expected sequence: acks %+v, err %v", acks, err)
+	}
+	if _, err := l.Append(ctx, []events.Event{ev(t, "acme", "other", "", &events.SessionStarted{})}, events.ExpectLastSeq(0)); err != nil {
+		t.Fatalf("expected sequence is per session: %v", err)
+	}
+}
+
+func TestAppendRejectsInvalidAndOversizedBeforeSending(t *testing.T) {
+	l, _ := openLog(t, events.Config{MaxEventBytes: 4096})
+	ctx := context.Background()
+	good := ev(t, "acme", "s1", "", &events.SessionStarted{})
+	bad := ev(t, "acme", "s1", "", &events.TurnStarted{}) // no turn
+	big := ev(t, "acme", "s1", "t1", &events.TurnStarted{Prompt: strings.Repeat("x", 5000)})
+	_, err := l.Append(ctx, []events.Event{good, bad, big})
+	if !errors.Is(err, events.ErrInvalid) || !errors.Is(err, events.ErrTooLarge) {
+		t.Fatalf("want ErrInvalid and ErrTooLarge, got %v", err)
+	}
+	var ee *events.EventError
+	if !errors.As(err, &ee) || ee.Session != "s1" {
+		t.Fatalf("error does not name the session: %v", err)
+	}
+	if !strings.Contains(err.Error(), "4096") {
+		t.Fatalf("error does not name the limit: %v", err)
+	}
+	if _, err := l.LastSeq(ctx, "acme", "s1"); !errors.Is(err, events.ErrSessionNotFound) {
+		t.Fatalf("a rejected batch stored something: %v", err)
+	}
+}
+
+func TestAppendMasksSecrets(t *testing.T) {
+	l, _ := openLog(t, events.Config{})
+	ctx := context.Background()
+	e := ev(t, "acme", "s1", "", &events.ErrorRecorded{ErrorInfo: events.ErrorInfo{
+		Message: "POST https://bot:hunter2@api.example.com failed: 401 for Bearer abcdefgh12345678",
+		Stack:   "at call (key AKIAIOSFODNN7EXAMPLE)",
+		Kind:    events.KindLogic,
+	}})
+	if _, err := l.Append(ctx, []events.Event{e}); err != nil {
+		t.Fatal(err)
+	}
+	got := readAll(t, l, "acme", "s1", events.ReadOptions{})
+	body := string(got[0].Data)
+	for _, secret := range []string{"hunter2", "abcdefgh12345678", "AKIAIOSFODNN7EXAMPLE"} {
+		if strings.Contains(body, secret) {
+			t.Errorf("secret %q reached the log: %s", secret, body)
+		}
+	}
+}
+
+func TestReadBySequenceAndTime(t *testing.T) {
+	l, _ := openLog(t, events.Config{})
+	ctx := context.Background()
+	var seqs []uint64
+	var mid time.Time
+	for i := 0; i < 10; i++ {
+		if i == 5 {
+			time.Sleep(50 * time.Millisecond)
+			mid = time.Now()
+			time.Sleep(50 * time.Millisecond)
+		}
+		// Interleave another session so sequences are not contiguous.
+		if _, err := l.Append(ctx, []events.Event{ev(t, "acme", "noise", "", &events.SessionResumed{})}); err != nil {
+			t.Fatal(err)
+		}
+		acks, err := l.Append(ctx, []events.Event{ev(t, "acme", "s1", "t", &events.TurnStageCompleted{Stage: events.StageExecute, DurationMS: int64(i)})})
+		if err != nil {
+			t.Fatal(err)
+		}
+		seqs = append(seqs, acks[0].Seq)
+	}
+	all := readAll(t, l, "acme", "s1", events.ReadOptions{})
+	if len(all) != 10 {
+		t.Fatalf("read %d events, want 10", len(all))
+	}
+	for i, e := range all {
+		if e.Seq != seqs[i] || e.Session != "s1" || e.Err != nil {
+			t.Fatalf("event %d: seq %d session %s err %v; want seq %d", i, e.Seq, e.Session, e.Err, seqs[i])
+		}
+	}
+	from := readAll(t, l, "acme", "s1", events.ReadOptions{FromSeq: seqs[3]})
+	if len(from) != 7 || from[0].Seq != seqs[3] {
+		t.Fatalf("from seq %d: got %d events starting %d", seqs[3], len(from), from[0].Seq)
+	}
+	until := readAll(t, l, "acme", "s1", events.ReadOptions{UntilSeq: seqs[2]})
+	if len(until) != 3 {
+		t.Fatalf("until seq: got %d events, want 3", len(until))
+	}
+	byTime := readAll(t, l, "acme", "s1", events.ReadOptions{FromTime: mid})
+	if len(byTime) != 5 || byTime[0].Seq != seqs[5] {
+		t.Fatalf("from time: got %d events, want 5 starting at %d", len(byTime), seqs[5])
+	}
+	future := readAll(t, l, "acme", "s1", events.ReadOptions{FromTime: time.Now().Add(time.Hour)})
+	if len(future) != 0 {
+		t.Fatalf("from a future time: got %d events", len(future))
+	}
+	if err := l.ReadSession(ctx, "acme", "missing", events.ReadOptions{}, func(events.Event) error { return nil }); !errors.Is(err, events.ErrSessionNotFound) {
+		t.Fatalf("missing session: want ErrSessionNotFound, got %v", err)
+	}
+}
+
+func TestReadReportsInvalidStoredEventsAndKeepsTheRest(t *testing.T) {
+	l, js := openLog(t, events.Config{})
+	ctx := context.Background()
+	if _, err := l.Append(ctx, []events.Event{ev(t, "acme", "s1", "", &events.SessionStarted{})}); err != nil {
+		t.Fatal(err)
+	}
+	// A publisher in another language sends garbage straight to the subject.
+	for _, body := range []string{`{"specversion":"1.0",`, `{"specversion":"1.0","type":"turn.started"}`} {
+		if _, err := js.Publish(ctx, events.EventSubject("acme", "s1"), []byte(body), jetstream.WithMsgID(nats.NewInbox())); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := l.Append(ctx, []events.Event{ev(t, "acme", "s1", "t1", &events.TurnStarted{})}); err != nil {
+		t.Fatal(err)
+	}
+	got := readAll(t, l, "acme", "s1", events.ReadOptions{})
+	if len(got) != 4 {
+		t.Fatalf("read %d events, want 4 (2 valid, 2 invalid)", len(got))
+	}
+	for i, want := range []bool{false, true, true, false} {
+		if (got[i].Err != nil) != want {
+			t.Fatalf("event %d: Err = %v, want invalid=%v", i, got[i].Err, want)
+		}
+	}
+	var ee *events.EventError
+	if !errors.As(got[1].Err, &ee) || ee.Seq != got[1].Seq || ee.Session != "s1" || ee.Tenant != "acme" {
+		t.Fatalf("invalid event error does not name session and sequence: %v", got[1].Err)
+	}
+}
+
+func TestSessionsAndReadAll(t *testing.T) {
+	l, _ := openLog(t, events.Config{})
+	ctx := context.Background()
+	for _, s := range []string{"b", "a", "c"} {
+		for i := 0; i < 3; i++ {
+			if _, err := l.Append(ctx, []events.Event{ev(t, "acme", s, "", &events.SessionResumed{})}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if _, err := l.Append(ctx, []events.Event{ev(t, "other", "z", "", &events.SessionResumed{})}); err != nil {
+		t.Fatal(err)
+	}
+	refs, err := l.Sessions(ctx, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, r := range refs {
+		names = append(names, fmt.Sprintf("%s/%s:%d", r.Tenant, r.Session, r.Events))
+	}
+	if got := strings.Join(names, " "); got != "acme/a:3 acme/b:3 acme/c:3 other/z:1" {
+		t.Fatalf("sessions = %s", got)
+	}
+	refs, _ = l.Sessions(ctx, "other")
+	if len(refs) != 1 {
+		t.Fatalf("tenant filter: %v", refs)
+	}
+	n := 0
+	var prev uint64
+	if err := l.ReadAll(ctx, events.ReadOptions{}, func(e events.Event) error {
+		if e.Seq <= prev {
+			t.Fatalf("out of order: %d after %d", e.Seq, prev)
+		}
+		prev = e.Seq
+		n++
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if n != 10 {
+		t.Fatalf("ReadAll delivered %d events, want 10", n)
+	}
+}

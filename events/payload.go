@@ -1,0 +1,345 @@
+package events
+
+import "encoding/json"
+
+// Type names what an event records. Types are lower-case, dot-separated
+// nouns and past-tense verbs ("turn.started"). A type this version does not
+// know is stored and kept (a newer publisher may send it) and flagged by the
+// projections; see KnownType.
+type Type string
+
+// The event types of wire contract version 1. docs/events.md documents the
+// data of each.
+const (
+	TypeSessionStarted Type = "session.started"
+	TypeSessionPaused  Type = "session.paused"
+	TypeSessionResumed Type = "session.resumed"
+
+	TypeTurnStarted        Type = "turn.started"
+	TypeTurnStageCompleted Type = "turn.stage_completed"
+	TypeTurnCompleted      Type = "turn.completed"
+	TypeTurnFailed         Type = "turn.failed"
+	TypeTurnAbandoned      Type = "turn.abandoned"
+
+	TypeMessageAppended Type = "message.appended"
+
+	TypeToolCallStarted   Type = "tool_call.started"
+	TypeToolCallCompleted Type = "tool_call.completed"
+
+	TypeErrorRecorded Type = "error.recorded"
+
+	TypeDistillationRequested Type = "distillation.requested"
+	TypeDistillationStarted   Type = "distillation.started"
+	TypeDistillationCompleted Type = "distillation.completed"
+	TypeDistillationSkipped   Type = "distillation.skipped"
+
+	TypeSnapshotTaken Type = "snapshot.taken"
+)
+
+// Payload is the typed data of one event type.
+type Payload interface {
+	// EventType is the Type whose data this payload is.
+	EventType() Type
+	// validate reports every rule the payload breaks, with field paths
+	// relative to "data".
+	validate(v *validator)
+}
+
+func newPayload(t Type) Payload {
+	switch t {
+	case TypeSessionStarted:
+		return &SessionStarted{}
+	case TypeSessionPaused:
+		return &SessionPaused{}
+	case TypeSessionResumed:
+		return &SessionResumed{}
+	case TypeTurnStarted:
+		return &TurnStarted{}
+	case TypeTurnStageCompleted:
+		return &TurnStageCompleted{}
+	case TypeTurnCompleted:
+		return &TurnCompleted{}
+	case TypeTurnFailed:
+		return &TurnFailed{}
+	case TypeTurnAbandoned:
+		return &TurnAbandoned{}
+	case TypeMessageAppended:
+		return &MessageAppended{}
+	case TypeToolCallStarted:
+		return &ToolCallStarted{}
+	case TypeToolCallCompleted:
+		return &ToolCallCompleted{}
+	case TypeErrorRecorded:
+		return &ErrorRecorded{}
+	case TypeDistillationRequested:
+		return &DistillationRequested{}
+	case TypeDistillationStarted:
+		return &DistillationStarted{}
+	case TypeDistillationCompleted:
+		return &DistillationCompleted{}
+	case TypeDistillationSkipped:
+		return &DistillationSkipped{}
+	case TypeSnapshotTaken:
+		return &SnapshotTaken{}
+	}
+	return nil
+}
+
+// KnownType reports whether t is a type of this version of the contract.
+func KnownType(t Type) bool { return newPayload(t) != nil }
+
+// Stage is a stage of a turn's pipeline, in order: context (gather the
+// context), history (load and check the message history), execute (call the
+// model and run tools), finalize (deliver and persist the result).
+type Stage string
+
+// The stages of a turn.
+const (
+	StageContext  Stage = "context"
+	StageHistory  Stage = "history"
+	StageExecute  Stage = "execute"
+	StageFinalize Stage = "finalize"
+)
+
+func (s Stage) valid() bool {
+	switch s {
+	case StageContext, StageHistory, StageExecute, StageFinalize:
+		return true
+	}
+	return false
+}
+
+// ErrorKind says whether an error is worth retrying: transient (the same
+// call may succeed later: timeouts, 429, 5xx), logic (it will fail again
+// until something changes: 400, a bug) or unknown.
+type ErrorKind string
+
+// The error kinds.
+const (
+	KindTransient ErrorKind = "transient"
+	KindLogic     ErrorKind = "logic"
+	KindUnknown   ErrorKind = "unknown"
+)
+
+func (k ErrorKind) valid() bool {
+	return k == KindTransient || k == KindLogic || k == KindUnknown
+}
+
+// SessionStarted opens a session. Runtime names the agent runtime
+// ("claude-code 2.1.38"), Model and Provider the defaults it starts with.
+// ParentSession and ParentToolUseID link a sidechain (a subagent's session)
+// to the session and the tool call that started it. Kind is "main" (the
+// default), "subagent" or "compaction". Labels are free-form metadata (cwd,
+// git branch); their values are masked.
+type SessionStarted struct {
+	Runtime         string            `json:"runtime,omitempty"`
+	Model           string            `json:"model,omitempty"`
+	Provider        string            `json:"provider,omitempty"`
+	Kind            string            `json:"kind,omitempty"`
+	ParentSession   string            `json:"parent_session,omitempty"`
+	ParentToolUseID string            `json:"parent_tool_use_id,omitempty"`
+	Labels          map[string]string `json:"labels,omitempty"`
+}
+
+// SessionPaused records that the session must not run new turns until it is
+// resumed; Reason says why.
+type SessionPaused struct {
+	Reason string `json:"reason"`
+}
+
+// SessionResumed ends a pause; Reason says who or what resumed it.
+type SessionResumed struct {
+	Reason string `json:"reason,omitempty"`
+}
+
+// TurnStarted opens a turn; the envelope's turn attribute names it and must
+// be set. Prompt is a short preview of what started it (masked). DeadlineMS,
+// when set, is how long the turn may run, in milliseconds, before it is
+// abandoned.
+type TurnStarted struct {
+	Prompt     string `json:"prompt,omitempty"`
+	Trigger    string `json:"trigger,omitempty"`
+	DeadlineMS int64  `json:"deadline_ms,omitempty"`
+}
+
+// TurnStageCompleted records that a stage of the turn finished, after
+// DurationMS milliseconds.
+type TurnStageCompleted struct {
+	Stage      Stage `json:"stage"`
+	DurationMS int64 `json:"duration_ms,omitempty"`
+}
+
+// TurnCompleted ends a turn with an outcome the runtime delivered. Reason is
+// "end_turn" (the default), "interrupted" (the user stopped it), or another
+// stop reason of the runtime's; DurationMS is the turn's wall time.
+type TurnCompleted struct {
+	Reason     string `json:"reason,omitempty"`
+	DurationMS int64  `json:"duration_ms,omitempty"`
+}
+
+// TurnFailed ends a turn that threw: Stage is the stage that failed, Error
+// what it threw (masked).
+type TurnFailed struct {
+	Stage Stage     `json:"stage"`
+	Error ErrorInfo `json:"error"`
+}
+
+// TurnAbandoned ends a turn that had no outcome by its deadline. LastStage
+// is the last stage it completed (empty if none); Reason says who abandoned
+// it and why.
+type TurnAbandoned struct {
+	LastStage Stage  `json:"last_stage,omitempty"`
+	Reason    string `json:"reason"`
+}
+
+// ErrorInfo is an error as stored: Message and Stack are masked; Kind
+// classifies it; Provider and HTTPStatus are set when a model provider
+// answered the failed call; Code is the provider's error type
+// ("overloaded_error") where known.
+type ErrorInfo struct {
+	Message    string    `json:"message"`
+	Stack      string    `json:"stack,omitempty"`
+	Kind       ErrorKind `json:"kind,omitempty"`
+	Provider   string    `json:"provider,omitempty"`
+	HTTPStatus int       `json:"http_status,omitempty"`
+	Code       string    `json:"code,omitempty"`
+}
+
+// Role is the author of a message in the model API's terms.
+type Role string
+
+// The roles of the Anthropic Messages API.
+const (
+	RoleUser      Role = "user"
+	RoleAssistant Role = "assistant"
+)
+
+// MessageAppended adds one record to the session's message history. Several
+// records of one role in a row form one API message (the projection merges
+// them), as Claude Code writes one record per content block. MessageID is
+// the provider's id of the API response ("msg_..."); Model is the model that
+// wrote an assistant message; StopReason is the API's stop_reason. Meta
+// marks records the runtime adds to the history that no person typed
+// (command output, compaction summaries); Synthetic marks records Turnstone
+// itself wrote (a repaired tool_result).
+type MessageAppended struct {
+	Role       Role           `json:"role"`
+	Content    []ContentBlock `json:"content"`
+	MessageID  string         `json:"message_id,omitempty"`
+	Model      string         `json:"model,omitempty"`
+	StopReason string         `json:"stop_reason,omitempty"`
+	Meta       bool           `json:"meta,omitempty"`
+	Synthetic  bool           `json:"synthetic,omitempty"`
+}
+
+// ToolCallStarted records that the runtime began executing a tool_use block.
+type ToolCallStarted struct {
+	ToolUseID string `json:"tool_use_id"`
+	Name      string `json:"name"`
+}
+
+// ToolCallCompleted records that a tool call ended, after DurationMS
+// milliseconds, with IsError set when the tool reported a failure.
+type ToolCallCompleted struct {
+	ToolUseID  string `json:"tool_use_id"`
+	Name       string `json:"name"`
+	DurationMS int64  `json:"duration_ms,omitempty"`
+	IsError    bool   `json:"is_error,omitempty"`
+}
+
+// ErrorRecorded stores an error the runtime hit. Consecutive is how many
+// times in a row the runtime has now seen this error (1 for the first);
+// Stage, when set, is the stage that was running.
+type ErrorRecorded struct {
+	ErrorInfo
+	Consecutive int   `json:"consecutive,omitempty"`
+	Stage       Stage `json:"stage,omitempty"`
+}
+
+// DistillationRequested asks for the session's history to be distilled
+// (compacted); Reason is why ("auto: context 92% full", "manual").
+type DistillationRequested struct {
+	Reason string `json:"reason,omitempty"`
+}
+
+// DistillationStarted records that a distillation began over the events
+// FromSeq..ToSeq (stream sequences, inclusive; zero when unknown).
+type DistillationStarted struct {
+	FromSeq uint64 `json:"from_seq,omitempty"`
+	ToSeq   uint64 `json:"to_seq,omitempty"`
+}
+
+// DistillationCompleted records a finished distillation: the events it
+// covers (FromSeq..ToSeq, stream sequences, inclusive; zero when unknown),
+// the history's size in tokens before and after, and the summary that
+// replaces the history (masked). Trigger is "auto" or "manual".
+type DistillationCompleted struct {
+	FromSeq      uint64 `json:"from_seq,omitempty"`
+	ToSeq        uint64 `json:"to_seq,omitempty"`
+	TokensBefore int64  `json:"tokens_before,omitempty"`
+	TokensAfter  int64  `json:"tokens_after,omitempty"`
+	Trigger      string `json:"trigger,omitempty"`
+	Summary      string `json:"summary,omitempty"`
+}
+
+// DistillationSkipped records that a requested distillation did not run, and
+// why ("turn_in_flight", "unanswered_tool_use").
+type DistillationSkipped struct {
+	Reason string `json:"reason"`
+	Detail string `json:"detail,omitempty"`
+}
+
+// SnapshotTaken records that the session's projected state up to stream
+// sequence CoversSeq was saved in the snapshot stream; Version is the
+// projection's state version.
+type SnapshotTaken struct {
+	CoversSeq uint64 `json:"covers_seq"`
+	Version   int    `json:"version,omitempty"`
+}
+
+func (*SessionStarted) EventType() Type        { return TypeSessionStarted }
+func (*SessionPaused) EventType() Type         { return TypeSessionPaused }
+func (*SessionResumed) EventType() Type        { return TypeSessionResumed }
+func (*TurnStarted) EventType() Type           { return TypeTurnStarted }
+func (*TurnStageCompleted) EventType() Type    { return TypeTurnStageCompleted }
+func (*TurnCompleted) EventType() Type         { return TypeTurnCompleted }
+func (*TurnFailed) EventType() Type            { return TypeTurnFailed }
+func (*TurnAbandoned) EventType() Type         { return TypeTurnAbandoned }
+func (*MessageAppended) EventType() Type       { return TypeMessageAppended }
+func (*ToolCallStarted) EventType() Type       { return TypeToolCallStarted }
+func (*ToolCallCompleted) EventType() Type     { return TypeToolCallCompleted }
+func (*ErrorRecorded) EventType() Type         { return TypeErrorRecorded }
+func (*DistillationRequested) EventType() Type { return TypeDistillationRequested }
+func (*DistillationStarted) EventType() Type   { return TypeDistillationStarted }
+func (*DistillationCompleted) EventType() Type { return TypeDistillationCompleted }
+func (*DistillationSkipped) EventType() Type   { return TypeDistillationSkipped }
+func (*SnapshotTaken) EventType() Type         { return TypeSnapshotTaken }
+
+// ContentBlock is one block of a message's content, in the shapes of the
+// Anthropic Messages API: "text" (Text), "thinking" (Thinking, Signature),
+// "redacted_thinking" (Data), "tool_use" (ID, Name, Input: a JSON object),
+// "tool_result" (ToolUseID, IsError, Content: a string or an array of
+// blocks), and "image" or "document" (Source). Other types are kept as they
+// are.
+type ContentBlock struct {
+	Type      string          `json:"type"`
+	Text      string          `json:"text,omitempty"`
+	Thinking  string          `json:"thinking,omitempty"`
+	Signature string          `json:"signature,omitempty"`
+	Data      string          `json:"data,omitempty"`
+	ID        string          `json:"id,omitempty"`
+	Name      string          `json:"name,omitempty"`
+	Input     json.RawMessage `json:"input,omitempty"`
+	ToolUseID string          `json:"tool_use_id,omitempty"`
+	IsError   bool            `json:"is_error,omitempty"`
+	Content   json.RawMessage `json:"content,omitempty"`
+	Source    json.RawMessage `json:"source,omitempty"`
+}
+
+// The content block types the projections reason about.
+const (
+	BlockText       = "text"
+	BlockThinking   = "thinking"
+	BlockToolUse    = "tool_use"
+	BlockToolResult = "tool_result"
+)

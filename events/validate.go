@@ -1,0 +1,275 @@
+package events
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/oklog/ulid/v2"
+)
+
+// Validate checks the event against wire contract version 1 and returns nil
+// or an error that joins one *FieldError per broken rule (all of them, not
+// only the first); errors.Is(err, ErrInvalid) holds for it.
+//
+// Envelope rules: specversion is "1.0"; id is a ULID; type is non-empty
+// lower-case [a-z0-9_.]; source is non-empty; time is set; tenant and
+// session are subject tokens (ValidToken); turn, when set, is a token too;
+// data is a JSON object. For a known type the payload's own rules apply
+// (see docs/events.md); an unknown type only needs a valid envelope, so
+// that newer publishers are not refused.
+func Validate(e *Event) error {
+	v := &validator{}
+	if e.SpecVersion != SpecVersion {
+		v.add("specversion", `must be "1.0"`, e.SpecVersion)
+	}
+	if e.ID == "" {
+		v.add("id", "required (a ULID)", "")
+	} else if _, err := ulid.ParseStrict(e.ID); err != nil {
+		v.add("id", "must be a ULID (26 characters of Crockford base32)", e.ID)
+	}
+	if e.Type == "" {
+		v.add("type", "required", "")
+	} else if !validTypeName(string(e.Type)) {
+		v.add("type", "must be lower-case letters, digits, '_' and '.'", string(e.Type))
+	}
+	if e.Source == "" {
+		v.add("source", "required (a URI-reference naming the publisher)", "")
+	}
+	if e.Time.IsZero() {
+		v.add("time", "required (RFC 3339)", "")
+	}
+	v.token("tenant", e.Tenant, true)
+	v.token("session", e.Session, true)
+	v.token("turn", e.Turn, false)
+
+	data := bytes.TrimSpace(e.Data)
+	if len(data) == 0 || data[0] != '{' {
+		v.add("data", "must be a JSON object", "")
+		return v.err()
+	}
+	if p := newPayload(e.Type); p != nil {
+		dec := json.NewDecoder(bytes.NewReader(data))
+		if err := dec.Decode(p); err != nil {
+			v.add("data", "must fit the "+string(e.Type)+" shape: "+decodeProblem(err), "")
+			return v.err()
+		}
+		v.prefix = "data."
+		p.validate(v)
+		v.prefix = ""
+		if needsTurn(e.Type) && e.Turn == "" {
+			v.add("turn", "required for "+string(e.Type), "")
+		}
+	}
+	return v.err()
+}
+
+func needsTurn(t Type) bool {
+	switch t {
+	case TypeTurnStarted, TypeTurnStageCompleted, TypeTurnCompleted, TypeTurnFailed, TypeTurnAbandoned:
+		return true
+	}
+	return false
+}
+
+func validTypeName(s string) bool {
+	if len(s) > 128 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '_' || c == '.') {
+			return false
+		}
+	}
+	return true
+}
+
+func decodeProblem(err error) string {
+	var te *json.UnmarshalTypeError
+	if errors.As(err, &te) {
+		return fmt.Sprintf("%s is a JSON %s, want %s", te.Field, te.Value, te.Type)
+	}
+	return err.Error()
+}
+
+// validator collects FieldErrors.
+type validator struct {
+	prefix string
+	errs   []error
+}
+
+func (v *validator) add(field, rule, value string) {
+	if len(value) > 64 {
+		value = value[:64] + "..."
+	}
+	v.errs = append(v.errs, &FieldError{Field: v.prefix + field, Rule: rule, Value: value})
+}
+
+func (v *validator) err() error {
+	if len(v.errs) == 0 {
+		return nil
+	}
+	return errors.Join(v.errs...)
+}
+
+func (v *validator) token(field, s string, required bool) {
+	switch {
+	case s == "" && required:
+		v.add(field, "required", "")
+	case s == "":
+	case !ValidToken(s):
+		v.add(field, fmt.Sprintf("must be 1-%d characters of [A-Za-z0-9_-]", MaxTokenLen), s)
+	}
+}
+
+func (v *validator) required(field, s string) {
+	if strings.TrimSpace(s) == "" {
+		v.add(field, "required", "")
+	}
+}
+
+func (v *validator) stage(field string, s Stage, required bool) {
+	if s == "" {
+		if required {
+			v.add(field, "required (context, history, execute or finalize)", "")
+		}
+		return
+	}
+	if !s.valid() {
+		v.add(field, "must be one of context, history, execute, finalize", string(s))
+	}
+}
+
+func (v *validator) nonNegative(field string, n int64) {
+	if n < 0 {
+		v.add(field, "must not be negative", fmt.Sprint(n))
+	}
+}
+
+func (v *validator) errorInfo(field string, e *ErrorInfo) {
+	if field != "" {
+		field += "."
+	}
+	v.required(field+"message", e.Message)
+	if e.Kind != "" && !e.Kind.valid() {
+		v.add(field+"kind", "must be one of transient, logic, unknown", string(e.Kind))
+	}
+	if e.HTTPStatus != 0 && (e.HTTPStatus < 100 || e.HTTPStatus > 599) {
+		v.add(field+"http_status", "must be an HTTP status (100-599)", fmt.Sprint(e.HTTPStatus))
+	}
+}
+
+func (p *SessionStarted) validate(v *validator) {
+	switch p.Kind {
+	case "", "main", "subagent", "compaction":
+	default:
+		v.add("kind", "must be one of main, subagent, compaction", p.Kind)
+	}
+	v.token("parent_session", p.ParentSession, false)
+	if p.ParentToolUseID != "" && p.ParentSession == "" {
+		v.add("parent_session", "required when parent_tool_use_id is set", "")
+	}
+}
+
+func (p *SessionPaused) validate(v *validator)  { v.required("reason", p.Reason) }
+func (p *SessionResumed) validate(v *validator) {}
+
+func (p *TurnStarted) validate(v *validator) { v.nonNegative("deadline_ms", p.DeadlineMS) }
+
+func (p *TurnStageCompleted) validate(v *validator) {
+	v.stage("stage", p.Stage, true)
+	v.nonNegative("duration_ms", p.DurationMS)
+}
+
+func (p *TurnCompleted) validate(v *validator) { v.nonNegative("duration_ms", p.DurationMS) }
+
+func (p *TurnFailed) validate(v *validator) {
+	v.stage("stage", p.Stage, true)
+	v.errorInfo("error", &p.Error)
+}
+
+func (p *TurnAbandoned) validate(v *validator) {
+	v.stage("last_stage", p.LastStage, false)
+	v.required("reason", p.Reason)
+}
+
+func (p *MessageAppended) validate(v *validator) {
+	if p.Role != RoleUser && p.Role != RoleAssistant {
+		v.add("role", "must be user or assistant", string(p.Role))
+	}
+	if len(p.Content) == 0 {
+		v.add("content", "must hold at least one content block", "")
+	}
+	for i := range p.Content {
+		validateBlock(v, fmt.Sprintf("content[%d]", i), &p.Content[i], p.Role)
+	}
+}
+
+func validateBlock(v *validator, field string, b *ContentBlock, role Role) {
+	switch b.Type {
+	case "":
+		v.add(field+".type", "required", "")
+	case BlockToolUse:
+		v.required(field+".id", b.ID)
+		v.required(field+".name", b.Name)
+		if in := bytes.TrimSpace(b.Input); len(in) > 0 && in[0] != '{' {
+			v.add(field+".input", "must be a JSON object", "")
+		}
+		if role == RoleUser {
+			v.add(field+".type", "tool_use blocks belong to assistant messages", b.Type)
+		}
+	case BlockToolResult:
+		v.required(field+".tool_use_id", b.ToolUseID)
+		if c := bytes.TrimSpace(b.Content); len(c) > 0 && c[0] != '"' && c[0] != '[' && string(c) != "null" {
+			v.add(field+".content", "must be a string or an array of content blocks", "")
+		}
+		if role == RoleAssistant {
+			v.add(field+".type", "tool_result blocks belong to user messages", b.Type)
+		}
+	}
+}
+
+func (p *ToolCallStarted) validate(v *validator) {
+	v.required("tool_use_id", p.ToolUseID)
+	v.required("name", p.Name)
+}
+
+func (p *ToolCallCompleted) validate(v *validator) {
+	v.required("tool_use_id", p.ToolUseID)
+	v.required("name", p.Name)
+	v.nonNegative("duration_ms", p.DurationMS)
+}
+
+func (p *ErrorRecorded) validate(v *validator) {
+	v.errorInfo("", &p.ErrorInfo)
+	if p.Consecutive < 0 {
+		v.add("consecutive", "must not be negative", fmt.Sprint(p.Consecutive))
+	}
+	v.stage("stage", p.Stage, false)
+}
+
+func (p *DistillationRequested) validate(v *validator) {}
+func (p *DistillationStarted) validate(v *validator) {
+	if p.ToSeq != 0 && p.FromSeq > p.ToSeq {
+		v.add("from_seq", "must not be after to_seq", fmt.Sprint(p.FromSeq))
+	}
+}
+
+func (p *DistillationCompleted) validate(v *validator) {
+	if p.ToSeq != 0 && p.FromSeq > p.ToSeq {
+		v.add("from_seq", "must not be after to_seq", fmt.Sprint(p.FromSeq))
+	}
+	v.nonNegative("tokens_before", p.TokensBefore)
+	v.nonNegative("tokens_after", p.TokensAfter)
+}
+
+func (p *DistillationSkipped) validate(v *validator) { v.required("reason", p.Reason) }
+
+func (p *SnapshotTaken) validate(v *validator) {
+	if p.CoversSeq == 0 {
+		v.add("covers_seq", "required (the last stream sequence the snapshot covers)", "")
+	}
+}
