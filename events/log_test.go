@@ -320,3 +320,39 @@ func TestSessionsAndReadAll(t *testing.T) {
 		t.Fatalf("ReadAll delivered %d events, want 10", n)
 	}
 }
+
+func TestFollowDeliversStoredThenNewEvents(t *testing.T) {
+	l, _ := openLog(t, events.Config{})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	if _, err := l.Append(ctx, []events.Event{ev(t, "acme", "s1", "", &events.SessionStarted{})}); err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan events.Event, 16)
+	f, err := l.Follow(ctx, events.FollowOptions{Tenant: "acme", Session: "s1"}, func(e events.Event) { got <- e })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.Append(ctx, []events.Event{
+		ev(t, "acme", "other", "", &events.SessionStarted{}),
+		ev(t, "acme", "s1", "t1", &events.TurnStarted{}),
+	}); err != nil {
+		t.Fatal(err)
+	}
+	for i, want := range []events.Type{events.TypeSessionStarted, events.TypeTurnStarted} {
+		select {
+		case e := <-got:
+			if e.Type != want || e.Session != "s1" {
+				t.Fatalf("event %d: %s %s, want %s of s1", i, e.Type, e.Session, want)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatalf("event %d not delivered", i)
+		}
+	}
+	cancel()
+	select {
+	case <-f.Closed():
+	case <-time.After(5 * time.Second):
+		t.Fatal("follower did not stop when its context ended")
+	}
+}
