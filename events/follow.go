@@ -68,7 +68,7 @@ func (l *Log) Follow(ctx context.Context, opts FollowOptions, fn func(Event)) (*
 		if err != nil {
 			return
 		}
-		fn(decodeStored(msg.Subject(), meta.Sequence.Stream, msg.Data()))
+		fn(DecodeStored(msg.Subject(), meta.Sequence.Stream, msg.Data()))
 	})
 	if err != nil {
 		return nil, fmt.Errorf("follow: %w", unavailable(err))

@@ -193,8 +193,6 @@ func (l *Log) Append(ctx context.Context, evs []Event, opts ...AppendOption) ([]
 	if err != nil {
 		return nil, err
 	}
-	ctx, cancel := l.withTimeout(ctx)
-	defer cancel()
 	if o.expect {
 		return l.appendChained(ctx, evs, msgs, o.expectSeq)
 	}
@@ -249,6 +247,15 @@ func (l *Log) appendAsync(ctx context.Context, evs []Event, msgs []*nats.Msg) ([
 	}
 	acks := make([]Ack, len(msgs))
 	var errs []error
+	// Without a deadline from the caller, each ack may take up to
+	// Config.Timeout after the one before it, so a large batch is bounded
+	// by progress, not by one fixed deadline.
+	timer := time.NewTimer(l.cfg.Timeout)
+	defer timer.Stop()
+	var expired <-chan time.Time
+	if _, ok := ctx.Deadline(); !ok {
+		expired = timer.C
+	}
 	for i, f := range futures {
 		select {
 		case pa := <-f.Ok():
@@ -257,7 +264,10 @@ func (l *Log) appendAsync(ctx context.Context, evs []Event, msgs []*nats.Msg) ([
 			errs = append(errs, fmt.Errorf("append event %s: %w", evs[i].ID, classify(err)))
 		case <-ctx.Done():
 			return nil, fmt.Errorf("append events: %w: %w", ErrLogUnavailable, ctx.Err())
+		case <-expired:
+			return nil, fmt.Errorf("append events: %w: no ack within %s", ErrLogUnavailable, l.cfg.Timeout)
 		}
+		timer.Reset(l.cfg.Timeout)
 	}
 	if len(errs) > 0 {
 		return acks, errors.Join(errs...)
@@ -269,7 +279,9 @@ func (l *Log) appendChained(ctx context.Context, evs []Event, msgs []*nats.Msg, 
 	acks := make([]Ack, 0, len(msgs))
 	for i, m := range msgs {
 		m.Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(expect, 10))
-		pa, err := l.js.PublishMsg(ctx, m, jetstream.WithExpectStream(EventsStream))
+		pctx, cancel := l.withTimeout(ctx)
+		pa, err := l.js.PublishMsg(pctx, m, jetstream.WithExpectStream(EventsStream))
+		cancel()
 		if err != nil {
 			return acks, fmt.Errorf("append event %s: %w", evs[i].ID, classify(err))
 		}
@@ -418,7 +430,7 @@ func (l *Log) read(ctx context.Context, filter string, last uint64, opts ReadOpt
 		if seq > last {
 			return nil
 		}
-		if err := fn(decodeStored(msg.Subject(), seq, msg.Data())); err != nil {
+		if err := fn(DecodeStored(msg.Subject(), seq, msg.Data())); err != nil {
 			return err
 		}
 		if seq == last || meta.NumPending == 0 {
@@ -427,10 +439,11 @@ func (l *Log) read(ctx context.Context, filter string, last uint64, opts ReadOpt
 	}
 }
 
-// decodeStored turns a stored message into an Event, setting Err (an
+// DecodeStored turns a message stored at stream sequence seq under subject
+// into an Event, for consumers of AGENT_EVENTS of their own. It sets Err (an
 // *EventError) when the body is malformed, breaks the contract, or names
 // another session than its subject.
-func decodeStored(subject string, seq uint64, body []byte) Event {
+func DecodeStored(subject string, seq uint64, body []byte) Event {
 	tenant, session := subjectTokens(subject)
 	ev, err := Decode(body)
 	if err == nil {

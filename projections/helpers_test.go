@@ -1,0 +1,250 @@
+package projections
+
+import (
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/turnstone-dev/turnstone/events"
+)
+
+const (
+	testTenant  = "acme"
+	testSession = "s1"
+)
+
+var epoch = time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC)
+
+// step is one event of a test session: a payload and the turn it belongs
+// to, or a ready-made event (for invalid and unknown ones).
+type step struct {
+	turn string
+	p    events.Payload
+	raw  *events.Event
+}
+
+func in(turn string, p events.Payload) step { return step{turn: turn, p: p} }
+func at(p events.Payload) step              { return step{p: p} }
+func rawStep(ev events.Event) step          { return step{raw: &ev} }
+
+// build turns steps into events with sequences 1, 2, ... and times one
+// second apart.
+func build(tb testing.TB, steps []step) []events.Event {
+	tb.Helper()
+	out := make([]events.Event, 0, len(steps))
+	for i, st := range steps {
+		seq := uint64(i + 1)
+		when := epoch.Add(time.Duration(seq) * time.Second)
+		if st.raw != nil {
+			ev := *st.raw
+			ev.Seq = seq
+			if ev.Tenant == "" && ev.Session == "" {
+				ev.Tenant, ev.Session = testTenant, testSession
+			}
+			out = append(out, ev)
+			continue
+		}
+		ev, err := events.NewAt(when, events.DeterministicID(when, fmt.Sprint(seq)), testTenant, testSession, st.turn, st.p)
+		if err != nil {
+			tb.Fatalf("build event %d: %v", seq, err)
+		}
+		ev.Seq = seq
+		out = append(out, ev)
+	}
+	return out
+}
+
+func user(blocks ...events.ContentBlock) *events.MessageAppended {
+	return &events.MessageAppended{Role: events.RoleUser, Content: blocks}
+}
+
+func asst(blocks ...events.ContentBlock) *events.MessageAppended {
+	return &events.MessageAppended{Role: events.RoleAssistant, Content: blocks, Model: "claude-sonnet-4-5"}
+}
+
+func text(s string) events.ContentBlock { return events.ContentBlock{Type: events.BlockText, Text: s} }
+
+func use(id, name string) events.ContentBlock {
+	return events.ContentBlock{Type: events.BlockToolUse, ID: id, Name: name, Input: json.RawMessage(`{"command": "ls -la", "timeout": 30}`)}
+}
+
+func result(id string) events.ContentBlock {
+	return events.ContentBlock{Type: events.BlockToolResult, ToolUseID: id, Content: json.RawMessage(`"total 0\nfile.go"`)}
+}
+
+func started(prompt string) *events.TurnStarted { return &events.TurnStarted{Prompt: prompt} }
+func completed() *events.TurnCompleted          { return &events.TurnCompleted{} }
+
+func errInfo(msg string) events.ErrorInfo {
+	return events.ErrorInfo{Message: msg, Kind: events.KindTransient, Provider: "anthropic", HTTPStatus: 529, Code: "overloaded_error"}
+}
+
+// rules lists a state's violations as "seq:rule".
+func rules(vs []Violation) []string {
+	out := make([]string, 0, len(vs))
+	for _, v := range vs {
+		out = append(out, fmt.Sprintf("%d:%s", v.Seq, v.Rule))
+	}
+	return out
+}
+
+func mustJSON(tb testing.TB, v any) []byte {
+	tb.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		tb.Fatalf("marshal: %v", err)
+	}
+	return b
+}
+
+// synth generates a realistic session of about turns turns, deterministic
+// for a seed: prompts, thinking, text, tool calls with tool_call.* events
+// and kilobyte results, stage events, provider errors and retries, a
+// distillation every so often (inline or between turns), pauses, and, when
+// anomalies is set, the occasional orphan, late result, invalid event and
+// unknown type. Sequences start at 1 and skip numbers, as a stream shared
+// by many sessions does.
+func synth(tb testing.TB, seed uint64, turns int, anomalies bool) []events.Event {
+	tb.Helper()
+	rng := newRand(seed)
+	var out []events.Event
+	seq := uint64(0)
+	when := epoch
+	add := func(turn string, p events.Payload) {
+		seq += 1 + uint64(rng.IntN(3))
+		when = when.Add(time.Duration(50+rng.IntN(3000)) * time.Millisecond)
+		ev, err := events.NewAt(when, events.DeterministicID(when, fmt.Sprint(seq)), testTenant, testSession, turn, p)
+		if err != nil {
+			tb.Fatalf("synth: %v", err)
+		}
+		ev.Seq = seq
+		out = append(out, ev)
+	}
+	addRaw := func(ev events.Event) {
+		seq++
+		ev.Seq, ev.Time, ev.ID = seq, when, events.DeterministicID(when, fmt.Sprint(seq))
+		ev.Tenant, ev.Session = testTenant, testSession
+		out = append(out, ev)
+	}
+	bigText := strings.Repeat("func main() { fmt.Println(\"hello, 世界\") }\n", 40)
+	toolNames := []string{"Bash", "Read", "Edit", "Grep", "Write"}
+
+	add("", &events.SessionStarted{Runtime: "claude-code 2.1.38", Model: "claude-sonnet-4-5", Provider: "anthropic",
+		Labels: map[string]string{"cwd": "/repo", "branch": "main", "host": "dev-1"}})
+	tool := 0
+	for n := 1; n <= turns; n++ {
+		turn := fmt.Sprintf("t%d", n)
+		add(turn, &events.TurnStarted{Prompt: fmt.Sprintf("please fix bug #%d in the parser", n), Trigger: "user", DeadlineMS: 600000})
+		add(turn, user(text(fmt.Sprintf("please fix bug #%d in the parser", n))))
+		add(turn, &events.TurnStageCompleted{Stage: events.StageContext, DurationMS: 12})
+		add(turn, &events.TurnStageCompleted{Stage: events.StageHistory, DurationMS: 3})
+		rounds := 1 + rng.IntN(4)
+		failed := false
+		for r := 0; r < rounds; r++ {
+			if rng.IntN(12) == 0 {
+				for k := 0; k < 1+rng.IntN(3); k++ {
+					add(turn, &events.ErrorRecorded{ErrorInfo: errInfo(fmt.Sprintf("overloaded (request req_%d)", rng.IntN(1e6))), Consecutive: k + 1, Stage: events.StageExecute})
+				}
+			}
+			calls := rng.IntN(3)
+			blocks := []events.ContentBlock{{Type: events.BlockThinking, Thinking: "Let me look at the parser first.", Signature: "sig"}}
+			if calls == 0 {
+				blocks = append(blocks, text("Done: the parser now handles empty input."))
+			}
+			add(turn, &events.MessageAppended{Role: events.RoleAssistant, Content: blocks[:1], MessageID: fmt.Sprintf("msg_%d_%d", n, r), Model: "claude-sonnet-4-5"})
+			if len(blocks) > 1 {
+				add(turn, &events.MessageAppended{Role: events.RoleAssistant, Content: blocks[1:], MessageID: fmt.Sprintf("msg_%d_%d", n, r), Model: "claude-sonnet-4-5", StopReason: "end_turn"})
+			}
+			var ids []string
+			for c := 0; c < calls; c++ {
+				tool++
+				id := fmt.Sprintf("toolu_%05d", tool)
+				ids = append(ids, id)
+				name := toolNames[rng.IntN(len(toolNames))]
+				add(turn, &events.MessageAppended{Role: events.RoleAssistant, MessageID: fmt.Sprintf("msg_%d_%d", n, r), Model: "claude-sonnet-4-5", StopReason: "tool_use",
+					Content: []events.ContentBlock{{Type: events.BlockToolUse, ID: id, Name: name, Input: json.RawMessage(fmt.Sprintf(`{"file_path": "/repo/parser_%d.go", "limit": 200}`, c))}}})
+				add(turn, &events.ToolCallStarted{ToolUseID: id, Name: name})
+				add(turn, &events.ToolCallCompleted{ToolUseID: id, Name: name, DurationMS: int64(rng.IntN(5000))})
+			}
+			for i, id := range ids {
+				if anomalies && rng.IntN(40) == 0 {
+					continue // the process died before the result: an orphan
+				}
+				content, _ := json.Marshal(bigText[:200+rng.IntN(len(bigText)-200)])
+				cb := events.ContentBlock{Type: events.BlockToolResult, ToolUseID: id, Content: content, IsError: rng.IntN(10) == 0}
+				if anomalies && i == 0 && rng.IntN(60) == 0 {
+					add(turn, user(text("[interrupted]"), cb)) // results not first
+					continue
+				}
+				add(turn, user(cb))
+			}
+			if calls == 0 {
+				break
+			}
+			if rng.IntN(25) == 0 { // Claude Code's inline auto-compaction
+				add(turn, &events.DistillationRequested{Reason: "auto: context 92% full"})
+				add(turn, &events.DistillationStarted{})
+				add(turn, &events.DistillationCompleted{TokensBefore: 180000, TokensAfter: 12000, Trigger: "auto", Summary: "summary"})
+				add(turn, &events.MessageAppended{Role: events.RoleUser, Meta: true, Content: []events.ContentBlock{text("This session is being continued from a previous conversation. Summary: ...")}})
+			}
+			if r == rounds-1 && rng.IntN(15) == 0 {
+				add(turn, &events.TurnFailed{Stage: events.StageExecute, Error: errInfo("stream ended early")})
+				failed = true
+			}
+		}
+		if !failed {
+			add(turn, &events.TurnStageCompleted{Stage: events.StageExecute, DurationMS: 2300})
+			add(turn, &events.TurnStageCompleted{Stage: events.StageFinalize, DurationMS: 8})
+			add(turn, &events.TurnCompleted{Reason: "end_turn"})
+		}
+		switch {
+		case rng.IntN(20) == 0:
+			add("", &events.DistillationRequested{Reason: "manual"})
+			if rng.IntN(3) == 0 {
+				add("", &events.DistillationSkipped{Reason: "user_cancelled"})
+			} else {
+				add("", &events.DistillationStarted{})
+				add("", &events.DistillationCompleted{TokensBefore: 90000, TokensAfter: 8000, Trigger: "manual"})
+				add("", &events.MessageAppended{Role: events.RoleUser, Meta: true, Content: []events.ContentBlock{text("Summary of the conversation so far.")}})
+			}
+		case rng.IntN(30) == 0:
+			add("", &events.SessionPaused{Reason: "provider down"})
+			add("", &events.SessionResumed{Reason: "provider back"})
+		case rng.IntN(40) == 0:
+			add("", &events.SnapshotTaken{CoversSeq: seq, Version: Version})
+		}
+		if anomalies {
+			switch rng.IntN(50) {
+			case 0:
+				addRaw(events.Event{Type: events.TypeMessageAppended, Data: json.RawMessage(`{"role":`),
+					Err: &events.EventError{Tenant: testTenant, Session: testSession, ID: "x", Err: events.ErrMalformed}})
+			case 1:
+				addRaw(rawEvent("agent.heartbeat", turn, `{"alive":true}`))
+			case 2:
+				add(turn, &events.TurnCompleted{}) // a second end
+			}
+		}
+	}
+	return out
+}
+
+// rawEvent is an event of any type and data, built by hand: for unknown
+// types and for data that does not fit its type.
+func rawEvent(typ events.Type, turn, data string) events.Event {
+	return events.Event{
+		SpecVersion: events.SpecVersion,
+		ID:          events.DeterministicID(epoch, string(typ)+data),
+		Type:        typ,
+		Source:      events.DefaultSource,
+		Time:        epoch,
+		Tenant:      testTenant,
+		Session:     testSession,
+		Turn:        turn,
+		Data:        json.RawMessage(data),
+	}
+}
+
+func newRand(seed uint64) *rand.Rand { return rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)) }

@@ -1,0 +1,301 @@
+package projections
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+	"github.com/turnstone-dev/turnstone/events"
+)
+
+// Defaults of ProjectorConfig.
+const (
+	DefaultSnapshotEvery = 100
+	DefaultDurable       = "turnstone-projector"
+	DefaultIdleEvict     = 5 * time.Minute
+)
+
+// ProjectorConfig configures a Projector. The zero value takes the
+// defaults.
+type ProjectorConfig struct {
+	// SnapshotEvery is how many events of a session (snapshot.taken events
+	// not counted) pass between two of its snapshots. Default 100.
+	SnapshotEvery int
+	// Durable names the JetStream durable consumer that remembers the
+	// projector's position across restarts. Default "turnstone-projector".
+	Durable string
+	// IdleEvict is how long a session may go without an event before its
+	// state leaves memory (it is snapshotted first, and restored from the
+	// snapshot when its next event comes). Default 5 minutes.
+	IdleEvict time.Duration
+}
+
+func (c *ProjectorConfig) setDefaults() {
+	if c.SnapshotEvery == 0 {
+		c.SnapshotEvery = DefaultSnapshotEvery
+	}
+	if c.Durable == "" {
+		c.Durable = DefaultDurable
+	}
+	if c.IdleEvict == 0 {
+		c.IdleEvict = DefaultIdleEvict
+	}
+}
+
+// Validate reports every out-of-range field, joined.
+func (c *ProjectorConfig) Validate() error {
+	var errs []error
+	if c.SnapshotEvery < 0 {
+		errs = append(errs, fmt.Errorf("snapshot every: must not be negative, got %d", c.SnapshotEvery))
+	}
+	if c.IdleEvict < 0 {
+		errs = append(errs, fmt.Errorf("idle evict: must not be negative, got %s", c.IdleEvict))
+	}
+	return errors.Join(errs...)
+}
+
+// Anomaly is a violation the projector saw arise, with the session it
+// belongs to.
+type Anomaly struct {
+	Tenant, Session string
+	Violation
+}
+
+// Projector follows the whole event log with a durable consumer, keeps the
+// state of each active session in memory, snapshots a session every
+// SnapshotEvery events (recording a snapshot.taken event in its log), and
+// reports each violation as it arises. A session it has not seen since it
+// started (or since it was evicted) is restored from its last snapshot plus
+// the events after it, so a restart costs one restore per active session,
+// not a replay of the log.
+type Projector struct {
+	log   *events.Log
+	store *SnapshotStore
+	cfg   ProjectorConfig
+	l     zerolog.Logger
+
+	// OnAnomaly, when set before Open, is called with each violation as the
+	// projector folds the event that broke it.
+	OnAnomaly func(Anomaly)
+
+	mu       sync.Mutex
+	sessions map[string]*tracked
+
+	cc     jetstream.ConsumeContext
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+}
+
+type tracked struct {
+	state     *Session
+	sinceSnap int
+	touched   time.Time
+}
+
+// NewProjector returns a projector over log that saves snapshots in store.
+// logger may be nil.
+func NewProjector(log *events.Log, store *SnapshotStore, cfg ProjectorConfig, logger *zerolog.Logger) (*Projector, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("new projector: %w", err)
+	}
+	cfg.setDefaults()
+	p := &Projector{log: log, store: store, cfg: cfg, l: zerolog.Nop(), sessions: map[string]*tracked{}}
+	if logger != nil {
+		p.l = logger.With().Str("component", "projector").Logger()
+	}
+	return p, nil
+}
+
+// Open creates (or resumes) the durable consumer and starts folding events
+// on a goroutine the projector owns until Close.
+func (p *Projector) Open(ctx context.Context) error {
+	js := p.log.JetStream()
+	st, err := js.Stream(ctx, events.EventsStream)
+	if err != nil {
+		return fmt.Errorf("open projector: %w", err)
+	}
+	cons, err := st.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{
+		Durable:       p.cfg.Durable,
+		Description:   "Turnstone projector: folds every session",
+		AckPolicy:     jetstream.AckExplicitPolicy,
+		AckWait:       time.Minute,
+		MaxAckPending: 4096,
+		FilterSubject: events.EventSubjectPrefix + ".>",
+	})
+	if err != nil {
+		return fmt.Errorf("open projector: consumer %s: %w", p.cfg.Durable, err)
+	}
+	runCtx, cancel := context.WithCancel(context.Background())
+	p.cancel = cancel
+	p.cc, err = cons.Consume(func(msg jetstream.Msg) {
+		meta, err := msg.Metadata()
+		if err != nil {
+			_ = msg.Term()
+			return
+		}
+		p.apply(runCtx, events.DecodeStored(msg.Subject(), meta.Sequence.Stream, msg.Data()))
+		_ = msg.Ack()
+	})
+	if err != nil {
+		cancel()
+		return fmt.Errorf("open projector: consume: %w", err)
+	}
+	p.wg.Add(1)
+	go p.evictLoop(runCtx)
+	return nil
+}
+
+// Close stops consuming, snapshots the sessions in memory that changed
+// since their last snapshot, and waits for the projector's goroutines, or
+// for ctx to end.
+func (p *Projector) Close(ctx context.Context) error {
+	if p.cc != nil {
+		p.cc.Drain()
+		select {
+		case <-p.cc.Closed():
+		case <-ctx.Done():
+		}
+	}
+	if p.cancel != nil {
+		p.cancel()
+	}
+	p.wg.Wait()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var errs []error
+	for _, t := range p.sessions {
+		if t.state.LastSeq > t.state.LastSnapshotSeq && t.sinceSnap > 0 {
+			if err := p.store.Save(ctx, t.state); err != nil {
+				errs = append(errs, err)
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Session returns a copy of the state the projector holds for a session in
+// memory, and whether it holds one.
+func (p *Projector) Session(tenant, session string) (*Session, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	t, ok := p.sessions[tenant+"/"+session]
+	if !ok {
+		return nil, false
+	}
+	return t.state.Clone(), true
+}
+
+func (p *Projector) apply(ctx context.Context, ev events.Event) {
+	key := ev.Tenant + "/" + ev.Session
+	p.mu.Lock()
+	t, ok := p.sessions[key]
+	p.mu.Unlock()
+	if !ok {
+		state, err := Restore(ctx, p.log, p.store, ev.Tenant, ev.Session)
+		if err != nil {
+			// The log is the truth: fold from this event and let the
+			// next restore set it right.
+			p.l.Warn().Err(err).Str("session", key).Msg("restore failed; folding from this event")
+			state = &Session{}
+		}
+		t = &tracked{state: state}
+		p.mu.Lock()
+		p.sessions[key] = t
+		p.mu.Unlock()
+	}
+	p.mu.Lock()
+	t.touched = time.Now()
+	before := t.state.LastSeq
+	vs := t.state.Apply(ev)
+	applied := t.state.LastSeq > before
+	if applied && ev.Type != events.TypeSnapshotTaken {
+		t.sinceSnap++
+	}
+	var snap *Session
+	if t.sinceSnap >= p.cfg.SnapshotEvery {
+		snap = t.state.Clone()
+		t.sinceSnap = 0
+	}
+	p.mu.Unlock()
+
+	for _, v := range vs {
+		p.l.Warn().Str("tenant", ev.Tenant).Str("session", ev.Session).Uint64("seq", v.Seq).
+			Str("rule", string(v.Rule)).Str("tool_use_id", v.ToolUseID).Msg(v.Detail)
+		if p.OnAnomaly != nil {
+			p.OnAnomaly(Anomaly{Tenant: ev.Tenant, Session: ev.Session, Violation: v})
+		}
+	}
+	if snap != nil {
+		p.snapshot(ctx, snap)
+	}
+}
+
+// snapshot saves s and records a snapshot.taken event in its session's log,
+// with an id derived from the covered sequence so a repeat is stored once.
+func (p *Projector) snapshot(ctx context.Context, s *Session) {
+	if err := p.store.Save(ctx, s); err != nil {
+		p.l.Warn().Err(err).Str("session", s.Tenant+"/"+s.Session).Msg("snapshot not saved")
+		return
+	}
+	id := events.DeterministicID(s.LastTime, fmt.Sprintf("%s/%s/snapshot/%d", s.Tenant, s.Session, s.LastSeq))
+	ev, err := events.NewAt(s.LastTime, id, s.Tenant, s.Session, "", &events.SnapshotTaken{CoversSeq: s.LastSeq, Version: Version})
+	if err == nil {
+		_, err = p.log.Append(ctx, []events.Event{ev})
+	}
+	if err != nil {
+		p.l.Warn().Err(err).Str("session", s.Tenant+"/"+s.Session).Msg("snapshot.taken not recorded")
+	}
+}
+
+func (p *Projector) evictLoop(ctx context.Context) {
+	defer p.wg.Done()
+	tick := time.NewTicker(p.cfg.IdleEvict / 4)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case now := <-tick.C:
+			p.evict(ctx, now)
+		}
+	}
+}
+
+func (p *Projector) evict(ctx context.Context, now time.Time) {
+	p.mu.Lock()
+	var idle []*Session
+	for key, t := range p.sessions {
+		if now.Sub(t.touched) < p.cfg.IdleEvict {
+			continue
+		}
+		if t.sinceSnap > 0 {
+			idle = append(idle, t.state)
+		}
+		delete(p.sessions, key)
+	}
+	p.mu.Unlock()
+	for _, s := range idle {
+		if err := p.store.Save(ctx, s); err != nil {
+			p.l.Warn().Err(err).Str("session", s.Tenant+"/"+s.Session).Msg("snapshot before eviction not saved")
+		}
+	}
+}
+
+// Clone returns a deep copy of the state, made through its JSON form (which
+// holds everything the fold needs; see Session).
+func (s *Session) Clone() *Session {
+	b, err := json.Marshal(s)
+	if err != nil {
+		return &Session{}
+	}
+	c := &Session{}
+	if err := json.Unmarshal(b, c); err != nil {
+		return &Session{}
+	}
+	return c
+}
