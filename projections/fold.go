@@ -221,9 +221,9 @@ func (s *Session) violate(ev events.Event, rule Rule, detail, toolUseID, turn st
 }
 
 // turnStarted opens a turn. A turn that starts while another is in flight
-// is tracked beside it (a second message mid-turn); the user message after
-// the latest assistant message is complete, so its pending tool_use blocks
-// are judged.
+// is tracked beside it (a second message mid-turn), and the tools that
+// turn is running stay pending; pending tool_use blocks of turns that have
+// ended, or of no turn, are judged.
 func (s *Session) turnStarted(ev events.Event, id string, p *events.TurnStarted) {
 	if t := s.turn(id); t != nil {
 		s.violate(ev, RuleTurnDuplicateStart, fmt.Sprintf("turn %s started again (first at seq %d)", id, t.StartedSeq), "", id)
@@ -232,7 +232,7 @@ func (s *Session) turnStarted(ev events.Event, id string, p *events.TurnStarted)
 	if s.Paused {
 		s.violate(ev, RuleTurnWhilePaused, fmt.Sprintf("turn %s started while the session is paused (%s)", id, s.PauseReason), "", id)
 	}
-	s.judge(ev, "", "a new turn started")
+	s.judgeStale(ev, "a new turn started")
 	s.Totals.Turns++
 	s.Turns = append(s.Turns, Turn{
 		ID:         id,

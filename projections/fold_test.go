@@ -173,20 +173,33 @@ func toolRuleCases() []foldCase {
 			},
 		},
 		{
-			name: "orphan when a new turn starts",
+			name: "a second message mid-turn leaves the running tool pending",
 			steps: []step{
 				in("t1", started("go")),
 				in("t1", user(text("go"))),
 				in("t1", asst(use("a", "Bash"))),
 				in("t2", started("are you there?")),
 			},
-			want:   []string{"4:tool_use_without_result"},
+			want:   nil,
 			status: StatusInTurn,
 			check: func(t *testing.T, s *Session) {
 				if len(s.InFlight) != 2 || s.InFlightTurn().ID != "t1" {
 					t.Errorf("in flight %v", s.InFlight)
 				}
+				if len(s.Pending) != 1 || s.Pending[0] != "a" {
+					t.Errorf("pending %v, want [a]: its turn is still running", s.Pending)
+				}
 			},
+		},
+		{
+			name: "orphan of no turn when a new turn starts",
+			steps: []step{
+				in("", user(text("go"))),
+				in("", asst(use("a", "Bash"))),
+				in("t2", started("are you there?")),
+			},
+			want:   []string{"3:tool_use_without_result"},
+			status: StatusInTurn,
 		},
 		{
 			name: "tool_result for an unknown tool_use",

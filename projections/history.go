@@ -236,6 +236,21 @@ func (s *Session) unmatched(ev events.Event, id, reason string, rule Rule, detai
 // only the tool_use blocks of that turn are judged. why completes "got no
 // tool_result before ...".
 func (s *Session) judge(ev events.Event, turn, why string) {
+	s.judgeWhere(ev, why, func(tc *ToolCall) bool { return turn == "" || tc.Turn == turn })
+}
+
+// judgeStale judges the pending tool_use blocks whose turn is no longer in
+// flight (or that belong to no turn): a new turn's start completes those,
+// while a tool of a turn still running (a second message arrived mid-turn)
+// stays pending until its own turn ends.
+func (s *Session) judgeStale(ev events.Event, why string) {
+	s.judgeWhere(ev, why, func(tc *ToolCall) bool {
+		t := s.turn(tc.Turn)
+		return t == nil || t.Ended()
+	})
+}
+
+func (s *Session) judgeWhere(ev events.Event, why string, due func(*ToolCall) bool) {
 	if len(s.Pending) == 0 {
 		return
 	}
@@ -245,7 +260,7 @@ func (s *Session) judge(ev events.Event, turn, why string) {
 		if tc == nil {
 			continue
 		}
-		if turn != "" && tc.Turn != turn {
+		if !due(tc) {
 			kept = append(kept, id)
 			continue
 		}
