@@ -1,0 +1,443 @@
+package claudecode
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/turnstone-dev/turnstone/events"
+)
+
+// DefaultTenant is the tenant Options uses when none is set.
+const DefaultTenant = "default"
+
+// DefaultMaxLineBytes is the longest transcript line read, in bytes (64
+// MiB). Claude Code writes a tool result of hundreds of KiB on one line.
+const DefaultMaxLineBytes = 64 << 20
+
+// SourcePrefix starts the envelope source of converted events when
+// Options.Source is empty: "urn:claude-code:<session token>".
+const SourcePrefix = "urn:claude-code:"
+
+// Options sets how transcripts are converted. The zero value is ready to
+// use: tenant "default", source per session, 64 MiB lines.
+type Options struct {
+	// Tenant is the tenant token every event is stored under (see
+	// events.ValidToken). Default DefaultTenant.
+	Tenant string
+	// Source, when set, is the envelope source of every event (a
+	// URI-reference); by default each session gets SourcePrefix + its
+	// session token.
+	Source string
+	// MaxLineBytes bounds one transcript line, in bytes; a longer line is
+	// skipped with a Diagnostic wrapping ErrLineTooLong. Default
+	// DefaultMaxLineBytes.
+	MaxLineBytes int
+}
+
+func (o *Options) setDefaults() {
+	if o.Tenant == "" {
+		o.Tenant = DefaultTenant
+	}
+	if o.MaxLineBytes == 0 {
+		o.MaxLineBytes = DefaultMaxLineBytes
+	}
+}
+
+// Validate reports every problem with the options (after defaults), each
+// wrapping ErrInvalidOptions, joined; nil when they are usable.
+func (o Options) Validate() error {
+	o.setDefaults()
+	var errs []error
+	if !events.ValidToken(o.Tenant) {
+		errs = append(errs, fmt.Errorf("%w: tenant %q must be 1-%d characters of [A-Za-z0-9_-]", ErrInvalidOptions, o.Tenant, events.MaxTokenLen))
+	}
+	if o.MaxLineBytes < 0 {
+		errs = append(errs, fmt.Errorf("%w: max line bytes must not be negative, got %d", ErrInvalidOptions, o.MaxLineBytes))
+	}
+	return errors.Join(errs...)
+}
+
+// Session kinds, as in events.SessionStarted.Kind.
+const (
+	KindMain       = "main"
+	KindSubagent   = "subagent"
+	KindCompaction = "compaction"
+)
+
+// Session is one converted session: the events of one transcript file, or
+// of one subagent whose records an older Claude Code (1.0.x) wrote inline in
+// its parent's file. Events are in log order and each passes
+// events.Validate; the first is session.started.
+//
+// Session is the session token: the records' sessionId for a main
+// transcript, "<parent>_agent-<agentId>" for a subagent or compaction
+// transcript (agentId from the records, else from the file name
+// agent-<agentId>.jsonl; for an inline subagent, the uuid of its first
+// record). Kind is KindMain, KindSubagent or KindCompaction; Parent and
+// ParentToolUseID link a sidechain to its parent session and the Task
+// tool_use that started it (empty when unknown).
+type Session struct {
+	Tenant          string
+	Session         string
+	File            string
+	Kind            string
+	Parent          string
+	ParentToolUseID string
+	Events          []events.Event
+}
+
+// Result is what converting one transcript file produced: its sessions
+// (the main or sidechain session first, then subagents written inline),
+// the problems found (each line skipped), the number of records read
+// (lines that parsed), and the records that produce no event, counted by
+// type ("progress", "file-history-snapshot", "system/turn_duration", ...).
+type Result struct {
+	Sessions    []Session
+	Diagnostics []Diagnostic
+	Records     int
+	Skipped     map[string]int
+}
+
+// EventCount is the number of events in all sessions of r.
+func (r *Result) EventCount() int {
+	n := 0
+	for i := range r.Sessions {
+		n += len(r.Sessions[i].Events)
+	}
+	return n
+}
+
+// Converter converts Claude Code transcripts to Turnstone events. It
+// remembers, from each main transcript it converts, which Task tool call
+// ran which subagent, so that a subagent transcript converted later gets
+// its session.started parent_tool_use_id: convert parents before their
+// sidechains (Expand orders them so). A Converter is not safe for
+// concurrent use.
+type Converter struct {
+	opts  Options
+	links map[string]*parentLinks
+}
+
+// parentLinks is what a main transcript tells about its subagents.
+type parentLinks struct {
+	byAgent  map[string]string // agentId -> Task tool_use id
+	tasks    []taskCall        // Task tool calls, in order
+	assigned map[string]bool   // tool_use ids already linked to a subagent
+}
+
+// taskCall is a Task (or Agent) tool_use: the subagent's prompt and type.
+type taskCall struct {
+	id, prompt, subagentType string
+}
+
+func (p *parentLinks) task(id string) (taskCall, bool) {
+	for _, t := range p.tasks {
+		if t.id == id {
+			return t, true
+		}
+	}
+	return taskCall{}, false
+}
+
+// byPrompt returns the first Task call not yet linked whose prompt is
+// prompt.
+func (p *parentLinks) byPrompt(prompt string) (taskCall, bool) {
+	if prompt == "" {
+		return taskCall{}, false
+	}
+	for _, t := range p.tasks {
+		if t.prompt == prompt && !p.assigned[t.id] {
+			return t, true
+		}
+	}
+	return taskCall{}, false
+}
+
+// NewConverter returns a Converter for opts. It returns an error wrapping
+// ErrInvalidOptions when opts.Validate fails.
+func NewConverter(opts Options) (*Converter, error) {
+	if err := opts.Validate(); err != nil {
+		return nil, err
+	}
+	opts.setDefaults()
+	return &Converter{opts: opts, links: map[string]*parentLinks{}}, nil
+}
+
+// ConvertFile converts the transcript at path with a new Converter (so a
+// subagent transcript is not linked to its parent's tool call; see
+// Converter). See Converter.ConvertFile.
+func ConvertFile(path string, opts Options) (*Result, error) {
+	c, err := NewConverter(opts)
+	if err != nil {
+		return nil, err
+	}
+	return c.ConvertFile(path)
+}
+
+// Convert converts the transcript read from r with a new Converter. See
+// Converter.Convert.
+func Convert(r io.Reader, name string, opts Options) (*Result, error) {
+	c, err := NewConverter(opts)
+	if err != nil {
+		return nil, err
+	}
+	return c.Convert(r, name)
+}
+
+// ConvertFile converts the transcript at path (one file; its subagents'
+// files are converted separately, see Expand). It returns an error only
+// when the file cannot be opened or read; problems with its content are
+// Diagnostics in the Result.
+func (c *Converter) ConvertFile(path string) (*Result, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("convert transcript: %w", err)
+	}
+	defer f.Close()
+	return c.Convert(f, path)
+}
+
+// Convert converts one transcript read from r. name is the transcript's
+// file name or path: diagnostics carry it, and a base name agent-*.jsonl
+// marks a subagent (sidechain) transcript, as do records with isSidechain
+// and agentId. It returns an error only when reading r fails; a malformed
+// or too long line is a Diagnostic and is skipped, and every other record
+// is converted. It never panics on any input.
+func (c *Converter) Convert(r io.Reader, name string) (*Result, error) {
+	res := &Result{Skipped: map[string]int{}}
+	var recs []*record
+	lr := newLineReader(r, c.opts.MaxLineBytes)
+	for n := 1; ; n++ {
+		line, tooLong, ok, err := lr.next()
+		if err != nil {
+			return nil, fmt.Errorf("convert transcript %s: read line %d: %w", name, n, err)
+		}
+		if !ok {
+			break
+		}
+		if tooLong {
+			res.Diagnostics = append(res.Diagnostics, Diagnostic{File: name, Line: n,
+				Err: fmt.Errorf("%w: more than %d bytes", ErrLineTooLong, c.opts.MaxLineBytes)})
+			continue
+		}
+		rec, err := parseRecord(line)
+		if err != nil {
+			res.Diagnostics = append(res.Diagnostics, Diagnostic{File: name, Line: n, Err: err})
+			continue
+		}
+		rec.line = n
+		res.Records++
+		if !rec.history() {
+			res.Skipped[rec.typ]++
+		}
+		recs = append(recs, rec)
+	}
+	c.convertRecords(name, recs, res)
+	return res, nil
+}
+
+// bucket is the records of one session, in file order.
+type bucket struct {
+	token, kind, parent, agentID string
+	recs                         []*record
+}
+
+// convertRecords splits a file's records into sessions and converts each.
+func (c *Converter) convertRecords(name string, recs []*record, res *Result) {
+	var hist []*record
+	for _, r := range recs {
+		if r.history() {
+			hist = append(hist, r)
+		}
+	}
+	sessionID := ""
+	for _, r := range hist {
+		if r.sessionID != "" {
+			sessionID = r.sessionID
+			break
+		}
+	}
+	base := filepath.Base(name)
+	stem := strings.TrimSuffix(base, filepath.Ext(base))
+	if sessionID == "" {
+		sessionID = stem
+	}
+	parentToken := token(sessionID)
+
+	var buckets []*bucket
+	if agentID, ok := sidechainFile(stem, hist); ok {
+		kind := KindSubagent
+		if strings.HasPrefix(agentID, "acompact") {
+			kind = KindCompaction
+		}
+		buckets = append(buckets, &bucket{
+			token: sidechainToken(parentToken, agentID), kind: kind,
+			parent: parentToken, agentID: agentID, recs: hist,
+		})
+	} else {
+		main := &bucket{token: parentToken, kind: KindMain}
+		buckets = append(buckets, main)
+		groups := map[string]*bucket{} // group key -> bucket
+		groupOf := map[string]string{} // sidechain record uuid -> group key
+		for _, r := range hist {
+			if !r.sidechain {
+				main.recs = append(main.recs, r)
+				continue
+			}
+			key := r.agentID
+			if key == "" {
+				key = groupOf[r.parentUUID]
+			}
+			if key == "" {
+				key = r.uuid
+			}
+			if r.uuid != "" {
+				groupOf[r.uuid] = key
+			}
+			b := groups[key]
+			if b == nil {
+				b = &bucket{token: sidechainToken(parentToken, key), kind: KindSubagent,
+					parent: parentToken, agentID: key}
+				groups[key] = b
+				buckets = append(buckets, b)
+			}
+			b.recs = append(b.recs, r)
+		}
+		c.learnLinks(parentToken, main.recs, recs)
+	}
+
+	for _, b := range buckets {
+		if len(b.recs) == 0 {
+			continue
+		}
+		s := Session{Tenant: c.opts.Tenant, Session: b.token, File: name, Kind: b.kind, Parent: b.parent}
+		var labels map[string]string
+		if b.kind != KindMain {
+			labels = map[string]string{"agent_id": b.agentID}
+			if l := c.links[b.parent]; l != nil && b.kind == KindSubagent {
+				t, ok := taskCall{}, false
+				if id := l.byAgent[b.agentID]; id != "" {
+					t, ok = l.task(id)
+					if !ok {
+						t, ok = taskCall{id: id}, true
+					}
+				}
+				if !ok {
+					t, ok = l.byPrompt(firstPrompt(b.recs))
+				}
+				if ok {
+					l.assigned[t.id] = true
+					s.ParentToolUseID = t.id
+					if t.subagentType != "" {
+						labels["subagent_type"] = t.subagentType
+					}
+				}
+			}
+		}
+		sc := newSessionConv(c, &s, b.recs, res)
+		sc.run(labels)
+		res.Sessions = append(res.Sessions, s)
+	}
+}
+
+// sidechainFile reports whether a file holds one subagent's transcript
+// (Claude Code 2.x writes them as agent-<agentId>.jsonl, in
+// <session>/subagents/ since 2.1) and returns its agent id: the records'
+// agentId, else the file name's.
+func sidechainFile(stem string, hist []*record) (string, bool) {
+	fromName := strings.HasPrefix(stem, "agent-")
+	for _, r := range hist {
+		if r.typ == recSystem {
+			continue
+		}
+		if r.agentID != "" && (fromName || r.sidechain) {
+			return r.agentID, true
+		}
+		break
+	}
+	if fromName {
+		return strings.TrimPrefix(stem, "agent-"), true
+	}
+	return "", false
+}
+
+// learnLinks records which Task tool call ran which subagent, from a main
+// session's records: Task tool_use blocks (prompt, subagent_type),
+// progress records of type agent_progress (agentId, parentToolUseID) and
+// Task results whose toolUseResult names an agentId.
+func (c *Converter) learnLinks(parent string, hist, all []*record) {
+	l := c.links[parent]
+	if l == nil {
+		l = &parentLinks{byAgent: map[string]string{}, assigned: map[string]bool{}}
+		c.links[parent] = l
+	}
+	for _, r := range hist {
+		for i := range r.blocks {
+			b := &r.blocks[i]
+			switch {
+			case b.Type == events.BlockToolUse && (b.Name == "Task" || b.Name == "Agent"):
+				var in struct {
+					Prompt       string `json:"prompt"`
+					SubagentType string `json:"subagent_type"`
+				}
+				_ = json.Unmarshal(b.Input, &in)
+				if _, dup := l.task(b.ID); !dup {
+					l.tasks = append(l.tasks, taskCall{id: b.ID, prompt: in.Prompt, subagentType: in.SubagentType})
+				}
+			case b.Type == events.BlockToolResult && r.toolResult != nil:
+				if a := toolResultAgentID(r.toolResult); a != "" {
+					l.byAgent[a] = b.ToolUseID
+				}
+			}
+		}
+	}
+	for _, r := range all {
+		if p := r.progress; p != nil {
+			if _, seen := l.byAgent[p.Data.AgentID]; !seen {
+				l.byAgent[p.Data.AgentID] = p.ParentToolUseID
+			}
+		}
+	}
+}
+
+// firstPrompt is the text of a session's first prompt record.
+func firstPrompt(recs []*record) string {
+	for _, r := range recs {
+		if r.typ == recUser && r.class == classPrompt {
+			return r.text
+		}
+	}
+	return ""
+}
+
+// sidechainToken is a subagent session's token, "<parent>_agent-<id>",
+// made a valid subject token.
+func sidechainToken(parent, agentID string) string {
+	return token(parent + "_agent-" + agentID)
+}
+
+// token makes s a valid subject token (events.ValidToken): characters
+// outside [A-Za-z0-9_-] become '-', and it is cut to events.MaxTokenLen
+// bytes; an empty s becomes "unknown".
+func token(s string) string {
+	b := []byte(s)
+	for i, c := range b {
+		switch {
+		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9', c == '_', c == '-':
+		default:
+			b[i] = '-'
+		}
+	}
+	if len(b) > events.MaxTokenLen {
+		b = b[:events.MaxTokenLen]
+	}
+	if len(b) == 0 {
+		return "unknown"
+	}
+	return string(b)
+}

@@ -1,0 +1,596 @@
+package claudecode
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"github.com/turnstone-dev/turnstone/events"
+)
+
+// Record types (the "type" field) and system subtypes of a Claude Code
+// transcript line, as written by Claude Code 1.0.x-2.1.x.
+const (
+	recUser       = "user"
+	recAssistant  = "assistant"
+	recSystem     = "system"
+	recProgress   = "progress"
+	subCompact    = "compact_boundary"
+	subTurnDur    = "turn_duration"
+	subStopHook   = "stop_hook_summary"
+	subLocalCmd   = "local_command"
+	subAPIError   = "api_error"
+	progressAgent = "agent_progress"
+)
+
+// header is what is read of a line that does not fit rawRecord: a record of
+// a type the conversion skips may have fields of other shapes.
+type header struct {
+	Type    string `json:"type"`
+	Subtype string `json:"subtype"`
+}
+
+// rawRecord is the shape of a transcript record, as far as this package
+// reads it. Fields it does not read are left out; fields whose JSON type
+// varies between Claude Code versions or record types are kept raw.
+type rawRecord struct {
+	Type              string          `json:"type"`
+	Subtype           string          `json:"subtype"`
+	UUID              string          `json:"uuid"`
+	ParentUUID        *string         `json:"parentUuid"`
+	SessionID         string          `json:"sessionId"`
+	AgentID           string          `json:"agentId"`
+	IsSidechain       bool            `json:"isSidechain"`
+	IsMeta            bool            `json:"isMeta"`
+	IsCompactSummary  bool            `json:"isCompactSummary"`
+	IsAPIErrorMessage bool            `json:"isApiErrorMessage"`
+	Timestamp         string          `json:"timestamp"`
+	Version           string          `json:"version"`
+	CWD               string          `json:"cwd"`
+	GitBranch         string          `json:"gitBranch"`
+	Slug              string          `json:"slug"`
+	Message           *apiMessage     `json:"message"`
+	ToolUseResult     json.RawMessage `json:"toolUseResult"`
+	CompactMetadata   json.RawMessage `json:"compactMetadata"`
+	DurationMS        *float64        `json:"durationMs"`
+	Error             json.RawMessage `json:"error"`
+	APIErrorStatus    json.RawMessage `json:"apiErrorStatus"`
+	ParentToolUseID   json.RawMessage `json:"parentToolUseID"`
+	Data              json.RawMessage `json:"data"`
+	Content           json.RawMessage `json:"content"`
+	RetryAttempt      *float64        `json:"retryAttempt"`
+	MaxRetries        *float64        `json:"maxRetries"`
+}
+
+// apiMessage is the Anthropic Messages API message inside a user or
+// assistant record.
+type apiMessage struct {
+	ID         string   `json:"id"`
+	Model      string   `json:"model"`
+	Content    *content `json:"content"`
+	StopReason *string  `json:"stop_reason"`
+	Usage      *usage   `json:"usage"`
+}
+
+// content is a message's content: a string, or an array of content blocks
+// in the Anthropic shapes. It decodes in the same pass as its record.
+type content struct {
+	isString bool
+	text     string
+	blocks   []events.ContentBlock
+}
+
+// UnmarshalJSON implements json.Unmarshaler.
+func (c *content) UnmarshalJSON(b []byte) error {
+	b = bytes.TrimSpace(b)
+	switch {
+	case len(b) == 0 || string(b) == "null":
+		return nil
+	case b[0] == '"':
+		c.isString = true
+		return json.Unmarshal(b, &c.text)
+	case b[0] == '[':
+		var blocks []events.ContentBlock
+		if err := json.Unmarshal(b, &blocks); err != nil {
+			return fmt.Errorf("content blocks: %s", jsonProblem(err))
+		}
+		c.blocks = blocks
+		if c.blocks == nil {
+			c.blocks = []events.ContentBlock{}
+		}
+		return nil
+	}
+	return errors.New("content must be a string or an array of content blocks")
+}
+
+// usage is the token accounting of an assistant message, in tokens.
+type usage struct {
+	InputTokens              float64 `json:"input_tokens"`
+	CacheCreationInputTokens float64 `json:"cache_creation_input_tokens"`
+	CacheReadInputTokens     float64 `json:"cache_read_input_tokens"`
+}
+
+// contextTokens is the size of the context the message was generated from.
+func (u *usage) contextTokens() int64 {
+	n := u.InputTokens + u.CacheCreationInputTokens + u.CacheReadInputTokens
+	if n < 0 || n > 1e15 {
+		return 0
+	}
+	return int64(n)
+}
+
+// compactMetadata is a compact_boundary record's description of the
+// compaction: what started it ("auto" or "manual") and the context size
+// before it, in tokens.
+type compactMetadata struct {
+	Trigger   string  `json:"trigger"`
+	PreTokens float64 `json:"preTokens"`
+}
+
+// progressRecord holds what a progress record links: a subagent (agentId)
+// to the Task tool call that runs it (parentToolUseID). It is read
+// leniently: a progress line whose shape is unexpected links nothing.
+type progressRecord struct {
+	ParentToolUseID string `json:"parentToolUseID"`
+	Data            struct {
+		Type    string `json:"type"`
+		AgentID string `json:"agentId"`
+	} `json:"data"`
+}
+
+// userClass is what a user record is, for turn boundaries.
+type userClass int
+
+// The classes of user records. See classifyUser for the rules.
+const (
+	classPrompt           userClass = iota // typed by a person: starts a turn
+	classToolResult                        // tool_result blocks answering tool_use blocks
+	classMeta                              // isMeta: added by Claude Code (skill text, hook context)
+	classCaveat                            // <local-command-caveat>: local commands follow
+	classCompactSummary                    // isCompactSummary: the history after a compaction
+	classInterruption                      // "[Request interrupted by user...]"
+	classCommand                           // <command-name>: a slash command the person typed
+	classCommandOutput                     // <local-command-stdout>, <bash-stdout>: a local command's output
+	classBashInput                         // <bash-input>: a shell command run with "!", no model call
+	classTaskNotification                  // <task-notification>: a background task finished
+)
+
+var classNames = [...]string{"prompt", "tool_result", "meta", "caveat", "compact_summary", "interruption", "command", "command_output", "bash_input", "task_notification"}
+
+func (c userClass) String() string {
+	if int(c) < len(classNames) {
+		return classNames[c]
+	}
+	return fmt.Sprintf("class(%d)", int(c))
+}
+
+// record is one parsed transcript line.
+type record struct {
+	line    int
+	typ     string
+	subtype string
+
+	uuid       string
+	parentUUID string
+	sessionID  string
+	agentID    string
+	sidechain  bool
+	meta       bool
+	compactSum bool
+	apiError   bool
+	time       time.Time
+	version    string
+	cwd        string
+	gitBranch  string
+	slug       string
+
+	// user and assistant records
+	msgID      string
+	model      string
+	stopReason string
+	usage      *usage
+	blocks     []events.ContentBlock
+	text       string // the string content, or the first block's text
+	class      userClass
+	toolResult json.RawMessage // toolUseResult, the runtime's own account of a tool call
+
+	// API error records, and system api_error records (a retry)
+	errField     json.RawMessage
+	errStatus    json.RawMessage
+	sysText      string
+	retryAttempt int
+	maxRetries   int
+
+	// system records
+	compact    *compactMetadata
+	durationMS int64
+
+	// progress records
+	progress *progressRecord
+}
+
+// history reports whether r is a record the conversion walks: user,
+// assistant and system records.
+func (r *record) history() bool {
+	return r.typ == recUser || r.typ == recAssistant || r.typ == recSystem
+}
+
+func malformed(format string, args ...any) error {
+	return fmt.Errorf("%w: %s", ErrMalformedRecord, fmt.Sprintf(format, args...))
+}
+
+// parseRecord parses one transcript line. It returns an error wrapping
+// ErrMalformedRecord when the line is not a JSON object, a field the
+// conversion reads has the wrong JSON type, or a user, assistant or
+// compact_boundary record lacks its uuid, timestamp or content. Records of
+// types the conversion skips are read only as far as their type (and, for
+// progress records, leniently, their subagent link). It never panics.
+func parseRecord(line []byte) (*record, error) {
+	line = bytes.TrimSpace(line)
+	if len(line) == 0 {
+		return nil, malformed("blank line")
+	}
+	if line[0] != '{' {
+		return nil, malformed("not a JSON object")
+	}
+	var raw rawRecord
+	if err := json.Unmarshal(line, &raw); err != nil {
+		// A record of a type the conversion skips may have fields of other
+		// shapes: only its type must be readable.
+		var h header
+		if herr := json.Unmarshal(line, &h); herr != nil {
+			return nil, malformed("%s", jsonProblem(herr))
+		}
+		switch {
+		case h.Type == "":
+			return nil, malformed(`no "type"`)
+		case h.Type == recUser || h.Type == recAssistant || h.Type == recSystem && h.Subtype == subCompact:
+			return nil, malformed("%s record: %s", h.Type, jsonProblem(err))
+		}
+		r := &record{typ: h.Type, subtype: h.Subtype}
+		if h.Type == recProgress {
+			r.progress = parseProgress(line)
+		}
+		return r, nil
+	}
+	if raw.Type == "" {
+		return nil, malformed(`no "type"`)
+	}
+	r := &record{typ: raw.Type, subtype: raw.Subtype}
+	switch raw.Type {
+	case recUser, recAssistant, recSystem:
+	case recProgress:
+		if len(nonNull(raw.ParentToolUseID)) > 0 && len(nonNull(raw.Data)) > 0 {
+			r.progress = parseProgress(line)
+		}
+		return r, nil
+	default:
+		return r, nil
+	}
+
+	r.uuid = raw.UUID
+	if raw.ParentUUID != nil {
+		r.parentUUID = *raw.ParentUUID
+	}
+	r.sessionID = raw.SessionID
+	r.agentID = raw.AgentID
+	r.sidechain = raw.IsSidechain
+	r.meta = raw.IsMeta
+	r.compactSum = raw.IsCompactSummary
+	r.version = raw.Version
+	r.cwd = raw.CWD
+	r.gitBranch = raw.GitBranch
+	r.slug = raw.Slug
+	if raw.Timestamp != "" {
+		t, err := time.Parse(time.RFC3339Nano, raw.Timestamp)
+		if err != nil {
+			return nil, malformed("%s record: timestamp %q is not RFC 3339", raw.Type, clip(raw.Timestamp, 40))
+		}
+		r.time = t.UTC()
+	}
+
+	if raw.Type == recSystem {
+		return r, parseSystem(r, &raw)
+	}
+	if r.uuid == "" {
+		return nil, malformed("%s record has no uuid", raw.Type)
+	}
+	if r.time.IsZero() {
+		return nil, malformed("%s record %s has no timestamp", raw.Type, r.uuid)
+	}
+	m := raw.Message
+	if m == nil {
+		return nil, malformed("%s record %s has no message", raw.Type, r.uuid)
+	}
+	if m.Content == nil || (!m.Content.isString && m.Content.blocks == nil) {
+		return nil, malformed("%s record %s: message has no content", raw.Type, r.uuid)
+	}
+	r.msgID = m.ID
+	r.model = m.Model
+	if m.StopReason != nil {
+		r.stopReason = *m.StopReason
+	}
+	r.usage = m.Usage
+	role := events.RoleUser
+	if raw.Type == recAssistant {
+		role = events.RoleAssistant
+	}
+	if m.Content.isString {
+		r.text = m.Content.text
+		r.blocks = []events.ContentBlock{{Type: events.BlockText, Text: m.Content.text}}
+	} else {
+		r.blocks = m.Content.blocks
+		for i := range r.blocks {
+			if err := checkBlock(&r.blocks[i], role); err != nil {
+				return nil, malformed("%s record %s: content[%d]: %v", raw.Type, r.uuid, i, err)
+			}
+		}
+		if len(r.blocks) > 0 && r.blocks[0].Type == events.BlockText {
+			r.text = r.blocks[0].Text
+		}
+	}
+	if raw.Type == recAssistant {
+		r.errField = nonNull(raw.Error)
+		r.errStatus = nonNull(raw.APIErrorStatus)
+		r.apiError = raw.IsAPIErrorMessage || r.errField != nil
+	} else {
+		r.toolResult = nonNull(raw.ToolUseResult)
+		r.class = classifyUser(r)
+	}
+	return r, nil
+}
+
+// parseProgress reads a progress record's subagent link, leniently: nil
+// when the line has none.
+func parseProgress(line []byte) *progressRecord {
+	var p progressRecord
+	if json.Unmarshal(line, &p) == nil && p.Data.Type == progressAgent && p.Data.AgentID != "" && p.ParentToolUseID != "" {
+		return &p
+	}
+	return nil
+}
+
+func parseSystem(r *record, raw *rawRecord) error {
+	switch r.subtype {
+	case subCompact:
+		if r.uuid == "" {
+			return malformed("compact_boundary record has no uuid")
+		}
+		if r.time.IsZero() {
+			return malformed("compact_boundary record %s has no timestamp", r.uuid)
+		}
+		r.compact = &compactMetadata{}
+		if md := nonNull(raw.CompactMetadata); md != nil {
+			if err := json.Unmarshal(md, r.compact); err != nil {
+				return malformed("compact_boundary record %s: compactMetadata: %v", r.uuid, jsonProblem(err))
+			}
+		}
+	case subTurnDur:
+		if raw.DurationMS != nil && *raw.DurationMS > 0 && *raw.DurationMS < 1e15 {
+			r.durationMS = int64(*raw.DurationMS)
+		}
+	case subAPIError:
+		r.apiError = true
+		r.errField = nonNull(raw.Error)
+		r.errStatus = nonNull(raw.APIErrorStatus)
+		if c := nonNull(raw.Content); c != nil && c[0] == '"' {
+			_ = json.Unmarshal(c, &r.sysText)
+		}
+		r.retryAttempt = smallInt(raw.RetryAttempt)
+		r.maxRetries = smallInt(raw.MaxRetries)
+	}
+	return nil
+}
+
+func smallInt(f *float64) int {
+	if f == nil || *f < 0 || *f > 1e6 {
+		return 0
+	}
+	return int(*f)
+}
+
+// checkBlock applies the content block rules of events.Validate, so that a
+// record breaking them is reported as malformed instead of producing an
+// event the log would refuse.
+func checkBlock(b *events.ContentBlock, role events.Role) error {
+	switch b.Type {
+	case "":
+		return errors.New(`a content block needs a "type"`)
+	case events.BlockToolUse:
+		if strings.TrimSpace(b.ID) == "" || strings.TrimSpace(b.Name) == "" {
+			return errors.New("a tool_use block needs an id and a name")
+		}
+		if in := bytes.TrimSpace(b.Input); len(in) > 0 && in[0] != '{' {
+			if string(in) != "null" {
+				return errors.New("tool_use input must be a JSON object")
+			}
+			b.Input = nil
+		}
+		if role == events.RoleUser {
+			return errors.New("a tool_use block in a user message")
+		}
+	case events.BlockToolResult:
+		if strings.TrimSpace(b.ToolUseID) == "" {
+			return errors.New("a tool_result block needs a tool_use_id")
+		}
+		if c := bytes.TrimSpace(b.Content); len(c) > 0 && c[0] != '"' && c[0] != '[' && string(c) != "null" {
+			return errors.New("tool_result content must be a string or an array of content blocks")
+		}
+		if role == events.RoleAssistant {
+			return errors.New("a tool_result block in an assistant message")
+		}
+	}
+	return nil
+}
+
+// The texts Claude Code writes for an interruption (ESC while the model
+// streams, or while a tool waits or runs).
+const (
+	interruptedMarker        = "[Request interrupted by user]"
+	interruptedForToolMarker = "[Request interrupted by user for tool use]"
+)
+
+// classifyUser decides what a user record is. In order: any tool_result
+// block makes it a tool result; isCompactSummary a compact summary; a
+// <local-command-caveat> text a caveat; isMeta meta; the interruption
+// markers an interruption; <local-command-stdout|stderr> and
+// <bash-stdout|stderr> command output; <bash-input> a shell command;
+// <command-name> or <command-message> a slash command; <task-notification>
+// a background task's notification; anything else (a string, text or image
+// blocks) a prompt typed by a person.
+func classifyUser(r *record) userClass {
+	for i := range r.blocks {
+		if r.blocks[i].Type == events.BlockToolResult {
+			return classToolResult
+		}
+	}
+	t := strings.TrimSpace(r.text)
+	switch {
+	case r.compactSum:
+		return classCompactSummary
+	case strings.HasPrefix(t, "<local-command-caveat>"):
+		return classCaveat
+	case r.meta:
+		return classMeta
+	case strings.HasPrefix(t, "[Request interrupted by user"):
+		return classInterruption
+	case hasAnyPrefix(t, "<local-command-stdout>", "<local-command-stderr>", "<bash-stdout>", "<bash-stderr>"):
+		return classCommandOutput
+	case strings.HasPrefix(t, "<bash-input>"):
+		return classBashInput
+	case hasAnyPrefix(t, "<command-name>", "<command-message>"):
+		return classCommand
+	case strings.HasPrefix(t, "<task-notification>"):
+		return classTaskNotification
+	}
+	return classPrompt
+}
+
+func hasAnyPrefix(s string, prefixes ...string) bool {
+	for _, p := range prefixes {
+		if strings.HasPrefix(s, p) {
+			return true
+		}
+	}
+	return false
+}
+
+// commandPreview turns a slash command record's text into "/name args".
+func commandPreview(text string) string {
+	name := between(text, "<command-name>", "</command-name>")
+	if name == "" {
+		return text
+	}
+	if args := strings.TrimSpace(between(text, "<command-args>", "</command-args>")); args != "" {
+		return name + " " + args
+	}
+	return name
+}
+
+func between(s, open, close string) string {
+	i := strings.Index(s, open)
+	if i < 0 {
+		return ""
+	}
+	s = s[i+len(open):]
+	j := strings.Index(s, close)
+	if j < 0 {
+		return ""
+	}
+	return strings.TrimSpace(s[:j])
+}
+
+// clip returns the first n runes of s.
+func clip(s string, n int) string {
+	i := 0
+	for j := range s {
+		if i == n {
+			return s[:j]
+		}
+		i++
+	}
+	return s
+}
+
+func nonNull(raw json.RawMessage) json.RawMessage {
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 || string(raw) == "null" {
+		return nil
+	}
+	return raw
+}
+
+// jsonProblem shortens encoding/json errors to what a person can act on.
+func jsonProblem(err error) string {
+	var te *json.UnmarshalTypeError
+	if errors.As(err, &te) {
+		if te.Field != "" {
+			return fmt.Sprintf("field %q is a JSON %s, want %s", te.Field, te.Value, te.Type)
+		}
+		return fmt.Sprintf("a JSON %s where %s was expected", te.Value, te.Type)
+	}
+	var se *json.SyntaxError
+	if errors.As(err, &se) {
+		return fmt.Sprintf("bad JSON at byte %d: %v", se.Offset, se)
+	}
+	return err.Error()
+}
+
+// lineReader reads a transcript one line at a time, with no limit below
+// max on a line's length; a longer line is consumed and reported as too
+// long instead of failing the read.
+type lineReader struct {
+	br  *bufio.Reader
+	max int
+	buf []byte
+}
+
+func newLineReader(r io.Reader, max int) *lineReader {
+	return &lineReader{br: bufio.NewReaderSize(r, 64<<10), max: max}
+}
+
+// next returns the next line without its line ending. ok is false at the
+// end of the input; err is an I/O error other than io.EOF. tooLong reports
+// a line longer than max (line is then nil).
+func (lr *lineReader) next() (line []byte, tooLong, ok bool, err error) {
+	lr.buf = lr.buf[:0]
+	read := false
+	for {
+		frag, rerr := lr.br.ReadSlice('\n')
+		if len(frag) > 0 {
+			read = true
+		}
+		if !tooLong {
+			if len(lr.buf)+len(frag) > lr.max+2 { // room for "\r\n"
+				tooLong = true
+				lr.buf = lr.buf[:0]
+			} else {
+				lr.buf = append(lr.buf, frag...)
+			}
+		}
+		switch {
+		case rerr == bufio.ErrBufferFull:
+			continue
+		case rerr == io.EOF:
+			if !read {
+				return nil, false, false, nil
+			}
+		case rerr != nil:
+			return nil, false, false, rerr
+		}
+		if tooLong {
+			return nil, true, true, nil
+		}
+		l := bytes.TrimSuffix(lr.buf, []byte("\n"))
+		l = bytes.TrimSuffix(l, []byte("\r"))
+		if len(l) > lr.max {
+			return nil, true, true, nil
+		}
+		return l, false, true, nil
+	}
+}

@@ -1,0 +1,581 @@
+package claudecode
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/turnstone-dev/turnstone/events"
+)
+
+// promptPreviewRunes is how much of a prompt turn.started carries.
+const promptPreviewRunes = 200
+
+// Turn triggers written to turn.started.
+const (
+	triggerUser             = "user"
+	triggerCommand          = "command"
+	triggerTaskNotification = "task_notification"
+	triggerSubagent         = "subagent"
+	triggerCompaction       = "compaction"
+)
+
+// outcome is the last user-visible thing of a turn, which decides how it
+// ends.
+type outcome int
+
+const (
+	outcomeMessage     outcome = iota // end_turn
+	outcomeInterrupted                // the person stopped it
+	outcomeAPIError                   // the model call failed
+)
+
+// toolCall is a tool_use block whose tool_call.started was emitted.
+type toolCall struct {
+	id, name, uuid string
+	time           time.Time
+	line           int
+}
+
+// pendingMessage is an assistant message being assembled from the records
+// Claude Code writes one per content block, with the tool results that
+// arrived between those records held back until the message is complete.
+type pendingMessage struct {
+	first      *record
+	msgID      string
+	model      string
+	stopReason string
+	blocks     []events.ContentBlock
+	calls      []toolCall
+	records    int
+	deferred   []*record
+}
+
+// answers reports whether every tool_result of r answers a tool_use of p.
+func (p *pendingMessage) answers(r *record) bool {
+	n := 0
+	for i := range r.blocks {
+		b := &r.blocks[i]
+		if b.Type != events.BlockToolResult {
+			continue
+		}
+		found := false
+		for _, c := range p.calls {
+			if c.id == b.ToolUseID {
+				found = true
+				break
+			}
+		}
+		if !found {
+			return false
+		}
+		n++
+	}
+	return n > 0
+}
+
+// sessionConv turns one session's records into events. See the package
+// documentation for the rules.
+type sessionConv struct {
+	c    *Converter
+	s    *Session
+	recs []*record
+	res  *Result
+	seen map[string]bool // record uuids converted
+
+	source string
+	prefix string // of every event id key: tenant/session/
+
+	turn      string
+	turnStart time.Time
+	turnLast  time.Time
+	turnDurMS int64
+	idle      bool // a stop hook or turn_duration said the turn is over
+	outcome   outcome
+	lastErr   events.ErrorInfo
+
+	pending    *pendingMessage
+	open       map[string]toolCall // tool calls started and not completed
+	unanswered []string            // tool_use ids of the latest assistant message without a result yet
+
+	errStreak int
+	errKey    string
+}
+
+func newSessionConv(c *Converter, s *Session, recs []*record, res *Result) *sessionConv {
+	src := c.opts.Source
+	if src == "" {
+		src = SourcePrefix + s.Session
+	}
+	return &sessionConv{
+		c: c, s: s, recs: recs, res: res, seen: map[string]bool{},
+		source: src, prefix: s.Tenant + "/" + s.Session + "/",
+		open: map[string]toolCall{},
+	}
+}
+
+// emit appends one event, keyed (for its deterministic id) by key under the
+// session, or reports a Diagnostic for line when the event is invalid.
+func (sc *sessionConv) emit(at time.Time, key, turn string, p events.Payload, line int) {
+	id := events.DeterministicID(at, sc.prefix+key)
+	ev, err := events.NewAt(at, id, sc.s.Tenant, sc.s.Session, turn, p)
+	if err == nil {
+		ev.Source = sc.source
+		err = events.Validate(&ev)
+	}
+	if err != nil {
+		sc.res.Diagnostics = append(sc.res.Diagnostics, Diagnostic{File: sc.s.File, Line: line,
+			Err: fmt.Errorf("convert %s: %w", p.EventType(), err)})
+		return
+	}
+	sc.s.Events = append(sc.s.Events, ev)
+}
+
+func (sc *sessionConv) skip(what string) { sc.res.Skipped[what]++ }
+
+// run converts the records: session.started, then each record in order,
+// then the end of the last turn.
+func (sc *sessionConv) run(labels map[string]string) {
+	sc.started(labels)
+	for i, r := range sc.recs {
+		if r.uuid != "" && r.typ != recSystem {
+			if sc.seen[r.uuid] {
+				sc.skip("duplicate " + r.typ)
+				continue
+			}
+			sc.seen[r.uuid] = true
+		}
+		switch r.typ {
+		case recAssistant:
+			sc.assistant(r)
+		case recUser:
+			sc.user(r, i)
+		case recSystem:
+			sc.system(r, i)
+		}
+		sc.touch(r)
+	}
+	sc.finish()
+}
+
+// started emits session.started at the session's first record.
+func (sc *sessionConv) started(labels map[string]string) {
+	p := &events.SessionStarted{Provider: providerAnthropic, Kind: sc.s.Kind,
+		ParentSession: sc.s.Parent, ParentToolUseID: sc.s.ParentToolUseID}
+	if labels == nil {
+		labels = map[string]string{}
+	}
+	var at time.Time
+	line := 0
+	for _, r := range sc.recs {
+		if at.IsZero() && !r.time.IsZero() {
+			at, line = r.time, r.line
+		}
+		if p.Runtime == "" && r.version != "" {
+			p.Runtime = "claude-code " + r.version
+		}
+		if p.Model == "" && r.typ == recAssistant && !r.apiError && r.model != "" && r.model != "<synthetic>" {
+			p.Model = r.model
+		}
+		setLabel(labels, "cwd", r.cwd)
+		setLabel(labels, "git_branch", r.gitBranch)
+		setLabel(labels, "slug", r.slug)
+	}
+	if p.Runtime == "" {
+		p.Runtime = "claude-code"
+	}
+	if at.IsZero() {
+		at = time.Unix(0, 0).UTC()
+	}
+	if len(labels) > 0 {
+		p.Labels = labels
+	}
+	sc.emit(at, "session.started", "", p, line)
+}
+
+func setLabel(labels map[string]string, k, v string) {
+	if v != "" && labels[k] == "" {
+		labels[k] = v
+	}
+}
+
+// touch extends the current turn to r's time.
+func (sc *sessionConv) touch(r *record) {
+	if sc.turn != "" && r.time.After(sc.turnLast) {
+		sc.turnLast = r.time
+	}
+}
+
+func (sc *sessionConv) assistant(r *record) {
+	if r.apiError {
+		sc.flush()
+		sc.apiError(r)
+		return
+	}
+	sc.errStreak, sc.errKey = 0, ""
+	sc.idle = false
+	sc.outcome = outcomeMessage
+	p := sc.pending
+	if p == nil || r.msgID == "" || r.msgID != p.msgID {
+		sc.flush()
+		p = &pendingMessage{first: r, msgID: r.msgID, model: r.model}
+		sc.pending = p
+	}
+	p.records++
+	if r.stopReason != "" {
+		p.stopReason = r.stopReason
+	}
+	for _, b := range r.blocks {
+		p.blocks = append(p.blocks, b)
+		if b.Type == events.BlockToolUse {
+			p.calls = append(p.calls, toolCall{id: b.ID, name: b.Name, uuid: r.uuid, time: r.time, line: r.line})
+		}
+	}
+}
+
+// flush emits the pending assistant message, a tool_call.started for each
+// of its tool_use blocks, and the tool results held back for it.
+func (sc *sessionConv) flush() {
+	p := sc.pending
+	if p == nil {
+		return
+	}
+	sc.pending = nil
+	if len(p.blocks) == 0 {
+		sc.res.Skipped["assistant (no content)"] += p.records
+	} else {
+		sc.emit(p.first.time, p.first.uuid+"/message", sc.turn, &events.MessageAppended{
+			Role: events.RoleAssistant, Content: p.blocks,
+			MessageID: p.msgID, Model: p.model, StopReason: p.stopReason,
+		}, p.first.line)
+	}
+	sc.unanswered = sc.unanswered[:0]
+	for _, c := range p.calls {
+		sc.unanswered = append(sc.unanswered, c.id)
+	}
+	// The tool calls and the results held back, in file order: Claude
+	// Code runs a tool as soon as its block is streamed.
+	calls := p.calls
+	if len(p.blocks) == 0 {
+		calls = nil
+	}
+	for _, d := range p.deferred {
+		for len(calls) > 0 && calls[0].line < d.line {
+			sc.callStarted(calls[0])
+			calls = calls[1:]
+		}
+		sc.toolResult(d)
+	}
+	for _, c := range calls {
+		sc.callStarted(c)
+	}
+}
+
+// callStarted emits tool_call.started for a tool_use block.
+func (sc *sessionConv) callStarted(c toolCall) {
+	sc.emit(c.time, c.uuid+"/tool_call.started/"+c.id, sc.turn,
+		&events.ToolCallStarted{ToolUseID: c.id, Name: c.name}, c.line)
+	sc.open[c.id] = c
+}
+
+func (sc *sessionConv) user(r *record, i int) {
+	if r.class == classToolResult {
+		sc.idle = false
+		sc.outcome = outcomeMessage
+		if sc.pending != nil && sc.pending.answers(r) {
+			sc.pending.deferred = append(sc.pending.deferred, r)
+			return
+		}
+		sc.flush()
+		sc.toolResult(r)
+		return
+	}
+	sc.flush()
+	if r.class != classMeta {
+		// The transcript goes on past the latest tool_use blocks: if they
+		// lack results, that is not the process dying between the two.
+		sc.unanswered = sc.unanswered[:0]
+	}
+	switch r.class {
+	case classPrompt:
+		sc.startTurn(r, sc.promptTrigger(), r.text)
+		return
+	case classTaskNotification:
+		prompt := between(r.text, "<summary>", "</summary>")
+		if prompt == "" {
+			prompt = r.text
+		}
+		sc.startTurn(r, triggerTaskNotification, prompt)
+		return
+	case classCommand:
+		if !sc.localCommand(i) {
+			sc.startTurn(r, triggerCommand, commandPreview(r.text))
+			return
+		}
+		sc.endTurn()
+		sc.message(r, false)
+	case classCaveat, classBashInput:
+		sc.endTurn()
+		sc.message(r, r.class == classCaveat)
+	case classInterruption:
+		sc.message(r, false)
+		sc.outcome = outcomeInterrupted
+	case classMeta, classCompactSummary, classCommandOutput:
+		sc.message(r, true)
+	default:
+		sc.message(r, r.meta)
+	}
+}
+
+// message emits a user record as message.appended.
+func (sc *sessionConv) message(r *record, meta bool) {
+	if len(r.blocks) == 0 {
+		sc.skip("user (no content)")
+		return
+	}
+	sc.emit(r.time, r.uuid+"/message", sc.turn, &events.MessageAppended{
+		Role: events.RoleUser, Content: r.blocks, Meta: meta,
+	}, r.line)
+}
+
+// toolResult emits tool_call.completed for each tool_result of r whose
+// tool call was started, then r as message.appended.
+func (sc *sessionConv) toolResult(r *record) {
+	results := 0
+	for i := range r.blocks {
+		if r.blocks[i].Type == events.BlockToolResult {
+			results++
+		}
+	}
+	for i := range r.blocks {
+		b := &r.blocks[i]
+		if b.Type != events.BlockToolResult {
+			continue
+		}
+		sc.answered(b.ToolUseID)
+		c, ok := sc.open[b.ToolUseID]
+		if !ok {
+			continue
+		}
+		delete(sc.open, b.ToolUseID)
+		dur, ok := int64(0), false
+		if results == 1 {
+			dur, ok = toolDurationMS(r.toolResult)
+		}
+		if !ok {
+			if d := r.time.Sub(c.time).Milliseconds(); d > 0 {
+				dur = d
+			}
+		}
+		sc.emit(r.time, r.uuid+"/tool_call.completed/"+b.ToolUseID, sc.turn, &events.ToolCallCompleted{
+			ToolUseID: b.ToolUseID, Name: c.name, DurationMS: dur, IsError: b.IsError,
+		}, r.line)
+	}
+	sc.message(r, r.meta)
+}
+
+func (sc *sessionConv) answered(id string) {
+	for i, u := range sc.unanswered {
+		if u == id {
+			sc.unanswered = append(sc.unanswered[:i], sc.unanswered[i+1:]...)
+			return
+		}
+	}
+}
+
+func (sc *sessionConv) promptTrigger() string {
+	switch sc.s.Kind {
+	case KindSubagent:
+		return triggerSubagent
+	case KindCompaction:
+		return triggerCompaction
+	}
+	return triggerUser
+}
+
+// localCommand reports whether the slash command at index i ran locally
+// (/compact, /mcp, /model: no model call, so no turn): Claude Code writes a
+// <local-command-caveat> before such a command or its
+// <local-command-stdout> after it. A command that expands to a prompt
+// (/init, a custom command) is followed by its isMeta text instead.
+func (sc *sessionConv) localCommand(i int) bool {
+	for j := i - 1; j >= 0; j-- {
+		if r := sc.recs[j]; r.typ == recUser || r.typ == recAssistant {
+			if r.typ == recUser && r.class == classCaveat {
+				return true
+			}
+			break
+		}
+	}
+	for j := i + 1; j < len(sc.recs); j++ {
+		if r := sc.recs[j]; r.typ == recUser || r.typ == recAssistant {
+			return r.typ == recUser && r.class == classCommandOutput
+		}
+	}
+	return false
+}
+
+// startTurn ends the turn in flight and starts one at the prompt record r:
+// turn.started (turn = r's uuid), then r as message.appended.
+func (sc *sessionConv) startTurn(r *record, trigger, prompt string) {
+	sc.endTurn()
+	sc.turn = token(r.uuid)
+	sc.turnStart, sc.turnLast = r.time, r.time
+	sc.turnDurMS = 0
+	sc.idle = false
+	sc.outcome = outcomeMessage
+	sc.lastErr = events.ErrorInfo{}
+	sc.emit(r.time, r.uuid+"/turn.started", sc.turn, &events.TurnStarted{
+		Prompt: clip(strings.TrimSpace(prompt), promptPreviewRunes), Trigger: trigger,
+	}, r.line)
+	sc.message(r, false)
+}
+
+// endTurn ends the turn in flight, if any: turn.failed when its last
+// user-visible record was an API error, else turn.completed with reason
+// "interrupted" or "end_turn".
+func (sc *sessionConv) endTurn() {
+	if sc.turn == "" {
+		return
+	}
+	turn := sc.turn
+	sc.turn = ""
+	if sc.outcome == outcomeAPIError {
+		sc.emit(sc.turnLast, turn+"/turn.failed", turn, &events.TurnFailed{
+			Stage: events.StageExecute, Error: sc.lastErr,
+		}, 0)
+		return
+	}
+	dur := sc.turnDurMS
+	if dur == 0 {
+		if d := sc.turnLast.Sub(sc.turnStart).Milliseconds(); d > 0 {
+			dur = d
+		}
+	}
+	reason := "end_turn"
+	if sc.outcome == outcomeInterrupted {
+		reason = "interrupted"
+	}
+	sc.emit(sc.turnLast, turn+"/turn.completed", turn, &events.TurnCompleted{Reason: reason, DurationMS: dur}, 0)
+}
+
+// apiError emits error.recorded for an API error record, which ends the
+// model call for good: it is the turn's outcome unless a response follows.
+func (sc *sessionConv) apiError(r *record) {
+	info := sc.recordError(r)
+	sc.outcome = outcomeAPIError
+	sc.lastErr = info
+	sc.unanswered = sc.unanswered[:0]
+}
+
+// recordError emits error.recorded for r. Consecutive counts the API errors
+// in a row (no model response between them) with the same HTTP status, or
+// the same code when there is no status.
+func (sc *sessionConv) recordError(r *record) events.ErrorInfo {
+	info := apiErrorInfo(r)
+	key := fmt.Sprint(info.HTTPStatus)
+	if info.HTTPStatus == 0 {
+		key = "code:" + info.Code
+	}
+	if sc.errStreak > 0 && key == sc.errKey {
+		sc.errStreak++
+	} else {
+		sc.errStreak, sc.errKey = 1, key
+	}
+	sc.emit(r.time, r.uuid+"/error.recorded", sc.turn, &events.ErrorRecorded{
+		ErrorInfo: info, Consecutive: sc.errStreak, Stage: events.StageExecute,
+	}, r.line)
+	return info
+}
+
+func (sc *sessionConv) system(r *record, i int) {
+	switch r.subtype {
+	case subCompact:
+		sc.flush()
+		sc.compaction(r, i)
+		return
+	case subTurnDur:
+		if sc.turn != "" && r.durationMS > 0 {
+			sc.turnDurMS = r.durationMS
+		}
+		sc.idle = true
+	case subStopHook:
+		sc.idle = true
+	case subLocalCmd:
+		// Claude Code runs local commands (/model, /mcp) only between
+		// turns.
+		sc.flush()
+		sc.endTurn()
+	case subAPIError:
+		if r.apiError && r.uuid != "" && !r.time.IsZero() {
+			// A failed attempt Claude Code retries: an error, not (yet)
+			// the turn's outcome.
+			sc.flush()
+			sc.recordError(r)
+			return
+		}
+	}
+	sc.skip("system/" + r.subtype)
+}
+
+// compaction emits distillation.requested, .started and .completed for a
+// compact_boundary record. A manual compaction, or one after the turn's
+// stop hook ran, happens between turns: the turn in flight ends first and
+// the distillation carries no turn. An automatic one inside a turn carries
+// the turn's id.
+func (sc *sessionConv) compaction(r *record, i int) {
+	md := r.compact
+	if md == nil {
+		md = &compactMetadata{}
+	}
+	if sc.turn != "" && (md.Trigger == "manual" || sc.idle) {
+		sc.endTurn()
+	}
+	before := int64(0)
+	if md.PreTokens > 0 && md.PreTokens < 1e15 {
+		before = int64(md.PreTokens)
+	}
+	sc.emit(r.time, r.uuid+"/distillation.requested", sc.turn, &events.DistillationRequested{Reason: md.Trigger}, r.line)
+	sc.emit(r.time, r.uuid+"/distillation.started", sc.turn, &events.DistillationStarted{}, r.line)
+	sc.emit(r.time, r.uuid+"/distillation.completed", sc.turn, &events.DistillationCompleted{
+		Trigger: md.Trigger, TokensBefore: before, TokensAfter: sc.tokensAfter(i),
+	}, r.line)
+	sc.unanswered = sc.unanswered[:0]
+}
+
+// tokensAfter is the context size, in tokens, of the first model call after
+// the compaction at index i (its input plus cache reads and writes), or 0.
+func (sc *sessionConv) tokensAfter(i int) int64 {
+	for _, r := range sc.recs[i+1:] {
+		if r.typ == recSystem && r.subtype == subCompact {
+			break
+		}
+		if r.typ == recAssistant && !r.apiError && r.usage != nil {
+			return r.usage.contextTokens()
+		}
+	}
+	return 0
+}
+
+// finish ends the last turn: turn.failed when the transcript stops between
+// an assistant tool_use and its tool_result (the process died there),
+// otherwise as endTurn decides.
+func (sc *sessionConv) finish() {
+	sc.flush()
+	if sc.turn != "" && len(sc.unanswered) > 0 {
+		turn := sc.turn
+		sc.turn = ""
+		var msg string
+		if len(sc.unanswered) == 1 {
+			msg = fmt.Sprintf("transcript ends between tool_use %s and its tool_result", sc.unanswered[0])
+		} else {
+			msg = fmt.Sprintf("transcript ends between tool_use %s and their tool_results", strings.Join(sc.unanswered, ", "))
+		}
+		sc.emit(sc.turnLast, turn+"/turn.failed", turn, &events.TurnFailed{
+			Stage: events.StageExecute,
+			Error: events.ErrorInfo{Message: msg, Kind: events.KindUnknown},
+		}, 0)
+		return
+	}
+	sc.endTurn()
+}

@@ -1,0 +1,114 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/schollz/progressbar/v3"
+	"github.com/spf13/cobra"
+	"github.com/turnstone-dev/turnstone/claudecode"
+	"github.com/turnstone-dev/turnstone/events"
+)
+
+func newImportCommand(g *globals) *cobra.Command {
+	var (
+		format string
+		tenant string
+		quiet  bool
+	)
+	cmd := &cobra.Command{
+		Use:   "import --format claude-code FILE|DIR...",
+		Short: "Import agent transcripts into the event log",
+		Long: `Import transcripts into the event log, one session per transcript.
+
+--format claude-code reads Claude Code session files (JSONL, as kept in
+~/.claude/projects/<project>/). A directory is searched for *.jsonl files; a
+session file X.jsonl brings its sidechains (X/subagents/agent-*.jsonl),
+which become sessions of their own linked to the parent.
+
+Importing is idempotent: event ids derive from the records' uuids, and the
+events a session already holds are not appended again, so importing a file
+twice stores nothing new. Malformed lines are reported with file and line
+number and skipped; the rest of the file is imported.`,
+		Args: cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if format != "claude-code" {
+				return fmt.Errorf("--format %q: the only format is claude-code", format)
+			}
+			if !events.ValidToken(tenant) {
+				return fmt.Errorf("--tenant %q: must be 1-%d characters of [A-Za-z0-9_-]", tenant, events.MaxTokenLen)
+			}
+			files, err := claudecode.Expand(args)
+			if err != nil {
+				return err
+			}
+			if len(files) == 0 {
+				return errors.New("no *.jsonl transcript in the arguments")
+			}
+			ctx := cmd.Context()
+			nc, log, err := g.connect(ctx)
+			if err != nil {
+				return err
+			}
+			defer nc.Close()
+
+			bar := progressbar.NewOptions64(-1,
+				progressbar.OptionSetWriter(g.stderr),
+				progressbar.OptionSetDescription("importing"),
+				progressbar.OptionShowBytes(true),
+				progressbar.OptionSetVisibility(!quiet && isTerminal(g.stderr)),
+				progressbar.OptionClearOnFinish(),
+				progressbar.OptionThrottle(100_000_000),
+			)
+			progress := func(done, total int) {
+				if bar.GetMax64() != int64(total) {
+					bar.ChangeMax64(int64(total))
+				}
+				_ = bar.Set64(int64(done))
+			}
+			rep, err := claudecode.Import(ctx, logStore{log}, files, claudecode.Options{Tenant: tenant}, progress)
+			_ = bar.Finish()
+			if rep != nil {
+				printImportReport(g, rep)
+			}
+			return err
+		},
+	}
+	cmd.Flags().StringVar(&format, "format", "", "transcript format: claude-code (required)")
+	cmd.Flags().StringVar(&tenant, "tenant", "default", "tenant to import the sessions into")
+	cmd.Flags().BoolVar(&quiet, "quiet", false, "no progress bar")
+	_ = cmd.MarkFlagRequired("format")
+	return cmd
+}
+
+func printImportReport(g *globals, rep *claudecode.Report) {
+	for _, d := range rep.Diagnostics {
+		fmt.Fprintf(g.stderr, "skipped: %v\n", d)
+	}
+	fmt.Fprintf(g.stdout, "imported %d files, %d sessions: %d records -> %d events (%d appended, %d already stored); %d lines skipped; %s, %.0f events/s\n",
+		rep.Files, rep.Sessions, rep.Records, rep.Events, rep.Appended, rep.Existing, len(rep.Diagnostics),
+		rep.Elapsed.Round(1e6), rep.EventsPerSecond())
+}
+
+// logStore adapts the event log to the importer's Store.
+type logStore struct{ log *events.Log }
+
+func (s logStore) Append(ctx context.Context, evs []events.Event) error {
+	_, err := s.log.Append(ctx, evs)
+	return err
+}
+
+func (s logStore) EventIDs(ctx context.Context, tenant, session string) (map[string]struct{}, error) {
+	ids := map[string]struct{}{}
+	err := s.log.ReadSession(ctx, tenant, session, events.ReadOptions{}, func(ev events.Event) error {
+		if ev.ID != "" {
+			ids[ev.ID] = struct{}{}
+		}
+		return nil
+	})
+	if errors.Is(err, events.ErrSessionNotFound) {
+		return ids, nil
+	}
+	return ids, err
+}

@@ -1,0 +1,102 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+	"github.com/spf13/cobra"
+	"github.com/turnstone-dev/turnstone/events"
+)
+
+// defaultNATSURL is where `engine serve` listens by default, so the other
+// subcommands find a local engine without flags.
+const defaultNATSURL = "nats://127.0.0.1:4222"
+
+// globals are the flags every subcommand shares.
+type globals struct {
+	natsURL  string
+	logLevel string
+	stdout   io.Writer
+	stderr   io.Writer
+}
+
+func newRootCommand(stdout, stderr io.Writer) *cobra.Command {
+	g := &globals{stdout: stdout, stderr: stderr}
+	root := &cobra.Command{
+		Use:   "engine",
+		Short: "Turnstone: a flight recorder and recovery engine for AI agent runtimes",
+		Long: `Turnstone records every turn, message, tool call, error and distillation of
+an agent runtime as an append-only JetStream event, rebuilds each session
+from the log, and checks its invariants.
+
+Start the engine with 'engine serve'; the other commands connect to it
+(--nats-url, or TURNSTONE_NATS_URL, default ` + defaultNATSURL + `).`,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	url := os.Getenv("TURNSTONE_NATS_URL")
+	if url == "" {
+		url = defaultNATSURL
+	}
+	root.PersistentFlags().StringVar(&g.natsURL, "nats-url", url, "NATS server or cluster to use (env TURNSTONE_NATS_URL)")
+	root.PersistentFlags().StringVar(&g.logLevel, "log-level", "info", "log level: debug, info, warn, error")
+	root.AddCommand(
+		newServeCommand(g),
+		newImportCommand(g),
+		newSessionsCommand(g),
+		newInspectCommand(g),
+		newReplayCommand(g),
+	)
+	return root
+}
+
+// logger writes human-readable log lines to stderr at the chosen level.
+func (g *globals) logger() (zerolog.Logger, error) {
+	lvl, err := zerolog.ParseLevel(g.logLevel)
+	if err != nil || g.logLevel == "" {
+		return zerolog.Nop(), fmt.Errorf("--log-level: %q is not one of debug, info, warn, error", g.logLevel)
+	}
+	w := zerolog.ConsoleWriter{Out: g.stderr, TimeFormat: time.TimeOnly, NoColor: !isTerminal(g.stderr)}
+	return zerolog.New(w).Level(lvl).With().Timestamp().Logger(), nil
+}
+
+// connect opens the NATS connection and the event log for a client
+// subcommand. The caller closes the connection.
+func (g *globals) connect(ctx context.Context) (*nats.Conn, *events.Log, error) {
+	nc, err := nats.Connect(g.natsURL, nats.Name("turnstone-cli"), nats.Timeout(5*time.Second))
+	if err != nil {
+		return nil, nil, fmt.Errorf("connect to %s: %w (is `engine serve` running? set --nats-url or TURNSTONE_NATS_URL)", g.natsURL, err)
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		nc.Close()
+		return nil, nil, fmt.Errorf("jetstream: %w", err)
+	}
+	log, err := events.Open(ctx, js, events.Config{}, nil)
+	if err != nil {
+		nc.Close()
+		if errors.Is(err, events.ErrLogUnavailable) {
+			return nil, nil, fmt.Errorf("%w (does the server at %s have JetStream enabled?)", err, g.natsURL)
+		}
+		return nil, nil, err
+	}
+	return nc, log, nil
+}
+
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	st, err := f.Stat()
+	return err == nil && st.Mode()&os.ModeCharDevice != 0
+}

@@ -1,0 +1,163 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+	"github.com/spf13/cobra"
+	"github.com/turnstone-dev/turnstone/embedded"
+	"github.com/turnstone-dev/turnstone/events"
+	"github.com/turnstone-dev/turnstone/projections"
+)
+
+type serveFlags struct {
+	data          string
+	listen        string
+	partitions    int
+	snapshotEvery int
+	sync          string
+}
+
+func newServeCommand(g *globals) *cobra.Command {
+	var f serveFlags
+	cmd := &cobra.Command{
+		Use:   "serve",
+		Short: "Run the engine (on an embedded NATS server unless --nats-url is given)",
+		Long: `Run the engine until interrupted.
+
+Without --nats-url (or TURNSTONE_NATS_URL) the engine starts an embedded NATS
+server with JetStream that keeps its data in --data and listens on --listen,
+so other processes (workers, this CLI, services publishing events) can
+connect. With --nats-url it uses that server or cluster instead.
+
+The engine creates the streams, follows the event log, keeps each session's
+projection, and writes a snapshot of a session every --snapshot-every
+events.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			external := cmd.Flags().Changed("nats-url") || os.Getenv("TURNSTONE_NATS_URL") != ""
+			return runServe(cmd.Context(), g, f, external)
+		},
+	}
+	data := os.Getenv("TURNSTONE_DATA")
+	if data == "" {
+		data = "turnstone-data"
+	}
+	cmd.Flags().StringVar(&f.data, "data", data, "directory of the embedded server's JetStream store (env TURNSTONE_DATA)")
+	cmd.Flags().StringVar(&f.listen, "listen", "127.0.0.1:4222", "client address of the embedded server, HOST:PORT")
+	cmd.Flags().IntVar(&f.partitions, "partitions", 0, "partitions of a new event stream (default 8; an existing stream keeps its count)")
+	cmd.Flags().IntVar(&f.snapshotEvery, "snapshot-every", 100, "snapshot a session's projection every N events")
+	cmd.Flags().StringVar(&f.sync, "sync", "always", `embedded server: fsync every write before its ack ("always"), or every DURATION such as "2m" (faster; an OS crash can lose acknowledged events)`)
+	return cmd
+}
+
+func runServe(ctx context.Context, g *globals, f serveFlags, external bool) error {
+	logger, err := g.logger()
+	if err != nil {
+		return err
+	}
+	if f.snapshotEvery < 1 {
+		return fmt.Errorf("--snapshot-every: must be at least 1, got %d", f.snapshotEvery)
+	}
+	var (
+		nc  *nats.Conn
+		srv *embedded.Server
+	)
+	if external {
+		nc, err = nats.Connect(g.natsURL, nats.Name("turnstone-engine"), nats.MaxReconnects(-1))
+		if err != nil {
+			return fmt.Errorf("connect to %s: %w", g.natsURL, err)
+		}
+		logger.Info().Str("url", g.natsURL).Msg("using NATS server")
+	} else {
+		cfg, err := embeddedConfig(f)
+		if err != nil {
+			return err
+		}
+		srv, err = embedded.Start(cfg, nil)
+		if err != nil {
+			return err
+		}
+		defer func() {
+			cctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			if err := srv.Close(cctx); err != nil {
+				logger.Error().Err(err).Msg("embedded server shutdown")
+			}
+		}()
+		if nc, err = srv.Connect(); err != nil {
+			return err
+		}
+		logger.Info().Str("url", srv.ClientURL()).Str("data", f.data).Str("sync", f.sync).Msg("embedded NATS server with JetStream started")
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return fmt.Errorf("jetstream: %w", err)
+	}
+	log, err := events.Open(ctx, js, events.Config{Partitions: f.partitions}, &logger)
+	if err != nil {
+		return err
+	}
+	stop, err := startProjector(ctx, log, f, logger)
+	if err != nil {
+		return err
+	}
+	defer stop()
+	logger.Info().Int("partitions", log.Partitions()).Msg("engine ready; Ctrl-C to stop")
+	<-ctx.Done()
+	logger.Info().Msg("engine stopping")
+	return nil
+}
+
+func embeddedConfig(f serveFlags) (embedded.Config, error) {
+	host, portStr, err := net.SplitHostPort(f.listen)
+	if err != nil {
+		return embedded.Config{}, fmt.Errorf("--listen %q: want HOST:PORT: %w", f.listen, err)
+	}
+	port, err := strconv.Atoi(portStr)
+	if err != nil {
+		return embedded.Config{}, fmt.Errorf("--listen %q: port %q is not a number", f.listen, portStr)
+	}
+	cfg := embedded.Config{DataDir: f.data, Host: host, Port: port}
+	switch f.sync {
+	case "always":
+		cfg.SyncAlways = true
+	default:
+		d, err := time.ParseDuration(f.sync)
+		if err != nil || d <= 0 {
+			return embedded.Config{}, fmt.Errorf(`--sync %q: want "always" or a positive duration such as "2m"`, f.sync)
+		}
+		cfg.SyncInterval = d
+	}
+	return cfg, nil
+}
+
+// startProjector runs the projector until the returned stop is called.
+func startProjector(ctx context.Context, log *events.Log, f serveFlags, logger zerolog.Logger) (func(), error) {
+	store, err := projections.NewSnapshotStore(log.JetStream(), projections.SnapshotConfig{})
+	if err != nil {
+		return nil, err
+	}
+	p, err := projections.NewProjector(log, store, projections.ProjectorConfig{SnapshotEvery: f.snapshotEvery}, &logger)
+	if err != nil {
+		return nil, err
+	}
+	if err := p.Open(ctx); err != nil {
+		return nil, err
+	}
+	return func() {
+		cctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := p.Close(cctx); err != nil {
+			logger.Warn().Err(err).Msg("projector close")
+		}
+	}, nil
+}

@@ -1,0 +1,318 @@
+package test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+)
+
+// binDir holds the commands built once for the whole package.
+var binDir string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "turnstone-bin-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	binDir = dir
+	build := exec.Command("go", "build", "-o", binDir, "../cmd/...")
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "build commands:", err)
+		os.RemoveAll(dir)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+func freePort(t testing.TB) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// engineProc is a running `engine serve`.
+type engineProc struct {
+	cmd *exec.Cmd
+	url string
+	out *syncBuffer
+}
+
+// syncBuffer is a bytes.Buffer a process writes to while the test reads it.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// startEngine starts `engine serve` on a free port with its data in dir and
+// waits until a client can connect. The process is killed at test end if
+// it still runs.
+func startEngine(t *testing.T, dir string, extra ...string) *engineProc {
+	t.Helper()
+	port := freePort(t)
+	args := append([]string{"serve", "--listen", fmt.Sprintf("127.0.0.1:%d", port), "--data", dir}, extra...)
+	cmd := exec.Command(filepath.Join(binDir, "engine"), args...)
+	out := &syncBuffer{}
+	cmd.Stdout, cmd.Stderr = out, out
+	cmd.Env = withoutNATSURL()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	p := &engineProc{cmd: cmd, url: fmt.Sprintf("nats://127.0.0.1:%d", port), out: out}
+	t.Cleanup(func() {
+		if cmd.ProcessState == nil {
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
+		}
+	})
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		nc, err := nats.Connect(p.url)
+		if err == nil {
+			nc.Close()
+			if strings.Contains(out.String(), "engine ready") {
+				return p
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("engine did not get ready: %s", out)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func (p *engineProc) stop(t *testing.T) {
+	t.Helper()
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- p.cmd.Wait() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("engine exited with %v after SIGTERM: %s", err, p.out)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatalf("engine did not stop within 30s of SIGTERM: %s", p.out)
+	}
+}
+
+func withoutNATSURL() []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "TURNSTONE_") {
+			env = append(env, kv)
+		}
+	}
+	return env
+}
+
+// run runs `engine ARGS...` against url and returns its stdout; it fails
+// the test when the command fails.
+func run(t *testing.T, url string, args ...string) string {
+	t.Helper()
+	out, errOut, err := runErr(url, args...)
+	if err != nil {
+		t.Fatalf("engine %s: %v\nstdout: %s\nstderr: %s", strings.Join(args, " "), err, out, errOut)
+	}
+	return out
+}
+
+func runErr(url string, args ...string) (string, string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, filepath.Join(binDir, "engine"), args...)
+	cmd.Env = append(withoutNATSURL(), "TURNSTONE_NATS_URL="+url)
+	var out, errOut bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errOut
+	err := cmd.Run()
+	return out.String(), errOut.String(), err
+}
+
+func TestCLIImportSessionsInspectReplay(t *testing.T) {
+	data := t.TempDir()
+	eng := startEngine(t, data, "--snapshot-every", "50", "--sync", "1s")
+	cut, orphans := cutAfterToolUse(t, filepath.Join(transcriptsDir, "spotter", "tool_heavy.jsonl"), 0)
+
+	out := run(t, eng.url, "import", "--format", "claude-code", transcriptsDir)
+	if !strings.Contains(out, "lines skipped") || !strings.Contains(out, "events/s") {
+		t.Fatalf("import report: %s", out)
+	}
+	again := run(t, eng.url, "import", "--format", "claude-code", transcriptsDir)
+	if !strings.Contains(again, "(0 appended") {
+		t.Fatalf("second import appended events: %s", again)
+	}
+	run(t, eng.url, "import", "--format", "claude-code", "--tenant", "cut", cut)
+
+	// sessions: one line per session, the cut one with its orphan.
+	var list []struct {
+		Tenant, Session, Status string
+		Turns, Orphans          int
+		Violations              int
+	}
+	if err := json.Unmarshal([]byte(run(t, eng.url, "sessions", "--json")), &list); err != nil {
+		t.Fatal(err)
+	}
+	if len(list) < 30 {
+		t.Fatalf("sessions --json lists %d sessions, want every imported one", len(list))
+	}
+	table := run(t, eng.url, "sessions")
+	if lines := strings.Count(strings.TrimSpace(table), "\n"); lines != len(list) {
+		t.Fatalf("sessions prints %d rows for %d sessions:\n%s", lines, len(list), table)
+	}
+	for _, s := range list {
+		switch s.Tenant {
+		case "cut":
+			if s.Orphans != len(orphans) || s.Violations != len(orphans) {
+				t.Errorf("cut session: %+v, want %d orphan(s)", s, len(orphans))
+			}
+		default:
+			if s.Orphans != 0 || s.Violations != 0 || s.Turns == 0 {
+				t.Errorf("shipped session %s: %+v", s.Session, s)
+			}
+		}
+	}
+
+	// inspect --json has the promised keys.
+	var state map[string]json.RawMessage
+	if err := json.Unmarshal([]byte(run(t, eng.url, "inspect", "cut/"+sessionOf(t, cut), "--json")), &state); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{"session", "turns", "messages", "orphaned_tool_use_ids", "violations"} {
+		if _, ok := state[k]; !ok {
+			t.Errorf("inspect --json lacks %q", k)
+		}
+	}
+	var ids []string
+	_ = json.Unmarshal(state["orphaned_tool_use_ids"], &ids)
+	if strings.Join(ids, ",") != strings.Join(orphans, ",") {
+		t.Errorf("orphaned_tool_use_ids = %v, want %v", ids, orphans)
+	}
+	human := run(t, eng.url, "inspect", "--tenant", "cut", sessionOf(t, cut))
+	if !strings.Contains(human, orphans[0]) || !strings.Contains(human, "tool_use_without_result") {
+		t.Errorf("inspect does not show the orphan:\n%s", human)
+	}
+
+	// replay flags the orphan at the event that declares it.
+	lines := strings.Split(strings.TrimSpace(run(t, eng.url, "replay", "cut/"+sessionOf(t, cut), "--json")), "\n")
+	flagged := 0
+	var lastSeq uint64
+	for _, l := range lines {
+		var ev struct {
+			Seq       uint64 `json:"seq"`
+			Type      string `json:"type"`
+			Anomalies []struct {
+				Rule      string `json:"rule"`
+				ToolUseID string `json:"tool_use_id"`
+			} `json:"anomalies"`
+		}
+		if err := json.Unmarshal([]byte(l), &ev); err != nil {
+			t.Fatalf("replay --json line %q: %v", l, err)
+		}
+		if ev.Seq <= lastSeq {
+			t.Fatalf("replay out of order at seq %d", ev.Seq)
+		}
+		lastSeq = ev.Seq
+		for _, a := range ev.Anomalies {
+			if a.Rule == "tool_use_without_result" {
+				flagged++
+				if ev.Type != "turn.failed" {
+					t.Errorf("orphan flagged at a %s event, want the turn.failed that ends the cut", ev.Type)
+				}
+			}
+		}
+	}
+	if flagged != len(orphans) {
+		t.Errorf("replay flags %d orphans, want %d", flagged, len(orphans))
+	}
+	text := run(t, eng.url, "replay", "cut/"+sessionOf(t, cut))
+	if !strings.Contains(text, "!! tool_use_without_result") {
+		t.Errorf("replay text does not flag the orphan:\n%s", text)
+	}
+	until := run(t, eng.url, "replay", "cut/"+sessionOf(t, cut), "--json", "--until-seq", fmt.Sprint(lastSeq-1))
+	if n := strings.Count(strings.TrimSpace(until), "\n") + 1; n != len(lines)-1 {
+		t.Errorf("--until-seq %d printed %d events, want %d", lastSeq-1, n, len(lines)-1)
+	}
+
+	// A clean stop, and the data is there after a restart.
+	eng.stop(t)
+	eng = startEngine(t, data)
+	var after []json.RawMessage
+	if err := json.Unmarshal([]byte(run(t, eng.url, "sessions", "--json")), &after); err != nil || len(after) != len(list) {
+		t.Fatalf("after restart: %d sessions (err %v), want %d", len(after), err, len(list))
+	}
+	eng.stop(t)
+}
+
+// sessionOf returns the session token of a transcript: its records'
+// sessionId.
+func sessionOf(t *testing.T, file string) string {
+	t.Helper()
+	b, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		var rec struct {
+			SessionID string `json:"sessionId"`
+		}
+		if json.Unmarshal([]byte(line), &rec) == nil && rec.SessionID != "" {
+			return rec.SessionID
+		}
+	}
+	t.Fatalf("%s has no sessionId", file)
+	return ""
+}
+
+func TestCLIErrorsAreClear(t *testing.T) {
+	_, errOut, err := runErr("nats://127.0.0.1:1", "sessions")
+	if err == nil || !strings.Contains(errOut, "engine serve") {
+		t.Errorf("no server: err %v, stderr %q; want a hint to start the engine", err, errOut)
+	}
+	eng := startEngine(t, t.TempDir())
+	_, errOut, err = runErr(eng.url, "inspect", "nope")
+	if err == nil || !strings.Contains(errOut, "not found") {
+		t.Errorf("unknown session: err %v, stderr %q", err, errOut)
+	}
+	_, errOut, err = runErr(eng.url, "import", "--format", "csv", "x.jsonl")
+	if err == nil || !strings.Contains(errOut, "claude-code") {
+		t.Errorf("bad format: err %v, stderr %q", err, errOut)
+	}
+	_, errOut, err = runErr(eng.url, "replay", "x", "--until-time", "yesterday")
+	if err == nil || !strings.Contains(errOut, "RFC 3339") {
+		t.Errorf("bad time: err %v, stderr %q", err, errOut)
+	}
+	eng.stop(t)
+}
