@@ -1,6 +1,7 @@
 package events
 
 import (
+	"bytes"
 	"crypto/rand"
 	"encoding/json"
 	"fmt"
@@ -61,7 +62,7 @@ func New(tenant, session, turn string, p Payload) (Event, error) {
 // NewAt is New with an explicit time and id, for importers and replays that
 // must produce the same event twice (see DeterministicID).
 func NewAt(at time.Time, id, tenant, session, turn string, p Payload) (Event, error) {
-	data, err := json.Marshal(p)
+	data, err := marshal(p)
 	if err != nil {
 		return Event{}, fmt.Errorf("encode %s payload: %w", p.EventType(), err)
 	}
@@ -114,13 +115,25 @@ func Decode(b []byte) (Event, error) {
 	return ev, nil
 }
 
-// Encode returns the event body as stored: one JSON object.
+// Encode returns the event body as stored: one JSON object, with <, > and
+// & kept as they are (not \u003c escapes), so stored text reads as sent.
 func (e Event) Encode() ([]byte, error) {
-	b, err := json.Marshal(e)
+	b, err := marshal(e)
 	if err != nil {
 		return nil, fmt.Errorf("encode event %s: %w", e.ID, err)
 	}
 	return b, nil
+}
+
+// marshal is json.Marshal without HTML escaping.
+func marshal(v any) ([]byte, error) {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		return nil, err
+	}
+	return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), nil
 }
 
 // Payload decodes Data into the typed payload for Type (for example

@@ -168,3 +168,16 @@ func TestValidToken(t *testing.T) {
 		}
 	}
 }
+
+func TestEncodeKeepsHTMLCharacters(t *testing.T) {
+	ev := mustEvent(t, "", &MessageAppended{Role: RoleAssistant, Content: []ContentBlock{
+		{Type: BlockToolUse, ID: "toolu_1", Name: "Bash", Input: json.RawMessage(`{"command":"a 2>&1 | b <x"}`)},
+	}})
+	b, err := ev.Encode()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(b), `a 2>&1 | b <x`) {
+		t.Fatalf("encoded body escapes HTML characters: %s", b)
+	}
+}
