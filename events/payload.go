@@ -14,6 +14,8 @@ const (
 	TypeSessionStarted Type = "session.started"
 	TypeSessionPaused  Type = "session.paused"
 	TypeSessionResumed Type = "session.resumed"
+	TypeSessionRewound Type = "session.rewound"
+	TypeSessionForked  Type = "session.forked"
 
 	TypeTurnStarted        Type = "turn.started"
 	TypeTurnStageCompleted Type = "turn.stage_completed"
@@ -34,6 +36,12 @@ const (
 	TypeDistillationSkipped   Type = "distillation.skipped"
 
 	TypeSnapshotTaken Type = "snapshot.taken"
+
+	TypeRecoveryAttempted Type = "recovery.attempted"
+	TypeRecoveryCompleted Type = "recovery.completed"
+	TypeRecoveryParked    Type = "recovery.parked"
+
+	TypeBreakerChanged Type = "breaker.changed"
 )
 
 // Payload is the typed data of one event type.
@@ -81,6 +89,18 @@ func newPayload(t Type) Payload {
 		return &DistillationSkipped{}
 	case TypeSnapshotTaken:
 		return &SnapshotTaken{}
+	case TypeSessionRewound:
+		return &SessionRewound{}
+	case TypeSessionForked:
+		return &SessionForked{}
+	case TypeRecoveryAttempted:
+		return &RecoveryAttempted{}
+	case TypeRecoveryCompleted:
+		return &RecoveryCompleted{}
+	case TypeRecoveryParked:
+		return &RecoveryParked{}
+	case TypeBreakerChanged:
+		return &BreakerChanged{}
 	}
 	return nil
 }
@@ -132,6 +152,11 @@ func (k ErrorKind) valid() bool {
 // default), "subagent" or "compaction". Labels are free-form metadata (cwd,
 // git branch); their values are masked.
 type SessionStarted struct {
+	// ForkedFrom and ForkSeq record a fork's lineage: the session it was
+	// forked from and the last stream sequence of that session's prefix
+	// it copies.
+	ForkedFrom      string            `json:"forked_from,omitempty"`
+	ForkSeq         uint64            `json:"fork_seq,omitempty"`
 	Runtime         string            `json:"runtime,omitempty"`
 	Model           string            `json:"model,omitempty"`
 	Provider        string            `json:"provider,omitempty"`
@@ -314,6 +339,89 @@ func (*DistillationStarted) EventType() Type   { return TypeDistillationStarted 
 func (*DistillationCompleted) EventType() Type { return TypeDistillationCompleted }
 func (*DistillationSkipped) EventType() Type   { return TypeDistillationSkipped }
 func (*SnapshotTaken) EventType() Type         { return TypeSnapshotTaken }
+func (*SessionRewound) EventType() Type        { return TypeSessionRewound }
+func (*SessionForked) EventType() Type         { return TypeSessionForked }
+func (*RecoveryAttempted) EventType() Type     { return TypeRecoveryAttempted }
+func (*RecoveryCompleted) EventType() Type     { return TypeRecoveryCompleted }
+func (*RecoveryParked) EventType() Type        { return TypeRecoveryParked }
+func (*BreakerChanged) EventType() Type        { return TypeBreakerChanged }
+
+// SessionRewound rewinds the session to stream sequence ToSeq: its state is
+// the state as of ToSeq, and the events after ToSeq up to this one are kept
+// in the log but marked rewound (they no longer count). CommandID names the
+// recovery command that rewound it, when one did.
+type SessionRewound struct {
+	ToSeq     uint64 `json:"to_seq"`
+	Reason    string `json:"reason"`
+	CommandID string `json:"command_id,omitempty"`
+}
+
+// SessionForked records, in the source session, that a new session
+// (ForkSession, same tenant) was started from its events up to AtSeq.
+type SessionForked struct {
+	ForkSession string `json:"fork_session"`
+	AtSeq       uint64 `json:"at_seq"`
+	CommandID   string `json:"command_id,omitempty"`
+}
+
+// Recovery outcomes: recovered (the session works again), degraded (it
+// works with less: another provider, raw output, a skipped step), failed
+// (nothing worked; the session is paused or aborted).
+const (
+	OutcomeRecovered = "recovered"
+	OutcomeDegraded  = "degraded"
+	OutcomeFailed    = "failed"
+)
+
+// RecoveryAttempted records one attempt at a recovery command: the
+// command's id and kind, the attempt number (1 for the first) and the
+// strategy tried. Result is "ok" or "failed"; Error, when it failed, what
+// went wrong (masked); Class the error class it fell into; DurationMS how
+// long the attempt took.
+type RecoveryAttempted struct {
+	CommandID  string     `json:"command_id"`
+	Kind       string     `json:"kind"`
+	Attempt    int        `json:"attempt"`
+	Strategy   string     `json:"strategy,omitempty"`
+	Worker     string     `json:"worker,omitempty"`
+	Result     string     `json:"result"`
+	Class      string     `json:"class,omitempty"`
+	Error      *ErrorInfo `json:"error,omitempty"`
+	DurationMS int64      `json:"duration_ms,omitempty"`
+}
+
+// RecoveryCompleted records how a recovery command ended: its Outcome
+// (OutcomeRecovered, OutcomeDegraded or OutcomeFailed), the strategy that
+// ended it, the number of attempts, and a Detail for people.
+type RecoveryCompleted struct {
+	CommandID string `json:"command_id"`
+	Kind      string `json:"kind"`
+	Outcome   string `json:"outcome"`
+	Strategy  string `json:"strategy,omitempty"`
+	Attempts  int    `json:"attempts,omitempty"`
+	Detail    string `json:"detail,omitempty"`
+}
+
+// RecoveryParked records that a command was set aside after its last
+// delivery (Deliveries) failed, and why; the session is paused rather than
+// left with a gap in its command order.
+type RecoveryParked struct {
+	CommandID  string `json:"command_id"`
+	Kind       string `json:"kind"`
+	Reason     string `json:"reason"`
+	Deliveries int    `json:"deliveries,omitempty"`
+}
+
+// BreakerChanged records a circuit breaker's change of state for a tenant's
+// provider: From and To are "closed", "open" or "half_open"; Failures is
+// the failure count in the window when it opened; Reason says why.
+type BreakerChanged struct {
+	Provider string `json:"provider"`
+	From     string `json:"from"`
+	To       string `json:"to"`
+	Failures int    `json:"failures,omitempty"`
+	Reason   string `json:"reason,omitempty"`
+}
 
 // ContentBlock is one block of a message's content, in the shapes of the
 // Anthropic Messages API: "text" (Text), "thinking" (Thinking, Signature),

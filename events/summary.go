@@ -25,7 +25,11 @@ func (e Event) Summary() string {
 	switch p := p.(type) {
 	case *SessionStarted:
 		parts := []string{}
-		for _, kv := range [][2]string{{"kind", p.Kind}, {"runtime", p.Runtime}, {"model", p.Model}, {"parent", p.ParentSession}, {"via", p.ParentToolUseID}} {
+		fork := ""
+		if p.ForkedFrom != "" {
+			fork = fmt.Sprintf("%s@%d", p.ForkedFrom, p.ForkSeq)
+		}
+		for _, kv := range [][2]string{{"kind", p.Kind}, {"runtime", p.Runtime}, {"model", p.Model}, {"parent", p.ParentSession}, {"via", p.ParentToolUseID}, {"forked_from", fork}} {
 			if kv[1] != "" {
 				parts = append(parts, kv[0]+"="+kv[1])
 			}
@@ -82,6 +86,36 @@ func (e Event) Summary() string {
 		return "SKIPPED: " + p.Reason + " " + oneLine(p.Detail, summaryWidth)
 	case *SnapshotTaken:
 		return fmt.Sprintf("snapshot covers seq %d", p.CoversSeq)
+	case *SessionRewound:
+		return fmt.Sprintf("REWOUND to seq %d: %s", p.ToSeq, oneLine(p.Reason, summaryWidth))
+	case *SessionForked:
+		return fmt.Sprintf("forked at seq %d into %s", p.AtSeq, p.ForkSession)
+	case *RecoveryAttempted:
+		s := fmt.Sprintf("%s %s attempt %d", p.Kind, p.CommandID, p.Attempt)
+		if p.Strategy != "" {
+			s += " (" + p.Strategy + ")"
+		}
+		s += ": " + p.Result
+		if p.Error != nil {
+			s += ": " + errorLine(*p.Error)
+		}
+		return s
+	case *RecoveryCompleted:
+		s := fmt.Sprintf("%s %s %s", p.Kind, p.CommandID, strings.ToUpper(p.Outcome))
+		if p.Strategy != "" {
+			s += " by " + p.Strategy
+		}
+		if p.Attempts > 0 {
+			s += fmt.Sprintf(" after %d attempt(s)", p.Attempts)
+		}
+		if p.Detail != "" {
+			s += ": " + oneLine(p.Detail, summaryWidth)
+		}
+		return s
+	case *RecoveryParked:
+		return fmt.Sprintf("%s %s PARKED: %s", p.Kind, p.CommandID, oneLine(p.Reason, summaryWidth))
+	case *BreakerChanged:
+		return fmt.Sprintf("breaker %s: %s -> %s %s", p.Provider, p.From, p.To, oneLine(p.Reason, summaryWidth))
 	}
 	return ""
 }

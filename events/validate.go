@@ -169,6 +169,10 @@ func (p *SessionStarted) validate(v *validator) {
 		v.add("kind", "must be one of main, subagent, compaction", p.Kind)
 	}
 	v.token("parent_session", p.ParentSession, false)
+	v.token("forked_from", p.ForkedFrom, false)
+	if p.ForkSeq != 0 && p.ForkedFrom == "" {
+		v.add("forked_from", "required when fork_seq is set", "")
+	}
 	if p.ParentToolUseID != "" && p.ParentSession == "" {
 		v.add("parent_session", "required when parent_tool_use_id is set", "")
 	}
@@ -271,5 +275,64 @@ func (p *DistillationSkipped) validate(v *validator) { v.required("reason", p.Re
 func (p *SnapshotTaken) validate(v *validator) {
 	if p.CoversSeq == 0 {
 		v.add("covers_seq", "required (the last stream sequence the snapshot covers)", "")
+	}
+}
+
+func (p *SessionRewound) validate(v *validator) {
+	if p.ToSeq == 0 {
+		v.add("to_seq", "required (the stream sequence to rewind to)", "")
+	}
+	v.required("reason", p.Reason)
+}
+
+func (p *SessionForked) validate(v *validator) {
+	v.token("fork_session", p.ForkSession, true)
+	if p.AtSeq == 0 {
+		v.add("at_seq", "required (the last sequence of the copied prefix)", "")
+	}
+}
+
+func validOutcome(o string) bool {
+	return o == OutcomeRecovered || o == OutcomeDegraded || o == OutcomeFailed
+}
+
+func (p *RecoveryAttempted) validate(v *validator) {
+	v.required("command_id", p.CommandID)
+	v.required("kind", p.Kind)
+	if p.Attempt < 1 {
+		v.add("attempt", "must be at least 1", fmt.Sprint(p.Attempt))
+	}
+	if p.Result != "ok" && p.Result != "failed" {
+		v.add("result", "must be ok or failed", p.Result)
+	}
+	if p.Error != nil {
+		v.errorInfo("error", p.Error)
+	}
+	v.nonNegative("duration_ms", p.DurationMS)
+}
+
+func (p *RecoveryCompleted) validate(v *validator) {
+	v.required("command_id", p.CommandID)
+	v.required("kind", p.Kind)
+	if !validOutcome(p.Outcome) {
+		v.add("outcome", "must be one of recovered, degraded, failed", p.Outcome)
+	}
+}
+
+func (p *RecoveryParked) validate(v *validator) {
+	v.required("command_id", p.CommandID)
+	v.required("kind", p.Kind)
+	v.required("reason", p.Reason)
+}
+
+func validBreakerState(s string) bool { return s == "closed" || s == "open" || s == "half_open" }
+
+func (p *BreakerChanged) validate(v *validator) {
+	v.required("provider", p.Provider)
+	if !validBreakerState(p.From) {
+		v.add("from", "must be one of closed, open, half_open", p.From)
+	}
+	if !validBreakerState(p.To) {
+		v.add("to", "must be one of closed, open, half_open", p.To)
 	}
 }
