@@ -1,0 +1,226 @@
+// Package recovery is Turnstone's recovery side: the command model, error
+// classification, retry policy, strategy chains, circuit breakers, and the
+// worker runtime that executes commands in strict per-session order.
+//
+// Commands travel on the AGENT_RECOVERY stream, published to
+// agent.cmd.<tenant>.<session> and stored partitioned like the events. One
+// durable pull consumer per partition, with MaxAckPending 1 and a priority
+// group under the pinned_client policy, lets NATS pin each partition to one
+// worker and move it when that worker dies, so no two commands of a session
+// ever run at once or out of order. Every attempt and outcome is recorded
+// in the session's own event log. This package executes commands; deciding
+// whether something is broken is the reconciler's job.
+package recovery
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/turnstone-dev/turnstone/events"
+)
+
+// Kind is what a command asks for.
+type Kind string
+
+// The command kinds. Effects inside the log need no runtime; the others go
+// to the agent runtime as NATS requests on agent.ctl.<tenant>.<session>
+// (docs/control.md).
+const (
+	// KindRepairOrphans appends a synthesized, is_error tool_result for each
+	// orphaned tool_use, so the history is valid for the model API again.
+	KindRepairOrphans Kind = "repair_orphans"
+	// KindAbandonTurn ends a turn that has no outcome with turn.abandoned.
+	KindAbandonTurn Kind = "abandon_turn"
+	// KindRetryTurn asks the runtime to run the turn again.
+	KindRetryTurn Kind = "retry_turn"
+	// KindSwitchProvider asks the runtime to move the session to another
+	// provider (Params.ToProvider, or the runtime's next one).
+	KindSwitchProvider Kind = "switch_provider"
+	// KindResumeSession lifts a pause (session.resumed) and tells the
+	// runtime to carry on.
+	KindResumeSession Kind = "resume_session"
+	// KindForkSession starts a new session (Params.ForkSession) from the
+	// session's events up to Params.AtSeq, with its lineage recorded.
+	KindForkSession Kind = "fork_session"
+	// KindRewindSession rewinds the session to Params.ToSeq
+	// (session.rewound): later events are kept but no longer count.
+	KindRewindSession Kind = "rewind_session"
+	// KindDistill asks the runtime to distill (compact) the history.
+	KindDistill Kind = "distill"
+	// KindPivotStrategy asks the runtime to change its approach
+	// (Params.Strategy) after a loop or a spent budget.
+	KindPivotStrategy Kind = "pivot_strategy"
+	// KindPauseSession pauses the session (session.paused).
+	KindPauseSession Kind = "pause_session"
+	// KindAbortSession gives up on the session: it is paused for good with
+	// the diagnostics (what failed, what was tried, the configuration).
+	KindAbortSession Kind = "abort_session"
+)
+
+// Kinds lists every command kind.
+var Kinds = []Kind{
+	KindRepairOrphans, KindAbandonTurn, KindRetryTurn, KindSwitchProvider, KindResumeSession,
+	KindForkSession, KindRewindSession, KindDistill, KindPivotStrategy, KindPauseSession, KindAbortSession,
+}
+
+// Valid reports whether k is one of Kinds.
+func (k Kind) Valid() bool {
+	for _, x := range Kinds {
+		if k == x {
+			return true
+		}
+	}
+	return false
+}
+
+// NeedsRuntime reports whether the command's effect goes through the agent
+// runtime (a control request) rather than only into the log.
+func (k Kind) NeedsRuntime() bool {
+	switch k {
+	case KindRetryTurn, KindSwitchProvider, KindDistill, KindPivotStrategy:
+		return true
+	}
+	return false
+}
+
+// Params are the kind-specific arguments of a command. Each kind reads only
+// its own: ToolUseIDs (repair_orphans: empty means every orphan), ToSeq
+// (rewind_session), AtSeq and ForkSession (fork_session), Provider and
+// ToProvider (switch_provider, retry_turn), Strategy (pivot_strategy),
+// ErrorClass (the class of the error that led to the command, see
+// Classify).
+type Params struct {
+	ToolUseIDs  []string `json:"tool_use_ids,omitempty"`
+	ToSeq       uint64   `json:"to_seq,omitempty"`
+	AtSeq       uint64   `json:"at_seq,omitempty"`
+	ForkSession string   `json:"fork_session,omitempty"`
+	Provider    string   `json:"provider,omitempty"`
+	ToProvider  string   `json:"to_provider,omitempty"`
+	Strategy    string   `json:"strategy,omitempty"`
+	ErrorClass  string   `json:"error_class,omitempty"`
+}
+
+// Diagnostics travel with abort_session: what failed, what was tried, and
+// the configuration that applied (values masked before they are stored).
+type Diagnostics struct {
+	Failed string            `json:"failed"`
+	Tried  []string          `json:"tried,omitempty"`
+	Config map[string]string `json:"config,omitempty"`
+}
+
+// Command is one recovery command, the body of a message on
+// agent.cmd.<tenant>.<session> (JSON). ID is deterministic (see CommandID):
+// the same detection issues the same id, so JetStream's duplicate window
+// drops a repeat and workers skip a command whose outcome the session's log
+// already holds. Evidence lists the stream sequences of the events that
+// led to it. Issue is 1 for the first issue of a detection and counts
+// re-issues (a re-issue is a new command with a new id). Turn names the
+// turn concerned, when one is.
+type Command struct {
+	ID          string       `json:"id"`
+	Kind        Kind         `json:"kind"`
+	Tenant      string       `json:"tenant"`
+	Session     string       `json:"session"`
+	Turn        string       `json:"turn,omitempty"`
+	Reason      string       `json:"reason"`
+	Evidence    []uint64     `json:"evidence,omitempty"`
+	Issue       int          `json:"issue"`
+	IssuedAt    time.Time    `json:"issued_at"`
+	IssuedBy    string       `json:"issued_by,omitempty"`
+	Params      Params       `json:"params,omitzero"`
+	Diagnostics *Diagnostics `json:"diagnostics,omitempty"`
+}
+
+// CommandID is the deterministic id of a command: "<kind>-" and 20 hex
+// digits of the SHA-256 of kind, tenant, session, turn, the evidence
+// sequences and the issue number. The same inputs always give the same id.
+func CommandID(kind Kind, tenant, session, turn string, evidence []uint64, issue int) string {
+	var b strings.Builder
+	b.WriteString(string(kind))
+	for _, s := range []string{tenant, session, turn} {
+		b.WriteByte(0)
+		b.WriteString(s)
+	}
+	for _, e := range evidence {
+		b.WriteByte(0)
+		b.WriteString(strconv.FormatUint(e, 10))
+	}
+	b.WriteByte(0)
+	b.WriteString(strconv.Itoa(issue))
+	sum := sha256.Sum256([]byte(b.String()))
+	return string(kind) + "-" + hex.EncodeToString(sum[:10])
+}
+
+// NewCommand returns a command of kind for the session with its id set from
+// its inputs (issue 1). Set Params or Diagnostics before publishing; they
+// do not change the id.
+func NewCommand(kind Kind, tenant, session, turn, reason string, evidence []uint64) Command {
+	return Command{
+		ID:       CommandID(kind, tenant, session, turn, evidence, 1),
+		Kind:     kind,
+		Tenant:   tenant,
+		Session:  session,
+		Turn:     turn,
+		Reason:   reason,
+		Evidence: evidence,
+		Issue:    1,
+		IssuedAt: time.Now().UTC(),
+	}
+}
+
+// ErrInvalidCommand wraps every rule a command breaks.
+var ErrInvalidCommand = errors.New("invalid command")
+
+// Validate reports every rule the command breaks, joined; each error wraps
+// ErrInvalidCommand.
+func (c *Command) Validate() error {
+	var errs []error
+	bad := func(format string, a ...any) {
+		errs = append(errs, fmt.Errorf("%w: %s", ErrInvalidCommand, fmt.Sprintf(format, a...)))
+	}
+	if c.ID == "" {
+		bad("id: required")
+	}
+	if !c.Kind.Valid() {
+		bad("kind: %q is not a command kind", c.Kind)
+	}
+	if !events.ValidToken(c.Tenant) {
+		bad("tenant: %q is not a subject token", c.Tenant)
+	}
+	if !events.ValidToken(c.Session) {
+		bad("session: %q is not a subject token", c.Session)
+	}
+	if c.Reason == "" {
+		bad("reason: required")
+	}
+	if c.Issue < 1 {
+		bad("issue: must be at least 1, got %d", c.Issue)
+	}
+	switch c.Kind {
+	case KindAbandonTurn, KindRetryTurn:
+		if c.Turn == "" {
+			bad("turn: required for %s", c.Kind)
+		}
+	case KindRewindSession:
+		if c.Params.ToSeq == 0 {
+			bad("params.to_seq: required for rewind_session")
+		}
+	case KindForkSession:
+		if c.Params.AtSeq == 0 {
+			bad("params.at_seq: required for fork_session")
+		}
+		if !events.ValidToken(c.Params.ForkSession) {
+			bad("params.fork_session: %q is not a subject token", c.Params.ForkSession)
+		}
+	case KindAbortSession:
+		if c.Diagnostics == nil || c.Diagnostics.Failed == "" {
+			bad("diagnostics.failed: required for abort_session")
+		}
+	}
+	return errors.Join(errs...)
+}
