@@ -10,7 +10,8 @@ import (
 )
 
 // FollowOptions choose what Follow delivers: one session (Tenant and
-// Session set), one tenant (Tenant set), or every session (both empty);
+// Session set), one tenant (Tenant set), sessions of one name in every
+// tenant (Session set: "_breakers"), or every session (both empty);
 // from FromSeq, from FromTime (store time), or from the beginning.
 type FollowOptions struct {
 	Tenant   string
@@ -47,7 +48,7 @@ func (l *Log) Follow(ctx context.Context, opts FollowOptions, fn func(Event)) (*
 	case opts.Tenant != "":
 		filter = EventSubjectPrefix + ".*." + opts.Tenant + ".*"
 	case opts.Session != "":
-		return nil, fmt.Errorf("follow: a session needs its tenant")
+		filter = EventSubjectPrefix + ".*.*." + opts.Session
 	}
 	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: []string{filter}}
 	switch {

@@ -55,6 +55,7 @@ Start the engine with 'engine serve'; the other commands connect to it
 		newSessionsCommand(g),
 		newInspectCommand(g),
 		newReplayCommand(g),
+		newRecoveryCommand(g),
 	)
 	return root
 }

@@ -1,0 +1,265 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/spf13/cobra"
+	"github.com/turnstone-dev/turnstone/events"
+	"github.com/turnstone-dev/turnstone/recovery"
+)
+
+func newRecoveryCommand(g *globals) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "recovery",
+		Short: "List, show and issue recovery commands",
+	}
+	cmd.AddCommand(newRecoveryListCommand(g), newRecoveryShowCommand(g), newRecoveryIssueCommand(g))
+	return cmd
+}
+
+// commandRow is a command with its status; State is "pending" while no
+// worker has reported on it.
+type commandRow struct {
+	Command recovery.Command `json:"command"`
+	Seq     uint64           `json:"seq"`
+	Status  recovery.Status  `json:"status"`
+}
+
+// loadCommands reads every command of AGENT_RECOVERY and joins it with its
+// status.
+func loadCommands(ctx context.Context, log *events.Log) ([]commandRow, error) {
+	js := log.JetStream()
+	if _, err := recovery.Setup(ctx, log, recovery.DeliveryConfig{}); err != nil {
+		return nil, err
+	}
+	st, err := js.Stream(ctx, recovery.Stream)
+	if err != nil {
+		return nil, err
+	}
+	info, err := st.Info(ctx)
+	if err != nil {
+		return nil, err
+	}
+	kv, err := js.KeyValue(ctx, recovery.StatusBucket)
+	if err != nil {
+		return nil, err
+	}
+	var rows []commandRow
+	if info.State.Msgs > 0 {
+		cons, err := st.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{})
+		if err != nil {
+			return nil, err
+		}
+		for {
+			msg, err := cons.Next(jetstream.FetchMaxWait(5 * time.Second))
+			if err != nil {
+				return nil, fmt.Errorf("read commands: %w", err)
+			}
+			meta, err := msg.Metadata()
+			if err != nil {
+				return nil, err
+			}
+			var c recovery.Command
+			if json.Unmarshal(msg.Data(), &c) == nil {
+				rows = append(rows, commandRow{Command: c, Seq: meta.Sequence.Stream, Status: recovery.Status{State: "pending"}})
+			}
+			if meta.NumPending == 0 || meta.Sequence.Stream >= info.State.LastSeq {
+				break
+			}
+		}
+	}
+	for i := range rows {
+		e, err := kv.Get(ctx, rows[i].Command.ID)
+		if errors.Is(err, jetstream.ErrKeyNotFound) {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		_ = json.Unmarshal(e.Value(), &rows[i].Status)
+	}
+	return rows, nil
+}
+
+func newRecoveryListCommand(g *globals) *cobra.Command {
+	var (
+		state   string
+		session string
+		asJSON  bool
+	)
+	cmd := &cobra.Command{
+		Use:   "list",
+		Short: "List recovery commands with their state (pending, running, completed, parked)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx := cmd.Context()
+			nc, log, err := g.connect(ctx)
+			if err != nil {
+				return err
+			}
+			defer nc.Close()
+			rows, err := loadCommands(ctx, log)
+			if err != nil {
+				return err
+			}
+			kept := rows[:0]
+			for _, r := range rows {
+				if state != "" && r.Status.State != state {
+					continue
+				}
+				if session != "" && !strings.HasPrefix(r.Command.Session, session) {
+					continue
+				}
+				kept = append(kept, r)
+			}
+			sort.SliceStable(kept, func(i, j int) bool { return kept[i].Seq > kept[j].Seq })
+			if asJSON {
+				if kept == nil {
+					kept = []commandRow{}
+				}
+				enc := json.NewEncoder(g.stdout)
+				enc.SetIndent("", "  ")
+				return enc.Encode(kept)
+			}
+			tw := tabwriter.NewWriter(g.stdout, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "SEQ\tID\tSESSION\tSTATE\tOUTCOME\tATTEMPTS\tWORKER\tREASON")
+			for _, r := range kept {
+				reason := r.Status.Reason
+				if reason == "" {
+					reason = r.Command.Reason
+				}
+				fmt.Fprintf(tw, "%d\t%s\t%s/%s\t%s\t%s\t%d\t%s\t%s\n", r.Seq, r.Command.ID, r.Command.Tenant, r.Command.Session,
+					r.Status.State, orDash(r.Status.Outcome), r.Status.Attempts, orDash(r.Status.Worker), cut(reason, 60))
+			}
+			return tw.Flush()
+		},
+	}
+	cmd.Flags().StringVar(&state, "state", "", "only commands in this state: pending, running, completed, parked")
+	cmd.Flags().StringVar(&session, "session", "", "only commands of sessions starting with this")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print a JSON array")
+	return cmd
+}
+
+func newRecoveryShowCommand(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use:   "show ID",
+		Short: "Show a recovery command, its status, and every attempt recorded in its session's log",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx := cmd.Context()
+			nc, log, err := g.connect(ctx)
+			if err != nil {
+				return err
+			}
+			defer nc.Close()
+			rows, err := loadCommands(ctx, log)
+			if err != nil {
+				return err
+			}
+			var row *commandRow
+			for i := range rows {
+				if rows[i].Command.ID == args[0] {
+					row = &rows[i]
+				}
+			}
+			if row == nil {
+				return fmt.Errorf("command %q not found (engine recovery list shows them)", args[0])
+			}
+			b, _ := json.MarshalIndent(row, "", "  ")
+			fmt.Fprintf(g.stdout, "%s\n\nIN THE SESSION'S LOG\n", b)
+			c := row.Command
+			err = log.ReadSession(ctx, c.Tenant, c.Session, events.ReadOptions{}, func(ev events.Event) error {
+				if strings.Contains(string(ev.Data), c.ID) {
+					fmt.Fprintf(g.stdout, "%s  %6d  %-22s  %s\n", ev.Time.UTC().Format("2006-01-02T15:04:05.000Z"), ev.Seq, ev.Type, ev.Summary())
+				}
+				return nil
+			})
+			if errors.Is(err, events.ErrSessionNotFound) {
+				err = nil
+			}
+			return err
+		},
+	}
+}
+
+func newRecoveryIssueCommand(g *globals) *cobra.Command {
+	var (
+		kind, reason, turn, tenant string
+		params                     recovery.Params
+		toolUseIDs                 []string
+	)
+	cmd := &cobra.Command{
+		Use:   "issue SESSION --kind KIND --reason TEXT",
+		Short: "Issue a recovery command by hand (workers execute it in the session's order)",
+		Long: `Issue a recovery command for a session. KIND is one of:
+` + kindList() + `.
+The command id derives from the kind, the session, the turn and the
+session's last sequence, so issuing the same command twice before the
+session changes stores it once.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx := cmd.Context()
+			nc, log, err := g.connect(ctx)
+			if err != nil {
+				return err
+			}
+			defer nc.Close()
+			ref, err := resolveSession(ctx, log, args[0], tenant)
+			if err != nil {
+				return err
+			}
+			if _, err := recovery.Setup(ctx, log, recovery.DeliveryConfig{}); err != nil {
+				return err
+			}
+			last, err := log.LastSeq(ctx, ref.Tenant, ref.Session)
+			if err != nil {
+				return err
+			}
+			c := recovery.NewCommand(recovery.Kind(kind), ref.Tenant, ref.Session, turn, reason, []uint64{last})
+			params.ToolUseIDs = toolUseIDs
+			c.Params = params
+			c.IssuedBy = "engine recovery issue"
+			if c.Kind == recovery.KindAbortSession {
+				c.Diagnostics = &recovery.Diagnostics{Failed: reason, Tried: []string{"issued by hand"}}
+			}
+			seq, dup, err := recovery.Issue(ctx, log.JetStream(), c)
+			if err != nil {
+				return err
+			}
+			note := ""
+			if dup {
+				note = " (already issued: stored once)"
+			}
+			fmt.Fprintf(g.stdout, "issued %s at seq %d%s\n", c.ID, seq, note)
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&tenant, "tenant", "", "tenant of the session (default: search every tenant)")
+	cmd.Flags().StringVar(&kind, "kind", "", "command kind (required)")
+	cmd.Flags().StringVar(&reason, "reason", "issued by hand", "why, for the log")
+	cmd.Flags().StringVar(&turn, "turn", "", "turn concerned (abandon_turn, retry_turn)")
+	cmd.Flags().StringSliceVar(&toolUseIDs, "tool-use-id", nil, "repair_orphans: only these tool_use ids (default every orphan)")
+	cmd.Flags().Uint64Var(&params.ToSeq, "to-seq", 0, "rewind_session: the sequence to rewind to")
+	cmd.Flags().Uint64Var(&params.AtSeq, "at-seq", 0, "fork_session: the last sequence of the prefix to copy")
+	cmd.Flags().StringVar(&params.ForkSession, "fork-session", "", "fork_session: the new session's token")
+	cmd.Flags().StringVar(&params.ToProvider, "to-provider", "", "switch_provider: the provider to move to")
+	cmd.Flags().StringVar(&params.Strategy, "strategy", "", "pivot_strategy: the strategy to pivot to")
+	_ = cmd.MarkFlagRequired("kind")
+	return cmd
+}
+
+func kindList() string {
+	var ks []string
+	for _, k := range recovery.Kinds {
+		ks = append(ks, string(k))
+	}
+	return strings.Join(ks, ", ")
+}

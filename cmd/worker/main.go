@@ -1,0 +1,115 @@
+// Command worker joins the recovery worker group: it pulls recovery commands
+// from every partition of AGENT_RECOVERY (NATS pins each partition to one
+// worker of the group and moves it when that worker dies), executes them in
+// per-session order, and records every attempt and outcome in the session's
+// log. Run as many as you like; stop one with SIGINT or SIGTERM.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+	"github.com/spf13/cobra"
+	"github.com/turnstone-dev/turnstone/events"
+	"github.com/turnstone-dev/turnstone/recovery"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := newCommand(os.Stderr).ExecuteContext(ctx)
+	stop()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "worker:", err)
+		os.Exit(1)
+	}
+}
+
+type flags struct {
+	natsURL        string
+	name           string
+	logLevel       string
+	ackWait        time.Duration
+	maxDeliver     int
+	pinnedTTL      time.Duration
+	controlTimeout time.Duration
+}
+
+func newCommand(stderr io.Writer) *cobra.Command {
+	var f flags
+	url := os.Getenv("TURNSTONE_NATS_URL")
+	if url == "" {
+		url = "nats://127.0.0.1:4222"
+	}
+	cmd := &cobra.Command{
+		Use:   "worker",
+		Short: "Join the Turnstone recovery worker group",
+		Long: `Join the recovery worker group of the engine at --nats-url and execute
+recovery commands until interrupted. Commands of one session run one at a
+time and in publish order; if this worker dies, NATS moves its partitions
+to another worker.`,
+		Args:          cobra.NoArgs,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return run(cmd.Context(), f, stderr)
+		},
+	}
+	cmd.SetErr(stderr)
+	cmd.Flags().StringVar(&f.natsURL, "nats-url", url, "NATS server or cluster of the engine (env TURNSTONE_NATS_URL)")
+	cmd.Flags().StringVar(&f.name, "name", "", "worker name in events and statuses (default host-pid)")
+	cmd.Flags().StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn, error")
+	cmd.Flags().DurationVar(&f.ackWait, "ack-wait", 30*time.Second, "how long a dead worker's command waits before redelivery")
+	cmd.Flags().IntVar(&f.maxDeliver, "max-deliver", 5, "deliveries before a failing command is parked")
+	cmd.Flags().DurationVar(&f.pinnedTTL, "pinned-ttl", 10*time.Second, "how long a partition stays pinned to a silent worker")
+	cmd.Flags().DurationVar(&f.controlTimeout, "control-timeout", 10*time.Second, "timeout of each control request to the agent runtime")
+	return cmd
+}
+
+func run(ctx context.Context, f flags, stderr io.Writer) error {
+	lvl, err := zerolog.ParseLevel(f.logLevel)
+	if err != nil || f.logLevel == "" {
+		return fmt.Errorf("--log-level %q: want debug, info, warn or error", f.logLevel)
+	}
+	logger := zerolog.New(zerolog.ConsoleWriter{Out: stderr, TimeFormat: time.TimeOnly}).Level(lvl).With().Timestamp().Logger()
+	nc, err := nats.Connect(f.natsURL, nats.Name("turnstone-worker"), nats.MaxReconnects(-1))
+	if err != nil {
+		return fmt.Errorf("connect to %s: %w (is the engine running?)", f.natsURL, err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return err
+	}
+	log, err := events.Open(ctx, js, events.Config{}, &logger)
+	if err != nil {
+		return err
+	}
+	w, err := recovery.NewWorker(nc, log, recovery.WorkerConfig{
+		Name:           f.name,
+		ControlTimeout: f.controlTimeout,
+		Delivery:       recovery.DeliveryConfig{AckWait: f.ackWait, MaxDeliver: f.maxDeliver, PinnedTTL: f.pinnedTTL},
+	}, &logger)
+	if err != nil {
+		return err
+	}
+	if err := w.Open(ctx); err != nil {
+		return err
+	}
+	<-ctx.Done()
+	logger.Info().Msg("worker stopping")
+	cctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := w.Close(cctx); err != nil && !errors.Is(err, context.Canceled) {
+		return err
+	}
+	return nil
+}

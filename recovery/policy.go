@@ -1,0 +1,188 @@
+package recovery
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/cenkalti/backoff/v4"
+)
+
+// Defaults of RetryPolicy, applied to its zero fields.
+const (
+	DefaultInitialInterval = 500 * time.Millisecond
+	DefaultMaxInterval     = 30 * time.Second
+	DefaultMultiplier      = 2.0
+	DefaultJitter          = 0.5
+	DefaultMaxAttempts     = 3
+	DefaultMaxElapsed      = 2 * time.Minute
+)
+
+// ErrInvalidPolicy wraps every rule a RetryPolicy, a Strategy, a chain or
+// a BreakerConfig breaks.
+var ErrInvalidPolicy = errors.New("invalid policy")
+
+// RetryPolicy is how an operation is retried: exponential backoff with
+// jitter (github.com/cenkalti/backoff/v4), bounded by the number of
+// attempts AND the elapsed time, whichever ends first.
+//
+// The wait before retry n (n >= 1) is InitialInterval * Multiplier^(n-1),
+// capped at MaxInterval, then randomized within ±Jitter of itself (Jitter
+// is backoff's RandomizationFactor: 0.5 gives [0.5x, 1.5x]). MaxAttempts
+// counts every attempt, the first included (1 means no retry). MaxElapsed
+// bounds the time from the first attempt's start: a wait that would end
+// past it is not made. A zero field takes its Default; Jitter 0 therefore
+// means the default, not "no jitter".
+type RetryPolicy struct {
+	InitialInterval time.Duration
+	MaxInterval     time.Duration
+	Multiplier      float64
+	Jitter          float64
+	MaxAttempts     int
+	MaxElapsed      time.Duration
+}
+
+// DefaultRetryPolicy returns the default policy: 500ms, doubling, capped
+// at 30s, ±50% jitter, 3 attempts, 2 minutes.
+func DefaultRetryPolicy() RetryPolicy {
+	var p RetryPolicy
+	p.setDefaults()
+	return p
+}
+
+func (p *RetryPolicy) setDefaults() {
+	if p.InitialInterval == 0 {
+		p.InitialInterval = DefaultInitialInterval
+	}
+	if p.MaxInterval == 0 {
+		p.MaxInterval = DefaultMaxInterval
+	}
+	if p.Multiplier == 0 {
+		p.Multiplier = DefaultMultiplier
+	}
+	if p.Jitter == 0 {
+		p.Jitter = DefaultJitter
+	}
+	if p.MaxAttempts == 0 {
+		p.MaxAttempts = DefaultMaxAttempts
+	}
+	if p.MaxElapsed == 0 {
+		p.MaxElapsed = DefaultMaxElapsed
+	}
+}
+
+// WithDefaults returns p with its zero fields set to the defaults.
+func (p RetryPolicy) WithDefaults() RetryPolicy {
+	p.setDefaults()
+	return p
+}
+
+// Validate reports every rule p breaks once its zero fields take the
+// defaults, joined; each error wraps ErrInvalidPolicy. Intervals and
+// MaxElapsed must be positive, MaxInterval at least InitialInterval,
+// Multiplier at least 1, Jitter within [0, 1], MaxAttempts at least 1.
+func (p RetryPolicy) Validate() error {
+	p.setDefaults()
+	var errs []error
+	bad := func(format string, a ...any) {
+		errs = append(errs, fmt.Errorf("%w: %s", ErrInvalidPolicy, fmt.Sprintf(format, a...)))
+	}
+	if p.InitialInterval < 0 {
+		bad("initial_interval: must be positive, got %s", p.InitialInterval)
+	}
+	if p.MaxInterval < 0 {
+		bad("max_interval: must be positive, got %s", p.MaxInterval)
+	}
+	if p.InitialInterval > 0 && p.MaxInterval > 0 && p.MaxInterval < p.InitialInterval {
+		bad("max_interval: %s is less than initial_interval %s", p.MaxInterval, p.InitialInterval)
+	}
+	if p.Multiplier < 1 {
+		bad("multiplier: must be at least 1, got %g", p.Multiplier)
+	}
+	if p.Jitter < 0 || p.Jitter > 1 {
+		bad("jitter: must be within [0, 1], got %g", p.Jitter)
+	}
+	if p.MaxAttempts < 1 {
+		bad("max_attempts: must be at least 1, got %d", p.MaxAttempts)
+	}
+	if p.MaxElapsed < 0 {
+		bad("max_elapsed: must be positive, got %s", p.MaxElapsed)
+	}
+	return errors.Join(errs...)
+}
+
+// NewBackOff returns the backoff.BackOff of the policy (its zero fields
+// taking the defaults), measuring elapsed time on clock (nil: SystemClock).
+// Its NextBackOff returns backoff.Stop once MaxAttempts-1 waits have been
+// handed out or the next wait would end past MaxElapsed. Call Reset before
+// the first attempt (backoff.Retry does).
+func (p RetryPolicy) NewBackOff(clock backoff.Clock) *RetryBackOff {
+	p.setDefaults()
+	if clock == nil {
+		clock = SystemClock
+	}
+	exp := backoff.NewExponentialBackOff(
+		backoff.WithInitialInterval(p.InitialInterval),
+		backoff.WithMaxInterval(p.MaxInterval),
+		backoff.WithMultiplier(p.Multiplier),
+		backoff.WithRandomizationFactor(p.Jitter),
+		backoff.WithMaxElapsedTime(p.MaxElapsed),
+		backoff.WithClockProvider(clock),
+	)
+	retries := uint64(0)
+	if p.MaxAttempts > 1 {
+		retries = uint64(p.MaxAttempts - 1)
+	}
+	return &RetryBackOff{policy: p, exp: exp, tries: backoff.WithMaxRetries(exp, retries)}
+}
+
+// RetryBackOff is the backoff.BackOff a RetryPolicy builds: exponential
+// with jitter, bounded by attempts and elapsed time, and honouring a
+// retry-after hint (SetRetryAfter). It is not safe for concurrent use (nor
+// is backoff's ExponentialBackOff).
+type RetryBackOff struct {
+	policy RetryPolicy
+	exp    *backoff.ExponentialBackOff
+	tries  backoff.BackOff
+	hint   time.Duration
+}
+
+var _ backoff.BackOff = (*RetryBackOff)(nil)
+
+// SetRetryAfter makes the next wait at least d, the retry-after hint of
+// the failure just seen (see RetryAfter). The hint is capped at
+// MaxInterval (set MaxInterval to the longest wait you accept), and a
+// wait that would end past MaxElapsed is not made: NextBackOff returns
+// backoff.Stop instead. The hint applies to one wait only.
+func (b *RetryBackOff) SetRetryAfter(d time.Duration) {
+	b.hint = d
+}
+
+// NextBackOff returns the wait before the next attempt, or backoff.Stop
+// when the attempts or the elapsed time are spent.
+func (b *RetryBackOff) NextBackOff() time.Duration {
+	hint := b.hint
+	b.hint = 0
+	next := b.tries.NextBackOff()
+	if next == backoff.Stop || hint <= next {
+		return next
+	}
+	hint = min(hint, b.policy.MaxInterval)
+	if hint <= next {
+		return next
+	}
+	if b.policy.MaxElapsed > 0 && b.exp.GetElapsedTime()+hint > b.policy.MaxElapsed {
+		return backoff.Stop
+	}
+	return hint
+}
+
+// Reset starts over: the attempts and the elapsed time count from now,
+// and any hint is dropped.
+func (b *RetryBackOff) Reset() {
+	b.hint = 0
+	b.tries.Reset()
+}
+
+// Policy returns the policy b follows, its defaults applied.
+func (b *RetryBackOff) Policy() RetryPolicy { return b.policy }

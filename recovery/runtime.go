@@ -1,0 +1,292 @@
+package recovery
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/turnstone-dev/turnstone/events"
+	"github.com/turnstone-dev/turnstone/projections"
+)
+
+// BreakersSession is the session token, in each tenant, whose log holds
+// the tenant's circuit breaker changes (breaker.changed), so every worker
+// sees the same breaker states and a replay shows when a provider was cut
+// off. Session tokens starting with "_" are Turnstone's own.
+const BreakersSession = "_breakers"
+
+// DefaultProvider is the provider assumed for a session whose events name
+// none.
+const DefaultProvider = "default"
+
+// runtimeEffect executes a command that needs the agent runtime. For
+// retry_turn, switch_provider, distill and pivot_strategy it runs a
+// strategy chain (Run) whose attempts are control requests; for
+// resume_session, abandon_turn and abort_session it records the effect in
+// the log and then tells the runtime. Every attempt is a recovery.attempted
+// event; the end is recovery.completed; a chain that ends failed pauses the
+// session.
+func (w *Worker) runtimeEffect(ctx context.Context, cmd Command, state *projections.Session) (string, int, error) {
+	offset := 0
+	if rec := state.Command(cmd.ID); rec != nil {
+		offset = rec.Attempts
+	}
+	switch cmd.Kind {
+	case KindResumeSession, KindAbandonTurn, KindAbortSession:
+		return w.logThenNotice(ctx, cmd, state, offset)
+	}
+	provider := cmd.Params.Provider
+	if provider == "" {
+		provider = state.Provider
+	}
+	if provider == "" {
+		provider = DefaultProvider
+	}
+	chain := w.chainFor(cmd, state)
+	var appendErr error
+	record := func(evs ...events.Event) {
+		if appendErr != nil {
+			return
+		}
+		if _, err := w.log.Append(ctx, evs); err != nil {
+			appendErr = err
+		}
+	}
+	opts := RunOptions{
+		Clock:         w.cfg.Clock,
+		Breaker:       w.breakers.Get(cmd.Tenant, provider),
+		AttemptOffset: offset,
+		OnAttempt: func(r AttemptRecord) {
+			record(w.attempted(cmd, r.Attempt, r.Strategy, r.Result, string(r.Class), r.Err, r.Duration))
+		},
+	}
+	res := Run(ctx, chain, func(ctx context.Context, s Strategy, n int) AttemptResult {
+		if appendErr != nil {
+			return AttemptResult{Err: &events.ErrorInfo{Message: "event log: " + appendErr.Error(), Kind: events.KindTransient}, Class: ClassResource}
+		}
+		switch s.Action {
+		case ActionPause:
+			if err := w.pauseSession(ctx, cmd, fmt.Sprintf("%s needs a person: %s", cmd.Kind, cmd.Reason)); err != nil {
+				return AttemptResult{Err: &events.ErrorInfo{Message: err.Error(), Kind: events.KindTransient}, Class: ClassResource}
+			}
+			return AttemptResult{OK: true, Detail: "session paused"}
+		case ActionAbort:
+			if err := w.pauseSession(ctx, cmd, fmt.Sprintf("aborted by %s: %s", cmd.ID, cmd.Reason)); err != nil {
+				return AttemptResult{Err: &events.ErrorInfo{Message: err.Error(), Kind: events.KindTransient}, Class: ClassResource}
+			}
+			return AttemptResult{OK: true, Detail: "session aborted"}
+		}
+		return w.control(ctx, cmd, s.Action, n, "")
+	}, opts)
+	if appendErr != nil {
+		return "", 0, appendErr
+	}
+	if res.Err != nil {
+		return "", 0, res.Err
+	}
+	detail := res.Detail
+	if len(res.Tried) > 0 {
+		detail += " (tried " + strings.Join(res.Tried, ", ") + ")"
+	}
+	evs := []events.Event{w.completed(cmd, res.Outcome, res.Strategy, offset+res.Attempts, detail)}
+	if _, err := w.log.Append(ctx, evs); err != nil {
+		return "", 0, err
+	}
+	if res.Outcome == events.OutcomeFailed {
+		if err := w.pauseSession(ctx, cmd, fmt.Sprintf("recovery %s failed: %s", cmd.ID, res.Detail)); err != nil {
+			return "", 0, err
+		}
+	}
+	w.l.Info().Str("command", cmd.ID).Str("session", cmd.Tenant+"/"+cmd.Session).Str("outcome", res.Outcome).
+		Str("strategy", res.Strategy).Int("attempts", res.Attempts).Msg(detail)
+	return res.Outcome, offset + res.Attempts, nil
+}
+
+// chainFor picks the strategy chain: a retry_turn follows the chain of its
+// error's class (Params.ErrorClass, else the class of the turn's error);
+// the other kinds try their own action, then pause.
+func (w *Worker) chainFor(cmd Command, state *projections.Session) []Strategy {
+	own := func(action string, attempts int, needsProvider bool) []Strategy {
+		return []Strategy{
+			{Name: string(cmd.Kind), Action: action, Attempts: attempts, NeedsProvider: needsProvider},
+			{Name: StrategyPause, Action: ActionPause, Attempts: 1},
+		}
+	}
+	switch cmd.Kind {
+	case KindSwitchProvider:
+		return own(ActionSwitchProvider, 2, false)
+	case KindDistill:
+		return own(ActionDistill, 2, true)
+	case KindPivotStrategy:
+		return own(ActionPivotStrategy, 1, true)
+	}
+	class := Class(cmd.Params.ErrorClass)
+	if !class.Valid() {
+		class = ClassUnknown
+		if t := state.Turn(cmd.Turn); t != nil && t.Error != nil {
+			class = Classify(*t.Error)
+		} else if state.Errors.Last != nil {
+			class = Classify(state.Errors.Last.Error)
+		}
+	}
+	return w.chains.For(class)
+}
+
+// control sends one control request and turns the reply (or its absence)
+// into an AttemptResult.
+func (w *Worker) control(ctx context.Context, cmd Command, action string, attempt int, notice string) AttemptResult {
+	req := ControlRequest{
+		CommandID: cmd.ID, Attempt: attempt, Action: action, Tenant: cmd.Tenant, Session: cmd.Session,
+		Turn: cmd.Turn, Params: cmd.Params, Reason: cmd.Reason, Notice: notice,
+		DeadlineMS: w.cfg.ControlTimeout.Milliseconds(),
+	}
+	body, _ := json.Marshal(req)
+	rctx, cancel := context.WithTimeout(ctx, w.cfg.ControlTimeout)
+	defer cancel()
+	msg, err := w.nc.RequestWithContext(rctx, ControlSubject(cmd.Tenant, cmd.Session), body)
+	switch {
+	case errors.Is(err, nats.ErrNoResponders):
+		return AttemptResult{Class: ClassRuntimeUnavailable, Err: &events.ErrorInfo{
+			Message: "no runtime answers " + ControlSubject(cmd.Tenant, cmd.Session) + ": nats: no responders", Kind: events.KindTransient}}
+	case errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout):
+		if ctx.Err() != nil {
+			return AttemptResult{Err: &events.ErrorInfo{Message: ctx.Err().Error(), Kind: events.KindTransient}, Class: ClassTimeout}
+		}
+		return AttemptResult{Class: ClassTimeout, Err: &events.ErrorInfo{
+			Message: fmt.Sprintf("the runtime did not answer %s within %s", action, w.cfg.ControlTimeout), Kind: events.KindTransient}}
+	case err != nil:
+		return AttemptResult{Class: ClassNetwork, Err: &events.ErrorInfo{Message: err.Error(), Kind: events.KindTransient}}
+	}
+	var reply ControlReply
+	if err := json.Unmarshal(msg.Data, &reply); err != nil {
+		return AttemptResult{Class: ClassParseError, Err: &events.ErrorInfo{Message: "control reply is not JSON: " + err.Error(), Kind: events.KindLogic}}
+	}
+	switch reply.Outcome {
+	case ReplyOK:
+		return AttemptResult{OK: true, Degraded: reply.Degraded, Detail: reply.Detail}
+	case ReplyRejected:
+		return AttemptResult{Class: ClassInvalidRequest, Detail: reply.Detail, Err: &events.ErrorInfo{
+			Message: "the runtime rejected " + action + ": " + reply.Detail, Kind: events.KindLogic}}
+	}
+	e := reply.Error
+	if e == nil {
+		e = &events.ErrorInfo{Message: "the runtime failed " + action + ": " + reply.Detail, Kind: events.KindUnknown}
+	}
+	return AttemptResult{Err: e, Detail: reply.Detail}
+}
+
+// logThenNotice records a resume, an abandoned turn or an abort in the log
+// and then tells the runtime. The log effect is the recovery; a runtime
+// that does not hear of it makes the outcome degraded, not failed (an
+// abort is failed by nature: the session is given up).
+func (w *Worker) logThenNotice(ctx context.Context, cmd Command, state *projections.Session, offset int) (string, int, error) {
+	var evs []events.Event
+	var detail, action, notice string
+	switch cmd.Kind {
+	case KindResumeSession:
+		action, detail = ActionResumeSession, "resumed"
+		if state.Paused {
+			evs = append(evs, w.event(cmd, cmd.Session, "", "resume", &events.SessionResumed{Reason: cmd.Reason}))
+		} else {
+			detail = "was not paused"
+		}
+	case KindAbandonTurn:
+		action = ActionNotice
+		t := state.Turn(cmd.Turn)
+		switch {
+		case t == nil:
+			detail = "turn " + cmd.Turn + " is not in the log"
+		case t.Ended():
+			detail = fmt.Sprintf("turn %s already ended (%s)", cmd.Turn, t.Status)
+		default:
+			evs = append(evs, w.event(cmd, cmd.Session, cmd.Turn, "abandon", &events.TurnAbandoned{LastStage: t.LastStage, Reason: cmd.Reason}))
+			last := string(t.LastStage)
+			if last == "" {
+				last = "none"
+			}
+			detail = fmt.Sprintf("turn %s abandoned after stage %s: %s", cmd.Turn, last, cmd.Reason)
+			notice = detail
+		}
+	case KindAbortSession:
+		action = ActionNotice
+		d := cmd.Diagnostics
+		detail = fmt.Sprintf("aborted: %s; tried: %s; config: %s", d.Failed, strings.Join(d.Tried, ", "), configLine(d.Config))
+		notice = detail
+		evs = append(evs, w.event(cmd, cmd.Session, "", "abort", &events.SessionPaused{Reason: events.MaskString("aborted: " + d.Failed)}))
+	}
+	n := offset + 1
+	if len(evs) > 0 {
+		if _, err := w.log.Append(ctx, evs, events.ExpectLastSeq(state.LastSeq)); err != nil {
+			return "", 0, err
+		}
+	}
+	outcome := events.OutcomeRecovered
+	if cmd.Kind == KindAbortSession {
+		outcome = events.OutcomeFailed
+	}
+	start := time.Now()
+	var res AttemptResult
+	if notice != "" || cmd.Kind == KindResumeSession {
+		res = w.control(ctx, cmd, action, n, notice)
+	} else {
+		res = AttemptResult{OK: true}
+	}
+	result, class := "ok", ""
+	if !res.OK {
+		result, class = "failed", string(res.Class)
+		if outcome == events.OutcomeRecovered {
+			outcome = events.OutcomeDegraded
+			detail += "; the runtime was not told: " + res.Err.Message
+		}
+	}
+	done := []events.Event{
+		w.attempted(cmd, n, string(cmd.Kind), result, class, res.Err, time.Since(start)),
+		w.completed(cmd, outcome, string(cmd.Kind), n, detail),
+	}
+	if _, err := w.log.Append(ctx, done); err != nil {
+		return "", 0, err
+	}
+	return outcome, n, nil
+}
+
+func configLine(c map[string]string) string {
+	if len(c) == 0 {
+		return "none"
+	}
+	var parts []string
+	for k, v := range c {
+		parts = append(parts, k+"="+v)
+	}
+	sort.Strings(parts)
+	return events.MaskString(strings.Join(parts, " "))
+}
+
+// pauseSession appends session.paused unless the session is paused.
+func (w *Worker) pauseSession(ctx context.Context, cmd Command, reason string) error {
+	state, err := w.restore(ctx, cmd.Tenant, cmd.Session)
+	if err != nil {
+		return err
+	}
+	if state.Paused {
+		return nil
+	}
+	_, err = w.log.Append(ctx, []events.Event{w.event(cmd, cmd.Session, "", "pause/"+reasonKey(reason), &events.SessionPaused{Reason: events.MaskString(reason)})})
+	return err
+}
+
+func reasonKey(s string) string {
+	if len(s) > 16 {
+		s = s[:16]
+	}
+	return strings.Map(func(r rune) rune {
+		if r >= 'a' && r <= 'z' || r >= '0' && r <= '9' {
+			return r
+		}
+		return '_'
+	}, strings.ToLower(s))
+}

@@ -1,0 +1,210 @@
+package recovery
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/turnstone-dev/turnstone/events"
+)
+
+// Names of the recovery side on JetStream.
+const (
+	// Stream holds every recovery command.
+	Stream = "AGENT_RECOVERY"
+	// CommandSubjectPrefix starts the subject commands are published to:
+	// agent.cmd.<tenant>.<session>; they are stored as
+	// agent.cmd.<partition>.<tenant>.<session>.
+	CommandSubjectPrefix = "agent.cmd"
+	// PriorityGroup is the priority group the workers pull in; the
+	// consumers pin each partition to one of its members.
+	PriorityGroup = "workers"
+	// StatusBucket is the key-value bucket of command statuses (key: the
+	// command id), which `engine recovery list` reads.
+	StatusBucket = "turnstone_commands"
+	// CommandMaxAge is how long the stream keeps a command.
+	CommandMaxAge = 30 * 24 * time.Hour
+)
+
+// CommandSubject is the subject a command for the session is published to.
+func CommandSubject(tenant, session string) string {
+	return CommandSubjectPrefix + "." + tenant + "." + session
+}
+
+// ConsumerName is the durable consumer of partition p: "recovery-p<p>".
+func ConsumerName(p int) string { return "recovery-p" + strconv.Itoa(p) }
+
+// StreamConfig is the AGENT_RECOVERY stream for partitions partitions and
+// replicas replicas: agent.cmd.*.* stored as
+// agent.cmd.{{partition(P,1,2)}}.<tenant>.<session> (the same hash as the
+// events, so a session's commands and events share a partition number),
+// file storage, 5-minute duplicate window (command ids are deterministic, so
+// a repeated detection is stored once), commands kept CommandMaxAge.
+func StreamConfig(partitions, replicas int) jetstream.StreamConfig {
+	if replicas < 1 {
+		replicas = 1
+	}
+	return jetstream.StreamConfig{
+		Name:        Stream,
+		Description: "Turnstone recovery commands, partitioned by session",
+		Subjects:    []string{CommandSubjectPrefix + ".*.*"},
+		SubjectTransform: &jetstream.SubjectTransformConfig{
+			Source:      CommandSubjectPrefix + ".*.*",
+			Destination: fmt.Sprintf("%s.{{partition(%d,1,2)}}.{{wildcard(1)}}.{{wildcard(2)}}", CommandSubjectPrefix, partitions),
+		},
+		Retention:   jetstream.LimitsPolicy,
+		MaxAge:      CommandMaxAge,
+		Storage:     jetstream.FileStorage,
+		Replicas:    replicas,
+		Duplicates:  events.DefaultDuplicateWindow,
+		AllowDirect: true,
+	}
+}
+
+// DeliveryConfig sets how the partition consumers deliver.
+type DeliveryConfig struct {
+	// AckWait is how long a worker may hold a command without acking or
+	// signalling progress before it is redelivered. Workers signal
+	// progress while a command runs, so this bounds how long a dead
+	// worker's command waits. Default 30 seconds.
+	AckWait time.Duration
+	// MaxDeliver is how many times a command is delivered before it is
+	// parked. Default 5.
+	MaxDeliver int
+	// PinnedTTL is how long a partition stays pinned to a worker that
+	// stopped pulling before NATS pins another. Default 10 seconds.
+	PinnedTTL time.Duration
+}
+
+func (c *DeliveryConfig) setDefaults() {
+	if c.AckWait == 0 {
+		c.AckWait = 30 * time.Second
+	}
+	if c.MaxDeliver == 0 {
+		c.MaxDeliver = 5
+	}
+	if c.PinnedTTL == 0 {
+		c.PinnedTTL = 10 * time.Second
+	}
+}
+
+// Validate reports every out-of-range field, joined.
+func (c *DeliveryConfig) Validate() error {
+	var errs []error
+	if c.AckWait < 0 {
+		errs = append(errs, fmt.Errorf("ack wait: must not be negative, got %s", c.AckWait))
+	}
+	if c.MaxDeliver < 0 {
+		errs = append(errs, fmt.Errorf("max deliver: must not be negative, got %d", c.MaxDeliver))
+	}
+	if c.PinnedTTL < 0 {
+		errs = append(errs, fmt.Errorf("pinned ttl: must not be negative, got %s", c.PinnedTTL))
+	}
+	return errors.Join(errs...)
+}
+
+// ConsumerConfig is the durable pull consumer of partition p: explicit
+// ack, MaxAckPending 1 (one command of the partition at a time, so a
+// session's commands run one by one and in order), and the pinned_client
+// priority policy on PriorityGroup (NATS delivers the partition to one
+// worker and moves it when that worker stops pulling; ADR-42).
+func ConsumerConfig(p int, c DeliveryConfig) jetstream.ConsumerConfig {
+	c.setDefaults()
+	return jetstream.ConsumerConfig{
+		Durable:        ConsumerName(p),
+		Description:    fmt.Sprintf("Turnstone recovery commands of partition %d", p),
+		FilterSubject:  fmt.Sprintf("%s.%d.>", CommandSubjectPrefix, p),
+		AckPolicy:      jetstream.AckExplicitPolicy,
+		AckWait:        c.AckWait,
+		MaxDeliver:     c.MaxDeliver,
+		MaxAckPending:  1,
+		DeliverPolicy:  jetstream.DeliverAllPolicy,
+		PriorityPolicy: jetstream.PriorityPolicyPinned,
+		PriorityGroups: []string{PriorityGroup},
+		PinnedTTL:      c.PinnedTTL,
+	}
+}
+
+// Setup creates or updates AGENT_RECOVERY (with the event log's partition
+// count), one consumer per partition, and the status bucket. It is
+// idempotent; workers and the engine both call it.
+func Setup(ctx context.Context, log *events.Log, c DeliveryConfig) (jetstream.KeyValue, error) {
+	if err := c.Validate(); err != nil {
+		return nil, fmt.Errorf("set up recovery: %w", err)
+	}
+	js := log.JetStream()
+	replicas := log.Config().Replicas
+	partitions := log.Partitions()
+	if _, err := js.CreateOrUpdateStream(ctx, StreamConfig(partitions, replicas)); err != nil {
+		return nil, fmt.Errorf("set up recovery: stream %s: %w", Stream, err)
+	}
+	for p := 0; p < partitions; p++ {
+		if _, err := js.CreateOrUpdateConsumer(ctx, Stream, ConsumerConfig(p, c)); err != nil {
+			return nil, fmt.Errorf("set up recovery: consumer %s: %w", ConsumerName(p), err)
+		}
+	}
+	kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+		Bucket:      StatusBucket,
+		Description: "Turnstone recovery command statuses",
+		Storage:     jetstream.FileStorage,
+		Replicas:    replicas,
+		History:     1,
+		TTL:         CommandMaxAge,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("set up recovery: bucket %s: %w", StatusBucket, err)
+	}
+	return kv, nil
+}
+
+// Issue publishes a command to agent.cmd.<tenant>.<session> with its id as
+// Nats-Msg-Id, and returns the stream sequence it is stored at and whether
+// JetStream dropped it as a duplicate of the same command issued within
+// the duplicate window. Errors: ErrInvalidCommand (nothing sent), or the
+// publish's error.
+func Issue(ctx context.Context, js jetstream.JetStream, cmd Command) (seq uint64, duplicate bool, err error) {
+	if err := cmd.Validate(); err != nil {
+		return 0, false, fmt.Errorf("issue command: %w", err)
+	}
+	body, err := json.Marshal(cmd)
+	if err != nil {
+		return 0, false, fmt.Errorf("issue command %s: %w", cmd.ID, err)
+	}
+	ack, err := js.Publish(ctx, CommandSubject(cmd.Tenant, cmd.Session), body,
+		jetstream.WithMsgID(cmd.ID), jetstream.WithExpectStream(Stream))
+	if err != nil {
+		return 0, false, fmt.Errorf("issue command %s: %w", cmd.ID, err)
+	}
+	return ack.Sequence, ack.Duplicate, nil
+}
+
+// Status is what the status bucket holds for a command: its State
+// ("running", "completed", "parked", "skipped"), Outcome once completed,
+// Attempts so far, the Worker that last ran it, Reason (for parked and
+// skipped commands), the stream sequence of the command (Seq) and when the
+// status last changed.
+type Status struct {
+	ID        string    `json:"id"`
+	Kind      Kind      `json:"kind"`
+	Tenant    string    `json:"tenant"`
+	Session   string    `json:"session"`
+	Seq       uint64    `json:"seq"`
+	State     string    `json:"state"`
+	Outcome   string    `json:"outcome,omitempty"`
+	Attempts  int       `json:"attempts,omitempty"`
+	Worker    string    `json:"worker,omitempty"`
+	Reason    string    `json:"reason,omitempty"`
+	UpdatedAt time.Time `json:"updated_at"`
+}
+
+// Command states in the status bucket.
+const (
+	StateRunning   = "running"
+	StateCompleted = "completed"
+	StateParked    = "parked"
+	StateSkipped   = "skipped"
+)

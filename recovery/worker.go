@@ -1,0 +1,424 @@
+package recovery
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+	"github.com/turnstone-dev/turnstone/events"
+	"github.com/turnstone-dev/turnstone/projections"
+)
+
+// WorkerConfig configures a Worker. The zero value takes the defaults.
+type WorkerConfig struct {
+	// Name identifies the worker in recovery.attempted events and in the
+	// status bucket. Default "<hostname>-<pid>".
+	Name string
+	// Delivery configures the partition consumers (see DeliveryConfig).
+	Delivery DeliveryConfig
+	// ControlTimeout bounds each control request to the runtime. Default
+	// 10 seconds.
+	ControlTimeout time.Duration
+	// ConflictRetries is how many times a command is re-planned when the
+	// session changed between the worker's read and its append. Default 8.
+	ConflictRetries int
+	// Chains overrides the default strategy chains per error class (see
+	// DefaultChains); classes it does not name keep theirs.
+	Chains Chains
+	// Breaker configures the circuit breaker of each tenant's provider.
+	Breaker BreakerConfig
+	// Clock is the time source of retries and breakers (nil: SystemClock).
+	Clock Clock
+}
+
+func (c *WorkerConfig) setDefaults() {
+	if c.Name == "" {
+		host, _ := os.Hostname()
+		c.Name = host + "-" + strconv.Itoa(os.Getpid())
+	}
+	c.Delivery.setDefaults()
+	if c.ControlTimeout == 0 {
+		c.ControlTimeout = 10 * time.Second
+	}
+	if c.ConflictRetries == 0 {
+		c.ConflictRetries = 8
+	}
+}
+
+// Validate reports every out-of-range field, joined.
+func (c *WorkerConfig) Validate() error {
+	errs := []error{c.Delivery.Validate(), c.Breaker.Validate()}
+	if c.Chains != nil {
+		errs = append(errs, c.Chains.Validate())
+	}
+	if c.ControlTimeout < 0 {
+		errs = append(errs, fmt.Errorf("control timeout: must not be negative, got %s", c.ControlTimeout))
+	}
+	if c.ConflictRetries < 0 {
+		errs = append(errs, fmt.Errorf("conflict retries: must not be negative, got %d", c.ConflictRetries))
+	}
+	return errors.Join(errs...)
+}
+
+// Worker executes recovery commands. It pulls from every partition's
+// consumer in PriorityGroup; NATS pins each partition to one worker of the
+// group, so a session's commands run one at a time, in publish order, and
+// move to another worker when this one dies. Each command's effect, attempts
+// and outcome are appended to the session's own log.
+type Worker struct {
+	nc    *nats.Conn
+	log   *events.Log
+	store *projections.SnapshotStore
+	cfg   WorkerConfig
+	l     zerolog.Logger
+
+	chains   Chains
+	breakers *Breakers
+	follower *events.Follower
+
+	kv     jetstream.KeyValue
+	ccs    []jetstream.ConsumeContext
+	runCtx context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+}
+
+// NewWorker returns a worker that executes commands against log, talking to
+// runtimes over nc. logger may be nil.
+func NewWorker(nc *nats.Conn, log *events.Log, cfg WorkerConfig, logger *zerolog.Logger) (*Worker, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("new worker: %w", err)
+	}
+	cfg.setDefaults()
+	store, err := projections.NewSnapshotStore(log.JetStream(), projections.SnapshotConfig{})
+	if err != nil {
+		return nil, fmt.Errorf("new worker: %w", err)
+	}
+	w := &Worker{nc: nc, log: log, store: store, cfg: cfg, l: zerolog.Nop(), chains: DefaultChains().Override(cfg.Chains)}
+	if logger != nil {
+		w.l = logger.With().Str("worker", cfg.Name).Logger()
+	}
+	bcfg := cfg.Breaker
+	bcfg.Clock = cfg.Clock
+	bcfg.OnChange = w.recordBreaker
+	if w.breakers, err = NewBreakers(bcfg); err != nil {
+		return nil, fmt.Errorf("new worker: %w", err)
+	}
+	return w, nil
+}
+
+// Name is the worker's name.
+func (w *Worker) Name() string { return w.cfg.Name }
+
+// Open sets up the recovery stream and consumers (idempotently) and starts
+// pulling from every partition. Commands run on goroutines the worker owns
+// until Close.
+func (w *Worker) Open(ctx context.Context) error {
+	kv, err := Setup(ctx, w.log, w.cfg.Delivery)
+	if err != nil {
+		return fmt.Errorf("open worker: %w", err)
+	}
+	w.kv = kv
+	w.runCtx, w.cancel = context.WithCancel(context.Background())
+	// Mirror the breaker changes every worker records.
+	w.follower, err = w.log.Follow(w.runCtx, events.FollowOptions{Session: BreakersSession}, w.mirrorBreaker)
+	if err != nil {
+		w.stop()
+		return fmt.Errorf("open worker: follow breakers: %w", err)
+	}
+	js := w.log.JetStream()
+	for p := 0; p < w.log.Partitions(); p++ {
+		cons, err := js.Consumer(ctx, Stream, ConsumerName(p))
+		if err != nil {
+			w.stop()
+			return fmt.Errorf("open worker: consumer %s: %w", ConsumerName(p), err)
+		}
+		cc, err := cons.Consume(w.handle, jetstream.PullPriorityGroup(PriorityGroup), jetstream.PullMaxMessages(1))
+		if err != nil {
+			w.stop()
+			return fmt.Errorf("open worker: consume %s: %w", ConsumerName(p), err)
+		}
+		w.ccs = append(w.ccs, cc)
+	}
+	w.l.Info().Int("partitions", w.log.Partitions()).Msg("worker joined the recovery group")
+	return nil
+}
+
+func (w *Worker) stop() {
+	for _, cc := range w.ccs {
+		cc.Stop()
+	}
+	if w.follower != nil {
+		w.follower.Stop()
+	}
+	if w.cancel != nil {
+		w.cancel()
+	}
+}
+
+// Close stops pulling, lets the command in progress on each partition
+// finish (or ctx end), and returns. A command cut short is redelivered to
+// another worker after the consumer's AckWait.
+func (w *Worker) Close(ctx context.Context) error {
+	for _, cc := range w.ccs {
+		cc.Drain()
+	}
+	done := make(chan struct{})
+	go func() {
+		for _, cc := range w.ccs {
+			<-cc.Closed()
+		}
+		w.wg.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+		w.stop()
+		return nil
+	case <-ctx.Done():
+		w.stop()
+		return fmt.Errorf("close worker: %w", ctx.Err())
+	}
+}
+
+// handle runs one delivered command to its end: ack when its outcome is
+// recorded (or it was already), park it after its last delivery, or nak it
+// for a later redelivery when the log or JetStream failed.
+func (w *Worker) handle(msg jetstream.Msg) {
+	w.wg.Add(1)
+	defer w.wg.Done()
+	ctx := w.runCtx
+	meta, err := msg.Metadata()
+	if err != nil {
+		_ = msg.Term()
+		return
+	}
+	var cmd Command
+	if err = json.Unmarshal(msg.Data(), &cmd); err == nil {
+		err = cmd.Validate()
+	} else {
+		err = fmt.Errorf("%w: %v", ErrInvalidCommand, err)
+	}
+	if err != nil {
+		w.l.Error().Err(err).Uint64("seq", meta.Sequence.Stream).Msg("command refused")
+		if events.ValidToken(cmd.Tenant) && events.ValidToken(cmd.Session) && cmd.ID != "" {
+			if cmd.Kind == "" {
+				cmd.Kind = "unknown"
+			}
+			_ = w.park(ctx, cmd, meta, "invalid command: "+err.Error())
+		}
+		_ = msg.TermWithReason("invalid command")
+		return
+	}
+	stop := keepAlive(msg, w.cfg.Delivery.AckWait)
+	err = w.execute(ctx, cmd, meta)
+	stop()
+	if err == nil {
+		if err := msg.DoubleAck(ctx); err != nil {
+			w.l.Warn().Err(err).Str("command", cmd.ID).Msg("ack lost; the command will be redelivered and found done")
+		}
+		return
+	}
+	if int(meta.NumDelivered) >= w.cfg.Delivery.MaxDeliver {
+		if perr := w.park(ctx, cmd, meta, fmt.Sprintf("failed on all %d deliveries: %v", meta.NumDelivered, err)); perr != nil {
+			w.l.Error().Err(perr).Str("command", cmd.ID).Msg("park failed; leaving the command for redelivery")
+			_ = msg.NakWithDelay(w.cfg.Delivery.AckWait)
+			return
+		}
+		_ = msg.Term()
+		return
+	}
+	delay := time.Duration(meta.NumDelivered) * time.Second
+	w.l.Warn().Err(err).Str("command", cmd.ID).Uint64("delivery", meta.NumDelivered).Dur("retry_in", delay).Msg("command failed; will be redelivered")
+	_ = msg.NakWithDelay(delay)
+}
+
+// keepAlive tells JetStream the command is still being worked on, every
+// third of ackWait, until the returned stop is called.
+func keepAlive(msg jetstream.Msg, ackWait time.Duration) (stop func()) {
+	done := make(chan struct{})
+	go func() {
+		t := time.NewTicker(ackWait / 3)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+				_ = msg.InProgress()
+			}
+		}
+	}()
+	return func() { close(done) }
+}
+
+// commandsAllowedWhilePaused may run on a paused session; the others are
+// parked until it is resumed.
+func allowedWhilePaused(k Kind) bool {
+	switch k {
+	case KindResumeSession, KindAbortSession, KindPauseSession, KindRepairOrphans, KindAbandonTurn, KindRewindSession, KindForkSession:
+		return true
+	}
+	return false
+}
+
+// execute brings the command to a recorded outcome. It returns an error
+// only when the outcome could not be recorded (the log or JetStream
+// failed): then the command is delivered again and finds the state as it
+// left it.
+func (w *Worker) execute(ctx context.Context, cmd Command, meta *jetstream.MsgMetadata) error {
+	for try := 0; ; try++ {
+		state, err := w.restore(ctx, cmd.Tenant, cmd.Session)
+		if err != nil {
+			return err
+		}
+		if rec := state.Command(cmd.ID); rec != nil && state.CommandDone(cmd.ID) {
+			w.l.Info().Str("command", cmd.ID).Msg("already done; skipped")
+			return w.setStatus(ctx, cmd, meta, StateCompleted, rec.Outcome, rec.Attempts, "")
+		}
+		if state.Paused && !allowedWhilePaused(cmd.Kind) {
+			return w.park(ctx, cmd, meta, "session paused: "+state.PauseReason)
+		}
+		_ = w.setStatus(ctx, cmd, meta, StateRunning, "", 0, "")
+		var run effect
+		switch {
+		case cmd.Kind == KindForkSession:
+			run = w.forkEffect
+		case cmd.Kind.NeedsRuntime() || cmd.Kind == KindResumeSession || cmd.Kind == KindAbandonTurn || cmd.Kind == KindAbortSession:
+			run = w.runtimeEffect
+		default:
+			run = w.logEffect
+		}
+		outcome, attempts, err := run(ctx, cmd, state)
+		if errors.Is(err, events.ErrConflict) && try < w.cfg.ConflictRetries {
+			continue // the session moved on: read it again and decide again
+		}
+		if err != nil {
+			return err
+		}
+		return w.setStatus(ctx, cmd, meta, StateCompleted, outcome, attempts, "")
+	}
+}
+
+type effect func(ctx context.Context, cmd Command, state *projections.Session) (outcome string, attempts int, err error)
+
+func (w *Worker) restore(ctx context.Context, tenant, session string) (*projections.Session, error) {
+	s, err := projections.Restore(ctx, w.log, w.store, tenant, session)
+	if errors.Is(err, events.ErrSessionNotFound) {
+		return &projections.Session{Tenant: tenant, Session: session}, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read session %s/%s: %w", tenant, session, err)
+	}
+	return s, nil
+}
+
+// event builds an event the worker writes for cmd, with an id derived from
+// the command id and key, so a repeat of the same step is stored once.
+func (w *Worker) event(cmd Command, session, turn, key string, p events.Payload) events.Event {
+	at := cmd.IssuedAt
+	if at.IsZero() {
+		at = time.Unix(0, 0)
+	}
+	ev, _ := events.NewAt(time.Now().UTC(), events.DeterministicID(at, cmd.ID+"/"+session+"/"+key), cmd.Tenant, session, turn, p)
+	ev.Source = "urn:turnstone:worker:" + w.cfg.Name
+	return ev
+}
+
+func (w *Worker) attempted(cmd Command, n int, strategy, result string, class string, e *events.ErrorInfo, d time.Duration) events.Event {
+	return w.event(cmd, cmd.Session, "", fmt.Sprintf("attempt/%d", n), &events.RecoveryAttempted{
+		CommandID: cmd.ID, Kind: string(cmd.Kind), Attempt: n, Strategy: strategy, Worker: w.cfg.Name,
+		Result: result, Class: class, Error: e, DurationMS: d.Milliseconds(),
+	})
+}
+
+func (w *Worker) completed(cmd Command, outcome, strategy string, attempts int, detail string) events.Event {
+	return w.event(cmd, cmd.Session, "", "completed", &events.RecoveryCompleted{
+		CommandID: cmd.ID, Kind: string(cmd.Kind), Outcome: outcome, Strategy: strategy, Attempts: attempts, Detail: events.MaskString(detail),
+	})
+}
+
+// park sets the command aside: recovery.parked in the session's log, the
+// session paused (so nothing of it runs out of order after the gap), and
+// the status bucket updated.
+func (w *Worker) park(ctx context.Context, cmd Command, meta *jetstream.MsgMetadata, reason string) error {
+	reason = events.MaskString(reason)
+	state, err := w.restore(ctx, cmd.Tenant, cmd.Session)
+	if err != nil {
+		return err
+	}
+	evs := []events.Event{w.event(cmd, cmd.Session, "", "parked", &events.RecoveryParked{
+		CommandID: cmd.ID, Kind: string(cmd.Kind), Reason: reason, Deliveries: int(meta.NumDelivered),
+	})}
+	if !state.Paused {
+		evs = append(evs, w.event(cmd, cmd.Session, "", "parked/pause", &events.SessionPaused{
+			Reason: fmt.Sprintf("command %s (%s) parked: %s", cmd.ID, cmd.Kind, reason),
+		}))
+	}
+	if _, err := w.log.Append(ctx, evs); err != nil {
+		return fmt.Errorf("park %s: %w", cmd.ID, err)
+	}
+	w.l.Warn().Str("command", cmd.ID).Str("session", cmd.Tenant+"/"+cmd.Session).Str("reason", reason).Msg("command parked; session paused")
+	return w.setStatus(ctx, cmd, meta, StateParked, "", 0, reason)
+}
+
+func (w *Worker) setStatus(ctx context.Context, cmd Command, meta *jetstream.MsgMetadata, state, outcome string, attempts int, reason string) error {
+	if w.kv == nil {
+		return nil
+	}
+	st := Status{ID: cmd.ID, Kind: cmd.Kind, Tenant: cmd.Tenant, Session: cmd.Session, State: state, Outcome: outcome,
+		Attempts: attempts, Worker: w.cfg.Name, Reason: reason, UpdatedAt: time.Now().UTC()}
+	if meta != nil {
+		st.Seq = meta.Sequence.Stream
+	}
+	b, _ := json.Marshal(st)
+	if _, err := w.kv.Put(ctx, cmd.ID, b); err != nil {
+		return fmt.Errorf("status of %s: %w", cmd.ID, err)
+	}
+	return nil
+}
+
+// recordBreaker appends a breaker's change of state to its tenant's
+// BreakersSession log.
+func (w *Worker) recordBreaker(c BreakerChange) {
+	at := c.At
+	if at.IsZero() {
+		at = time.Now().UTC()
+	}
+	id := events.DeterministicID(at, fmt.Sprintf("%s/%s/%s/%s->%s/%d", w.cfg.Name, c.Tenant, c.Provider, c.From, c.To, at.UnixNano()))
+	ev, err := events.NewAt(at, id, c.Tenant, BreakersSession, "", c.Event())
+	if err == nil {
+		ev.Source = "urn:turnstone:worker:" + w.cfg.Name
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_, err = w.log.Append(ctx, []events.Event{ev})
+	}
+	if err != nil {
+		w.l.Warn().Err(err).Str("provider", c.Provider).Msg("breaker change not recorded")
+		return
+	}
+	w.l.Warn().Str("tenant", c.Tenant).Str("provider", c.Provider).Str("from", string(c.From)).Str("to", string(c.To)).Msg("circuit breaker changed")
+}
+
+// mirrorBreaker applies a breaker change recorded by any worker.
+func (w *Worker) mirrorBreaker(ev events.Event) {
+	if ev.Err != nil || ev.Type != events.TypeBreakerChanged {
+		return
+	}
+	p, err := ev.Payload()
+	if err != nil {
+		return
+	}
+	_ = w.breakers.Apply(ChangeFromEvent(ev.Tenant, ev.Time, p.(*events.BreakerChanged)))
+}
+
+// Breakers is the worker's registry of circuit breakers.
+func (w *Worker) Breakers() *Breakers { return w.breakers }
