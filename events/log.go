@@ -357,7 +357,7 @@ func (l *Log) ReadSession(ctx context.Context, tenant, session string, opts Read
 	if err != nil {
 		return fmt.Errorf("read session: %w", err)
 	}
-	if err := l.read(ctx, l.SessionSubject(tenant, session), last, opts, fn); err != nil {
+	if err := l.readDirect(ctx, l.SessionSubject(tenant, session), last, opts, fn); err != nil {
 		return fmt.Errorf("read session %s/%s: %w", tenant, session, err)
 	}
 	return nil
@@ -376,67 +376,10 @@ func (l *Log) ReadAll(ctx context.Context, opts ReadOptions, fn func(Event) erro
 	if info.State.Msgs == 0 {
 		return nil
 	}
-	if err := l.read(ctx, EventSubjectPrefix+".>", info.State.LastSeq, opts, fn); err != nil {
+	if err := l.readDirect(ctx, EventSubjectPrefix+".>", info.State.LastSeq, opts, fn); err != nil {
 		return fmt.Errorf("read log: %w", err)
 	}
 	return nil
-}
-
-func (l *Log) read(ctx context.Context, filter string, last uint64, opts ReadOptions, fn func(Event) error) error {
-	if opts.UntilSeq != 0 && opts.UntilSeq < last {
-		last = opts.UntilSeq
-	}
-	if opts.FromSeq > last {
-		return nil
-	}
-	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: []string{filter}, InactiveThreshold: time.Minute}
-	switch {
-	case opts.FromSeq > 0:
-		cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, opts.FromSeq
-	case !opts.FromTime.IsZero():
-		t := opts.FromTime
-		cfg.DeliverPolicy, cfg.OptStartTime = jetstream.DeliverByStartTimePolicy, &t
-	}
-	cctx, cancel := l.withTimeout(ctx)
-	cons, err := l.events.OrderedConsumer(cctx, cfg)
-	cancel()
-	if err != nil {
-		return unavailable(err)
-	}
-	if info := cons.CachedInfo(); info != nil && info.NumPending == 0 {
-		return nil // nothing at or after the start point
-	}
-	it, err := cons.Messages(jetstream.PullMaxMessages(512))
-	if err != nil {
-		return unavailable(err)
-	}
-	defer it.Stop()
-	// Messages blocks without a context; stop it when ctx ends.
-	stop := context.AfterFunc(ctx, it.Stop)
-	defer stop()
-	for {
-		msg, err := it.Next(jetstream.NextMaxWait(l.cfg.Timeout))
-		if err != nil {
-			if ctx.Err() != nil {
-				return ctx.Err()
-			}
-			return unavailable(err)
-		}
-		meta, err := msg.Metadata()
-		if err != nil {
-			return unavailable(err)
-		}
-		seq := meta.Sequence.Stream
-		if seq > last {
-			return nil
-		}
-		if err := fn(DecodeStored(msg.Subject(), seq, msg.Data())); err != nil {
-			return err
-		}
-		if seq == last || meta.NumPending == 0 {
-			return nil
-		}
-	}
 }
 
 // DecodeStored turns a message stored at stream sequence seq under subject

@@ -356,3 +356,31 @@ func TestFollowDeliversStoredThenNewEvents(t *testing.T) {
 		t.Fatal("follower did not stop when its context ended")
 	}
 }
+
+func TestReadSpansManyBatches(t *testing.T) {
+	l, _ := openLog(t, events.Config{})
+	ctx := context.Background()
+	var batch []events.Event
+	var want []string
+	for i := 0; i < 1300; i++ {
+		e := ev(t, "acme", "long", "", &events.SessionResumed{Reason: fmt.Sprint(i)})
+		want = append(want, e.ID)
+		batch = append(batch, e, ev(t, "acme", "other", "", &events.SessionResumed{}))
+	}
+	if _, err := l.Append(ctx, batch); err != nil {
+		t.Fatal(err)
+	}
+	got := readAll(t, l, "acme", "long", events.ReadOptions{})
+	if len(got) != len(want) {
+		t.Fatalf("read %d events, want %d", len(got), len(want))
+	}
+	for i := range got {
+		if got[i].ID != want[i] {
+			t.Fatalf("event %d out of order", i)
+		}
+	}
+	tail := readAll(t, l, "acme", "long", events.ReadOptions{FromSeq: got[1000].Seq, UntilSeq: got[1200].Seq})
+	if len(tail) != 201 || tail[0].ID != want[1000] || tail[200].ID != want[1200] {
+		t.Fatalf("range read: %d events", len(tail))
+	}
+}
