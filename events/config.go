@@ -99,7 +99,8 @@ func (c *Config) Validate() error {
 // EventsStreamConfig is the AGENT_EVENTS stream as wire contract version 1
 // defines it, for partitions partitions: file storage, subjects
 // agent.evt.*.* stored as agent.evt.<partition>.<tenant>.<session>, delete
-// and purge denied, discard new when full, direct get allowed.
+// and purge denied, discard new when full, direct get and atomic batch
+// publish allowed.
 func EventsStreamConfig(c Config, partitions int) jetstream.StreamConfig {
 	c.setDefaults()
 	return jetstream.StreamConfig{
@@ -122,6 +123,8 @@ func EventsStreamConfig(c Config, partitions int) jetstream.StreamConfig {
 		DenyDelete:  true,
 		DenyPurge:   true,
 		AllowDirect: true,
+		// Conditional appends are atomic batches (see ExpectLastSeq).
+		AllowAtomicPublish: true,
 	}
 }
 

@@ -2,6 +2,7 @@ package events
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"hash/fnv"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nuid"
 	"github.com/rs/zerolog"
 )
 
@@ -109,7 +111,8 @@ func differs(have, want jetstream.StreamConfig) bool {
 	return have.Duplicates != want.Duplicates || have.MaxMsgSize != want.MaxMsgSize ||
 		have.MaxBytes != want.MaxBytes || have.DenyDelete != want.DenyDelete ||
 		have.DenyPurge != want.DenyPurge || have.AllowDirect != want.AllowDirect ||
-		have.Discard != want.Discard || have.Replicas != want.Replicas
+		have.Discard != want.Discard || have.Replicas != want.Replicas ||
+		have.AllowAtomicPublish != want.AllowAtomicPublish
 }
 
 // Partitions is the stream's partition count.
@@ -165,12 +168,14 @@ type appendOpts struct {
 // AppendOption sets an optional behaviour of Append.
 type AppendOption func(*appendOpts)
 
-// ExpectLastSeq makes Append conditional: the session's last stored event
-// must be at stream sequence seq (0: the session must have no event yet),
-// or Append stores nothing and returns ErrConflict. Each further event of
-// the same call is conditional on the one before it, so no other writer can
-// interleave. All events of the call must then belong to one session. It is
-// JetStream's Nats-Expected-Last-Subject-Sequence header.
+// ExpectLastSeq makes Append conditional and atomic: the session's last
+// stored event must be at stream sequence seq (0: the session must have no
+// event yet), or Append stores nothing and returns ErrConflict. The events
+// of the call (one session's, at most MaxAtomicEvents) are stored as one
+// JetStream atomic batch: all of them at consecutive sequences, or none, so
+// no other writer interleaves and a crash never leaves half of them. It is
+// JetStream's Nats-Expected-Last-Subject-Sequence header on the first
+// message of an atomic batch (ADR-50; nats-server 2.12+).
 func ExpectLastSeq(seq uint64) AppendOption {
 	return func(o *appendOpts) { o.expect, o.expectSeq = true, seq }
 }
@@ -194,7 +199,7 @@ func (l *Log) Append(ctx context.Context, evs []Event, opts ...AppendOption) ([]
 		return nil, err
 	}
 	if o.expect {
-		return l.appendChained(ctx, evs, msgs, o.expectSeq)
+		return l.appendAtomic(ctx, evs, msgs, o.expectSeq)
 	}
 	return l.appendAsync(ctx, evs, msgs)
 }
@@ -275,21 +280,68 @@ func (l *Log) appendAsync(ctx context.Context, evs []Event, msgs []*nats.Msg) ([
 	return acks, nil
 }
 
-func (l *Log) appendChained(ctx context.Context, evs []Event, msgs []*nats.Msg, expect uint64) ([]Ack, error) {
-	acks := make([]Ack, 0, len(msgs))
+// MaxAtomicEvents is the most events one conditional Append stores as one
+// atomic batch (nats-server's limit on an atomic publish batch).
+const MaxAtomicEvents = 1000
+
+// appendAtomic stores evs as one JetStream atomic batch (ADR-50,
+// nats-server 2.12+): all of them or none, at consecutive sequences, the
+// first conditional on the session's last sequence being expect. A
+// conflict comes back as error 10164 on the commit.
+func (l *Log) appendAtomic(ctx context.Context, evs []Event, msgs []*nats.Msg, expect uint64) ([]Ack, error) {
+	if len(msgs) > MaxAtomicEvents {
+		return nil, fmt.Errorf("append events: %w: a conditional append takes at most %d events, got %d", ErrInvalid, MaxAtomicEvents, len(msgs))
+	}
+	nc := l.js.Conn()
+	batch := nuid.Next()
 	for i, m := range msgs {
-		m.Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(expect, 10))
-		pctx, cancel := l.withTimeout(ctx)
-		pa, err := l.js.PublishMsg(pctx, m, jetstream.WithExpectStream(EventsStream))
+		m.Header.Set(batchIDHeader, batch)
+		m.Header.Set(batchSeqHeader, strconv.Itoa(i+1))
+		m.Header.Set(jetstream.ExpectedStreamHeader, EventsStream)
+		if i == 0 {
+			m.Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(expect, 10))
+		}
+		if i < len(msgs)-1 {
+			if err := nc.PublishMsg(m); err != nil {
+				return nil, fmt.Errorf("append events: %w", classify(err))
+			}
+			continue
+		}
+		m.Header.Set(batchCommitHeader, "1")
+		rctx, cancel := l.withTimeout(ctx)
+		resp, err := nc.RequestMsgWithContext(rctx, m)
 		cancel()
 		if err != nil {
-			return acks, fmt.Errorf("append event %s: %w", evs[i].ID, classify(err))
+			return nil, fmt.Errorf("append events: %w", classify(err))
 		}
-		acks = append(acks, Ack{ID: evs[i].ID, Seq: pa.Sequence, Duplicate: pa.Duplicate})
-		expect = pa.Sequence
+		var ack struct {
+			Stream    string              `json:"stream"`
+			Seq       uint64              `json:"seq"`
+			Duplicate bool                `json:"duplicate"`
+			Count     int                 `json:"count"`
+			Error     *jetstream.APIError `json:"error"`
+		}
+		if err := json.Unmarshal(resp.Data, &ack); err != nil {
+			return nil, fmt.Errorf("append events: %w: bad ack %q", ErrLogUnavailable, resp.Data)
+		}
+		if ack.Error != nil {
+			return nil, fmt.Errorf("append events: %w", classify(ack.Error))
+		}
+		acks := make([]Ack, len(evs))
+		for j := range evs {
+			acks[j] = Ack{ID: evs[j].ID, Seq: ack.Seq - uint64(len(evs)-1-j)}
+		}
+		return acks, nil
 	}
-	return acks, nil
+	return nil, nil
 }
+
+// Headers of JetStream's atomic batch publish (ADR-50).
+const (
+	batchIDHeader     = "Nats-Batch-Id"
+	batchSeqHeader    = "Nats-Batch-Sequence"
+	batchCommitHeader = "Nats-Batch-Commit"
+)
 
 // classify turns a publish error into the log's sentinels, keeping the
 // original in the chain.
