@@ -17,6 +17,12 @@ const (
 	SnapshotSubjectPrefix = "agent.snap"
 	// MaxTokenLen is the longest tenant or session token, in bytes.
 	MaxTokenLen = 128
+	// BreakersSession is the session token, in each tenant, whose log holds
+	// the tenant's circuit breaker changes (breaker.changed), so every
+	// recovery worker sees the same breaker states and a replay shows when
+	// a provider was cut off. Session tokens starting with "_" are
+	// Turnstone's own.
+	BreakersSession = "_breakers"
 )
 
 // ValidToken reports whether s can be a tenant or session subject token:

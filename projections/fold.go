@@ -12,14 +12,9 @@ import (
 	"github.com/turnstone-dev/turnstone/events"
 )
 
-// Fold applies events, in order, to a new Session and returns it.
-func Fold(evs []events.Event) *Session {
-	s := &Session{}
-	for _, ev := range evs {
-		s.Apply(ev)
-	}
-	return s
-}
+// Fold is FoldLog, under the name it had before rewinds: it folds a
+// session's events, in stream order, into a new Session and returns it.
+func Fold(evs []events.Event) *Session { return FoldLog(evs) }
 
 // Apply folds one event into the state and returns the violations it gave
 // rise to (nil for none), in the order they arose; orphans show as
@@ -38,6 +33,9 @@ func Fold(evs []events.Event) *Session {
 // An event whose Seq is not above LastSeq (already folded: a redelivery,
 // or a tail that overlaps a snapshot) is ignored; events with Seq 0 are
 // always folded. Apply uses no clock: times come from the events.
+//
+// A session.rewound that undoes events the state holds sets NeedsRefold:
+// call Refold or RefoldLog before the next Apply (see rewind.go).
 func (s *Session) Apply(ev events.Event) []Violation {
 	if ev.Seq != 0 && ev.Seq <= s.LastSeq {
 		return nil
@@ -172,26 +170,20 @@ func (s *Session) apply(ev events.Event) {
 		d.SkippedSeq, d.Skipped = ev.Seq, p.Reason
 	case *events.SnapshotTaken:
 		s.LastSnapshotSeq = p.CoversSeq
+	case *events.SessionRewound:
+		s.sessionRewound(ev, p)
+	case *events.SessionForked:
+		s.sessionForked(ev, p)
+	case *events.RecoveryAttempted:
+		s.recoveryAttempted(ev, p)
+	case *events.RecoveryCompleted:
+		s.recoveryCompleted(ev, p)
+	case *events.RecoveryParked:
+		s.recoveryParked(ev, p)
+	case *events.BreakerChanged:
+		s.breakerChanged(ev, p)
 	default:
 		s.invalid(ev, fmt.Sprintf("no rule for %s events", ev.Type))
-	}
-}
-
-func (s *Session) sessionStarted(p *events.SessionStarted) {
-	s.Kind = p.Kind
-	if s.Kind == "" {
-		s.Kind = "main"
-	}
-	s.Runtime, s.Provider = p.Runtime, p.Provider
-	s.ParentSession, s.ParentToolUseID = p.ParentSession, p.ParentToolUseID
-	if p.Model != "" {
-		s.Model = p.Model
-	}
-	if len(p.Labels) > 0 {
-		s.Labels = make(map[string]string, len(p.Labels))
-		for k, v := range p.Labels {
-			s.Labels[k] = v
-		}
 	}
 }
 
@@ -357,6 +349,11 @@ func (s *Session) trim() {
 	s.UnmatchedResults, _ = trimFront(s.UnmatchedResults, KeepAnomalies, func(*UnmatchedResult) bool { return true })
 	s.InvalidEvents, _ = trimFront(s.InvalidEvents, KeepAnomalies, func(*InvalidEvent) bool { return true })
 	s.Distillations, _ = trimFront(s.Distillations, KeepDistillations, func(d *Distillation) bool { return !d.open() })
+	if s.Commands, n = trimFront(s.Commands, KeepCommands, func(c *CommandRecord) bool { return c.Done() }); n > 0 {
+		s.idx = nil
+	}
+	s.Rewinds, _ = trimFront(s.Rewinds, KeepRewinds, func(*Rewind) bool { return true })
+	s.Forks, _ = trimFront(s.Forks, KeepRewinds, func(*Fork) bool { return true })
 }
 
 // trimFront returns xs without its oldest removable entries once xs is a

@@ -100,11 +100,27 @@ func mustJSON(tb testing.TB, v any) []byte {
 	return b
 }
 
+// applyLog applies ev to s as FoldLog does: when a rewind asks for a
+// refold, it refolds from all (the session's whole log; the events after
+// s.LastSeq are ignored).
+func applyLog(tb testing.TB, s *Session, ev events.Event, all []events.Event) []Violation {
+	tb.Helper()
+	vs := s.Apply(ev)
+	if s.NeedsRefold {
+		if err := s.Refold(sliceSource(all)); err != nil {
+			tb.Fatalf("refold: %v", err)
+		}
+	}
+	return vs
+}
+
 // synth generates a realistic session of about turns turns, deterministic
 // for a seed: prompts, thinking, text, tool calls with tool_call.* events
 // and kilobyte results, stage events, provider errors and retries, a
-// distillation every so often (inline or between turns), pauses, and, when
-// anomalies is set, the occasional orphan, late result, invalid event and
+// distillation every so often (inline or between turns), pauses, recovery
+// commands (attempts, outcomes, parks), breaker changes, forks, rewinds to
+// the end of an earlier turn (nested ones too), and, when anomalies is set,
+// the occasional orphan, repaired orphan, late result, invalid event and
 // unknown type. Sequences start at 1 and skip numbers, as a stream shared
 // by many sessions does.
 func synth(tb testing.TB, seed uint64, turns int, anomalies bool) []events.Event {
@@ -135,6 +151,9 @@ func synth(tb testing.TB, seed uint64, turns int, anomalies bool) []events.Event
 	add("", &events.SessionStarted{Runtime: "claude-code 2.1.38", Model: "claude-sonnet-4-5", Provider: "anthropic",
 		Labels: map[string]string{"cwd": "/repo", "branch": "main", "host": "dev-1"}})
 	tool := 0
+	var boundaries []uint64 // the sequences at which a turn and its aftermath ended
+	breakerOpen := false
+	command := func(kind string, n int) string { return fmt.Sprintf("%s-%d-%d", kind, n, seq) }
 	for n := 1; n <= turns; n++ {
 		turn := fmt.Sprintf("t%d", n)
 		add(turn, &events.TurnStarted{Prompt: fmt.Sprintf("please fix bug #%d in the parser", n), Trigger: "user", DeadlineMS: 600000})
@@ -195,6 +214,21 @@ func synth(tb testing.TB, seed uint64, turns int, anomalies bool) []events.Event
 				failed = true
 			}
 		}
+		if anomalies && !failed && rng.IntN(20) == 0 {
+			// The process dies between a tool_use and its result; the
+			// turn fails, and a repair_orphans command answers the orphan.
+			tool++
+			id := fmt.Sprintf("toolu_%05d", tool)
+			add(turn, &events.MessageAppended{Role: events.RoleAssistant, Model: "claude-sonnet-4-5", StopReason: "tool_use",
+				Content: []events.ContentBlock{{Type: events.BlockToolUse, ID: id, Name: "Bash", Input: json.RawMessage(`{"command": "make"}`)}}})
+			add(turn, &events.TurnFailed{Stage: events.StageExecute, Error: errInfo("worker killed")})
+			failed = true
+			cmd := command("repair_orphans", n)
+			add("", &events.RecoveryAttempted{CommandID: cmd, Kind: "repair_orphans", Attempt: 1, Result: "ok", Strategy: "synthesize_error_result"})
+			add("", &events.MessageAppended{Role: events.RoleUser, Synthetic: true, Content: []events.ContentBlock{
+				{Type: events.BlockToolResult, ToolUseID: id, IsError: true, Content: json.RawMessage(`"interrupted: the process ended before the tool returned"`)}}})
+			add("", &events.RecoveryCompleted{CommandID: cmd, Kind: "repair_orphans", Outcome: events.OutcomeRecovered, Attempts: 1})
+		}
 		if !failed {
 			add(turn, &events.TurnStageCompleted{Stage: events.StageExecute, DurationMS: 2300})
 			add(turn, &events.TurnStageCompleted{Stage: events.StageFinalize, DurationMS: 8})
@@ -216,6 +250,35 @@ func synth(tb testing.TB, seed uint64, turns int, anomalies bool) []events.Event
 		case rng.IntN(40) == 0:
 			add("", &events.SnapshotTaken{CoversSeq: seq, Version: Version})
 		}
+		switch {
+		case rng.IntN(25) == 0:
+			breakerOpen = !breakerOpen
+			from, to := "closed", "open"
+			if !breakerOpen {
+				from, to = "open", "closed"
+			}
+			add("", &events.BreakerChanged{Provider: []string{"anthropic", "bedrock"}[rng.IntN(2)], From: from, To: to, Failures: 5, Reason: "5 failures in 30s"})
+		case rng.IntN(40) == 0:
+			cmd := command("fork_session", n)
+			add("", &events.SessionForked{ForkSession: fmt.Sprintf("s1-fork-%d", n), AtSeq: seq, CommandID: cmd})
+			add("", &events.RecoveryCompleted{CommandID: cmd, Kind: "fork_session", Outcome: events.OutcomeRecovered})
+		case rng.IntN(40) == 0:
+			cmd := command("switch_provider", n)
+			add("", &events.RecoveryAttempted{CommandID: cmd, Kind: "switch_provider", Attempt: 1, Result: "failed", Class: "transient",
+				Error: &events.ErrorInfo{Message: "runtime did not answer"}})
+			add("", &events.RecoveryParked{CommandID: cmd, Kind: "switch_provider", Reason: "no runtime answered", Deliveries: 5})
+		}
+		if len(boundaries) >= 2 && rng.IntN(20) == 0 {
+			// Rewind to the end of one of the last few turns: the latest
+			// one (nothing to undo) or an earlier one, possibly before an
+			// earlier rewind's target (nested).
+			to := boundaries[len(boundaries)-1-rng.IntN(min(len(boundaries), 6))]
+			cmd := command("rewind_session", n)
+			add("", &events.RecoveryAttempted{CommandID: cmd, Kind: "rewind_session", Attempt: 1, Result: "ok"})
+			add("", &events.SessionRewound{ToSeq: to, Reason: "loop detected", CommandID: cmd})
+			add("", &events.RecoveryCompleted{CommandID: cmd, Kind: "rewind_session", Outcome: events.OutcomeRecovered, Attempts: 1})
+		}
+		boundaries = append(boundaries, seq)
 		if anomalies {
 			switch rng.IntN(50) {
 			case 0:

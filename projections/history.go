@@ -3,6 +3,7 @@ package projections
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/turnstone-dev/turnstone/events"
@@ -28,6 +29,20 @@ import (
 //     late_tool_result (already an orphan; the orphan stays).
 //   - In a user message holding tool_result blocks, they come first:
 //     results_not_first.
+//   - Repair: a synthetic user record (written by a repair_orphans
+//     command) whose tool_result answers an orphan repairs it when the
+//     orphan's assistant message is still the history's latest assistant
+//     message and no late result answered it yet: the synthesized result
+//     then sits in the user message right after the tool_use, as the API
+//     requires. The tool call becomes repaired, the orphan leaves
+//     OrphanedToolUseIDs, and its tool_use_without_result violation is
+//     resolved (it no longer counts for Status or for a distillation's
+//     check). The repaired result counts as placed among the message's
+//     leading tool_result blocks (its digest is inserted there), whatever
+//     the message already holds. A repair comes after the turn ended (its
+//     end declared the orphan); the user message it joins or opens is
+//     merged like any other. Any other result for an orphan, or a
+//     synthetic one after a later assistant message, is late.
 
 // CallOnly is the ToolCall status while only tool_call.* events named the
 // id: no tool_use block of the history holds it (yet).
@@ -93,6 +108,17 @@ func (s *Session) appendMessage(ev events.Event, turn string, p *events.MessageA
 	}
 	for i := range p.Content {
 		cb := &p.Content[i]
+		if p.Synthetic && cb.Type == events.BlockToolResult {
+			if tc := s.repairable(cb.ToolUseID); tc != nil {
+				at := 0
+				for at < len(m.Blocks) && m.Blocks[at].Type == events.BlockToolResult {
+					at++
+				}
+				m.Blocks = slices.Insert(m.Blocks, at, digest(cb))
+				s.repair(ev, tc, cb)
+				continue
+			}
+		}
 		m.Blocks = append(m.Blocks, digest(cb))
 		if cb.Type != events.BlockToolResult {
 			other = true
@@ -201,7 +227,7 @@ func (s *Session) answer(ev events.Event, cb *events.ContentBlock) {
 		}
 		s.unmatched(ev, id, UnmatchedLate, RuleLateToolResult,
 			fmt.Sprintf("tool_result for %s (%s), already declared an orphan", id, tc.Name), tc.Turn)
-	case tc.Status == ToolAnswered:
+	case tc.Status == ToolAnswered || tc.Status == ToolRepaired:
 		if a := s.lastAssistant(); a != nil && a.Index == tc.Message {
 			s.unmatched(ev, id, UnmatchedDuplicate, RuleDuplicateToolResult,
 				fmt.Sprintf("second tool_result for %s (%s), first at seq %d", id, tc.Name, tc.ResultSeq), tc.Turn)
@@ -222,6 +248,51 @@ func (s *Session) answer(ev events.Event, cb *events.ContentBlock) {
 		tc.Status, tc.ResultSeq = ToolAnswered, ev.Seq
 		tc.IsError = tc.IsError || cb.IsError
 	}
+}
+
+// repairable returns the orphaned tool call a synthetic tool_result for id
+// repairs, or nil: its assistant message must still be the history's
+// latest assistant message, and no late result may have answered it.
+func (s *Session) repairable(id string) *ToolCall {
+	id = validKey(id)
+	tc := s.toolCall(id)
+	if tc == nil || tc.Message == 0 || tc.Status != ToolOrphaned {
+		return nil
+	}
+	if a := s.lastAssistant(); a == nil || a.Index != tc.Message {
+		return nil
+	}
+	if o := s.orphan(id); o != nil && (o.LateResultSeq != 0 || o.Repaired) {
+		return nil
+	}
+	return tc
+}
+
+// repair marks tc repaired by the tool_result cb of ev, its orphan
+// repaired and the violations its orphaning caused resolved.
+func (s *Session) repair(ev events.Event, tc *ToolCall, cb *events.ContentBlock) {
+	tc.Status, tc.ResultSeq = ToolRepaired, ev.Seq
+	tc.IsError = tc.IsError || cb.IsError
+	if o := s.orphan(tc.ToolUseID); o != nil {
+		o.Repaired, o.RepairedSeq = true, ev.Seq
+	}
+	for i := since(s.HistoryStart.Violations, s.Totals.Violations, len(s.Violations)); i < len(s.Violations); i++ {
+		if v := &s.Violations[i]; !v.Resolved && v.Rule == RuleToolUseWithoutResult && v.ToolUseID == tc.ToolUseID {
+			v.Resolved, v.ResolvedSeq = true, ev.Seq
+			s.Totals.Resolved++
+		}
+	}
+}
+
+// orphan returns the latest orphan of the current history with tool_use
+// id, or nil.
+func (s *Session) orphan(id string) *Orphan {
+	for i := len(s.Orphans) - 1; i >= since(s.HistoryStart.Orphans, s.Totals.Orphans, len(s.Orphans)); i-- {
+		if s.Orphans[i].ToolUseID == id {
+			return &s.Orphans[i]
+		}
+	}
+	return nil
 }
 
 // unmatched records a tool_result that answers no pending tool_use.
@@ -332,7 +403,7 @@ func (s *Session) distillationCompleted(ev events.Event, turn string, p *events.
 		s.checkDistillation(ev, d)
 	}
 	s.Messages, s.Pending, s.ToolCalls, s.idx = nil, nil, nil, nil
-	s.HistoryStart = HistoryMark{Seq: ev.Seq, Violations: s.Totals.Violations, Orphans: s.Totals.Orphans}
+	s.HistoryStart = HistoryMark{Seq: ev.Seq, Violations: s.Totals.Violations, Orphans: s.Totals.Orphans, Resolved: s.Totals.Resolved}
 }
 
 func notStarted(d *Distillation) bool      { return d.StartedSeq == 0 }
@@ -391,12 +462,46 @@ func (s *Session) checkDistillation(ev events.Event, d *Distillation) {
 		s.violate(ev, RuleDistillationDuringTurn, fmt.Sprintf("distillation started while turn %s is in flight", id), "", id)
 	}
 
+	reasons := s.historyReasons()
+	if len(reasons) == 0 {
+		return
+	}
+	d.Clean = false
+	d.DirtyReasons = append(d.DirtyReasons, reasons...)
+	s.violate(ev, RuleDistillationDirtyHistory, "distillation over a dirty history: "+strings.Join(reasons, ", "), "", d.Turn)
+}
+
+// DirtyReasons returns why a distillation that started now, run by turn
+// (the turn that compacts inline; "" for none), would not be clean
+// (invariant 3), in the order Distillation.DirtyReasons lists them:
+// DirtyTurnInFlight when a turn other than turn is in flight,
+// DirtyUnansweredToolUse when the latest assistant message holds a
+// tool_use without its tool_result (pending, or orphaned and not
+// repaired), then each history Rule broken since the last distillation by
+// a violation that is not resolved. It returns nil when the distillation
+// would be clean. A runtime or the reconciler asks it before distilling.
+func (s *Session) DirtyReasons(turn string) []string {
+	var reasons []string
+	for _, id := range s.InFlight {
+		if id != turn {
+			reasons = append(reasons, DirtyTurnInFlight)
+			break
+		}
+	}
+	return append(reasons, s.historyReasons()...)
+}
+
+// historyReasons returns the history's part of DirtyReasons.
+func (s *Session) historyReasons() []string {
 	var reasons []string
 	if s.tailUnanswered() {
 		reasons = append(reasons, DirtyUnansweredToolUse)
 	}
 	var broken [16]bool // by index in historyRules
 	for _, v := range s.Violations[since(s.HistoryStart.Violations, s.Totals.Violations, len(s.Violations)):] {
+		if v.Resolved {
+			continue
+		}
 		for i, r := range historyRules {
 			if v.Rule == r {
 				broken[i] = true
@@ -408,16 +513,11 @@ func (s *Session) checkDistillation(ev events.Event, d *Distillation) {
 			reasons = append(reasons, string(r))
 		}
 	}
-	if len(reasons) == 0 {
-		return
-	}
-	d.Clean = false
-	d.DirtyReasons = append(d.DirtyReasons, reasons...)
-	s.violate(ev, RuleDistillationDirtyHistory, "distillation over a dirty history: "+strings.Join(reasons, ", "), "", d.Turn)
+	return reasons
 }
 
 // tailUnanswered reports whether the latest assistant message holds a
-// tool_use without its tool_result (pending or orphaned).
+// tool_use without its tool_result (pending or orphaned, not repaired).
 func (s *Session) tailUnanswered() bool {
 	m := s.lastAssistant()
 	if m == nil {
@@ -427,7 +527,7 @@ func (s *Session) tailUnanswered() bool {
 		if b.Type != events.BlockToolUse {
 			continue
 		}
-		if tc := s.toolCall(b.ID); tc != nil && tc.Message == m.Index && tc.Status != ToolAnswered {
+		if tc := s.toolCall(b.ID); tc != nil && tc.Message == m.Index && tc.Status != ToolAnswered && tc.Status != ToolRepaired {
 			return true
 		}
 	}

@@ -72,7 +72,11 @@ type Anomaly struct {
 // reports each violation as it arises. A session it has not seen since it
 // started (or since it was evicted) is restored from its last snapshot plus
 // the events after it, so a restart costs one restore per active session,
-// not a replay of the log.
+// not a replay of the log. A session.rewound that undoes events makes it
+// refold the session from its log up to the rewind (from the latest
+// snapshot when the rewind leaves it intact) and snapshot it at once, so
+// that the next restore need not refold again; the events after the
+// rewind are then folded, and their violations reported, as they come.
 type Projector struct {
 	log   *events.Log
 	store *SnapshotStore
@@ -216,6 +220,37 @@ func (p *Projector) apply(ctx context.Context, ev events.Event) {
 	if applied && ev.Type != events.TypeSnapshotTaken {
 		t.sinceSnap++
 	}
+	rewound := t.state.NeedsRefold
+	p.mu.Unlock()
+
+	if rewound {
+		// A rewind undid events: refold the session from its log up to
+		// the rewind, from its latest snapshot when the rewind leaves that
+		// intact. The consumer delivers one event at a time, so no Apply
+		// runs meanwhile: the state is only read until the swap.
+		var base *Session
+		if snap, err := p.store.Load(ctx, ev.Tenant, ev.Session); err == nil {
+			base = snap
+		}
+		fresh, err := t.state.refoldedLog(ctx, p.log, base)
+		p.mu.Lock()
+		if err != nil {
+			// Forget the state: the session is restored (and refolded)
+			// when its next event comes.
+			p.l.Warn().Err(err).Str("session", key).Msg("refold after a rewind failed")
+			if p.sessions[key] == t {
+				delete(p.sessions, key)
+			}
+			p.mu.Unlock()
+			p.report(ev, vs)
+			return
+		}
+		// Snapshot it at once, so that the next restore need not refold.
+		t.state, t.sinceSnap = fresh, p.cfg.SnapshotEvery
+		p.mu.Unlock()
+	}
+
+	p.mu.Lock()
 	var snap *Session
 	if t.sinceSnap >= p.cfg.SnapshotEvery {
 		snap = t.state.Clone()
@@ -223,15 +258,20 @@ func (p *Projector) apply(ctx context.Context, ev events.Event) {
 	}
 	p.mu.Unlock()
 
+	p.report(ev, vs)
+	if snap != nil {
+		p.snapshot(ctx, snap)
+	}
+}
+
+// report logs the violations ev gave rise to and passes them to OnAnomaly.
+func (p *Projector) report(ev events.Event, vs []Violation) {
 	for _, v := range vs {
 		p.l.Warn().Str("tenant", ev.Tenant).Str("session", ev.Session).Uint64("seq", v.Seq).
 			Str("rule", string(v.Rule)).Str("tool_use_id", v.ToolUseID).Msg(v.Detail)
 		if p.OnAnomaly != nil {
 			p.OnAnomaly(Anomaly{Tenant: ev.Tenant, Session: ev.Session, Violation: v})
 		}
-	}
-	if snap != nil {
-		p.snapshot(ctx, snap)
 	}
 }
 

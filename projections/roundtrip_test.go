@@ -5,11 +5,15 @@ import (
 	"fmt"
 	"slices"
 	"testing"
+
+	"github.com/turnstone-dev/turnstone/events"
 )
 
 // TestSnapshotRoundTrip is the snapshot property: for random cut points,
 // marshalling the state at the cut, unmarshalling it and folding the rest
-// gives the same JSON as folding every event.
+// (refolding at rewinds from the restored state when it is a base, else
+// from the first event, as Restore does) gives the same JSON as folding
+// every event with FoldLog.
 func TestSnapshotRoundTrip(t *testing.T) {
 	for _, tc := range []struct {
 		seed  uint64
@@ -29,18 +33,20 @@ func TestSnapshotRoundTrip(t *testing.T) {
 		slices.Sort(cuts)
 
 		head := &Session{}
+		hf := newFolder(head, evs)
 		done := 0
 		for _, cut := range cuts {
 			for _, ev := range evs[done:cut] {
-				head.Apply(ev)
+				hf.apply(ev)
 			}
 			done = cut
 			var restored Session
 			if err := json.Unmarshal(mustJSON(t, head), &restored); err != nil {
 				t.Fatalf("seed %d cut %d: unmarshal: %v", tc.seed, cut, err)
 			}
+			rf := newFolder(&restored, evs)
 			for _, ev := range evs[cut:] {
-				restored.Apply(ev)
+				rf.apply(ev)
 			}
 			if got := fingerprint(t, &restored); string(got) != string(full) {
 				t.Fatalf("seed %d cut %d of %d: snapshot + tail differs from the full fold\n got: %.400s\nwant: %.400s",
@@ -61,11 +67,14 @@ func diffAt(a, b []byte) []byte {
 
 // TestSnapshotRoundTripEveryCut checks the snapshot property at every cut
 // point of a dense corpus: the steps of every table case in a row (each
-// rule, orphan, late result, distillation and invalid event), then a short
-// synthetic session.
+// rule, orphan, late result, repair, recovery record, distillation,
+// rewind and invalid event), then a short synthetic session.
 func TestSnapshotRoundTripEveryCut(t *testing.T) {
 	var steps []step
 	for i, c := range allFoldCases() {
+		// A case's rewinds name sequences of the case: move them to
+		// where the case lands in the corpus.
+		offset := uint64(len(steps))
 		// Each case gets its own turn ids, so that its turns start,
 		// overlap and end as in the case.
 		for _, st := range c.steps {
@@ -78,6 +87,11 @@ func TestSnapshotRoundTripEveryCut(t *testing.T) {
 			} else if st.turn != "" {
 				st.turn = fmt.Sprintf("c%d%s", i, st.turn)
 			}
+			if r, ok := st.p.(*events.SessionRewound); ok && r.ToSeq != 0 {
+				moved := *r
+				moved.ToSeq += offset
+				st.p = &moved
+			}
 			steps = append(steps, st)
 		}
 	}
@@ -89,20 +103,22 @@ func TestSnapshotRoundTripEveryCut(t *testing.T) {
 	}
 	full := fingerprint(t, Fold(evs))
 	head := &Session{}
+	hf := newFolder(head, evs)
 	for cut := 0; cut <= len(evs); cut++ {
 		var restored Session
 		if err := json.Unmarshal(mustJSON(t, head), &restored); err != nil {
 			t.Fatalf("cut %d: unmarshal: %v", cut, err)
 		}
+		rf := newFolder(&restored, evs)
 		for _, ev := range evs[cut:] {
-			restored.Apply(ev)
+			rf.apply(ev)
 		}
 		if got := fingerprint(t, &restored); string(got) != string(full) {
 			t.Fatalf("cut %d of %d (%s): snapshot + tail differs from the full fold\n got: %.400s\nwant: %.400s",
 				cut, len(evs), evs[cut].Type, diffAt(got, full), diffAt(full, got))
 		}
 		if cut < len(evs) {
-			head.Apply(evs[cut])
+			hf.apply(evs[cut])
 		}
 	}
 }

@@ -3,12 +3,18 @@
 // turn ends exactly once (1); the message history follows the Anthropic
 // Messages API rules for tool_use and tool_result blocks and for roles (2);
 // no distillation runs during a foreign turn or over a dirty history (3);
-// the same error in a row is counted as a streak (4).
+// the same error in a row is counted as a streak (4). It also keeps the
+// recovery side's record of the session: the recovery commands run on it
+// (recovery.*), its rewinds and forks, and the circuit breakers
+// (breaker.changed).
 //
 // The fold (Session.Apply) is pure: no I/O, no clock (time only comes from
 // the events), no map iteration order in its results. Folding the same
 // events always yields the same state and the same JSON, and a state
 // restored from its JSON (a snapshot) folds on exactly like the original.
+// One event needs more than the state: a session.rewound that undoes
+// events the state holds, which Apply cannot take back (rewind.go:
+// NeedsRefold, Refold, FoldLog).
 //
 // SnapshotStore (snapshot.go) keeps a bounded number of snapshots of each
 // session on JetStream, so that restoring a session is "last snapshot + the
@@ -24,7 +30,10 @@ import (
 // Version is the version of the Session JSON schema. A snapshot of another
 // version is ignored and the session is replayed from its first event.
 // Bump it whenever the fold's rules or the state's shape change.
-const Version = 1
+//
+// Version 2: recovery commands, rewinds, forks, breakers; repaired
+// orphans and resolved violations.
+const Version = 2
 
 // Retention bounds: the state keeps the latest entries of the lists that
 // grow with a session's length, so that a snapshot stays small whatever
@@ -42,6 +51,11 @@ const (
 	KeepAnomalies = 500
 	// KeepDistillations is how many distillations the state keeps.
 	KeepDistillations = 50
+	// KeepCommands is how many recovery commands the state keeps (the ones
+	// without an outcome or a park are always kept).
+	KeepCommands = 200
+	// KeepRewinds is how many entries each of Rewinds and Forks keeps.
+	KeepRewinds = 50
 	// PreviewRunes is the length, in runes, of the text previews of blocks
 	// and prompts.
 	PreviewRunes = 200
@@ -79,9 +93,15 @@ type Session struct {
 	Model string `json:"model,omitempty"`
 	// Labels are session.started's free-form metadata (masked values).
 	Labels map[string]string `json:"labels,omitempty"`
+	// ForkedFrom and ForkSeq are a fork's lineage, from the first
+	// session.started that names them: the session (same tenant) it was
+	// forked from, and the last stream sequence of that session's events
+	// it copies (a sequence of the source session's log, not of this one).
+	ForkedFrom string `json:"forked_from,omitempty"`
+	ForkSeq    uint64 `json:"fork_seq,omitempty"`
 
-	// Events is how many events were folded, invalid and unknown ones
-	// included.
+	// Events is how many events were folded, invalid, unknown and rewound
+	// ones included.
 	Events int `json:"events"`
 	// FirstSeq and LastSeq are the stream sequences of the first and the
 	// last event folded (0 when the events carry none).
@@ -140,6 +160,38 @@ type Session struct {
 	// LastSnapshotSeq is the covers_seq of the latest snapshot.taken.
 	LastSnapshotSeq uint64 `json:"last_snapshot_seq,omitempty"`
 
+	// Commands are the recovery commands run on the session, by id, in
+	// order of their first recovery.* event (the latest KeepCommands; the
+	// ones without an outcome or a park are always kept). See CommandDone.
+	Commands []CommandRecord `json:"commands,omitempty"`
+	// Breakers is the latest state of each provider's circuit breaker that
+	// a breaker.changed event named, sorted by provider. Breaker events
+	// usually live in a pseudo-session of their own per tenant
+	// (BreakersSession).
+	Breakers []Breaker `json:"breakers,omitempty"`
+	// Forks are the sessions forked from this one (session.forked), in
+	// order (the latest KeepRewinds).
+	Forks []Fork `json:"forks,omitempty"`
+
+	// Rewinds are the session's rewinds (session.rewound), in order (the
+	// latest KeepRewinds), including the ones a later rewind undid (see
+	// IsRewound). A rewind is never undone from this list.
+	Rewinds []Rewind `json:"rewinds,omitempty"`
+	// Rewound are the ranges of stream sequences whose events rewinds
+	// undid: they are kept in the log but no longer count. Sorted,
+	// disjoint and not adjacent; never trimmed (each rewind adds at most
+	// one range, and the state needs them all to refold).
+	Rewound []SeqRange `json:"rewound,omitempty"`
+	// RewoundEvents is how many of the session's events lie in Rewound,
+	// as of the last refold.
+	RewoundEvents int `json:"rewound_events,omitempty"`
+	// NeedsRefold is set by Apply of a session.rewound that undoes events
+	// the state holds: until Refold (or RefoldLog) runs, the recovery
+	// record (Rewinds, Rewound) is current but the rest of the state still
+	// shows the undone events. FoldLog, Restore and the Projector refold
+	// at once; a caller of Apply must too.
+	NeedsRefold bool `json:"needs_refold,omitempty"`
+
 	// InvalidEvents are the events that could not be folded (the latest
 	// KeepAnomalies); each also has an invalid_event violation.
 	InvalidEvents []InvalidEvent `json:"invalid_events,omitempty"`
@@ -168,6 +220,13 @@ type Totals struct {
 	Violations       int `json:"violations"`
 	InvalidEvents    int `json:"invalid_events"`
 	Distillations    int `json:"distillations"`
+	// Resolved counts the violations a repair resolved (Violation.Resolved).
+	Resolved int `json:"resolved,omitempty"`
+	// Commands, Forks and Rewinds count the entries ever made in the
+	// lists of the same names.
+	Commands int `json:"commands,omitempty"`
+	Forks    int `json:"forks,omitempty"`
+	Rewinds  int `json:"rewinds,omitempty"`
 }
 
 // HistoryMark is where the current message history began: at the
@@ -177,11 +236,12 @@ type HistoryMark struct {
 	// Seq is the sequence of the distillation.completed that reset the
 	// history; 0 at the session's start.
 	Seq uint64 `json:"seq"`
-	// Violations and Orphans are Totals.Violations and Totals.Orphans at
-	// that point: the entries made after them belong to the current
-	// history.
+	// Violations, Orphans and Resolved are Totals.Violations,
+	// Totals.Orphans and Totals.Resolved at that point: the entries made
+	// after them belong to the current history.
 	Violations int `json:"violations"`
 	Orphans    int `json:"orphans"`
+	Resolved   int `json:"resolved,omitempty"`
 }
 
 // TurnStatus is where a turn is in its life.
@@ -293,6 +353,10 @@ const (
 	// ToolOrphaned: the user message that had to hold its tool_result is
 	// complete without it.
 	ToolOrphaned ToolStatus = "orphaned"
+	// ToolRepaired: it was orphaned, then a synthetic tool_result (written
+	// by a repair_orphans command) answered it while its assistant message
+	// was still the history's latest, so the history is valid again.
+	ToolRepaired ToolStatus = "repaired"
 )
 
 // ToolCall is one tool_use of the current history paired with its
@@ -314,7 +378,7 @@ type ToolCall struct {
 	// IsError is true when the tool_result or tool_call.completed reported
 	// a failure.
 	IsError bool `json:"is_error,omitempty"`
-	// Status is pending, answered, orphaned, or CallOnly.
+	// Status is pending, answered, orphaned, repaired, or CallOnly.
 	Status ToolStatus `json:"status"`
 	// StartedSeq, CompletedSeq and DurationMS (milliseconds) come from
 	// tool_call.started and tool_call.completed, when the runtime sends
@@ -338,9 +402,14 @@ type Orphan struct {
 	// message without the result.
 	DeclaredSeq uint64 `json:"declared_seq"`
 	// LateResultSeq is the sequence of a tool_result that arrived after
-	// the orphan was declared (the orphan is kept; the result is
-	// unmatched).
+	// the orphan was declared and could not repair it (the orphan is kept;
+	// the result is unmatched).
 	LateResultSeq uint64 `json:"late_result_seq,omitempty"`
+	// Repaired is set when a synthetic tool_result repaired it (see
+	// ToolRepaired); RepairedSeq is the sequence of the record holding it.
+	// A repaired orphan leaves OrphanedToolUseIDs.
+	Repaired    bool   `json:"repaired,omitempty"`
+	RepairedSeq uint64 `json:"repaired_seq,omitempty"`
 }
 
 // The reasons of an UnmatchedResult.
@@ -400,7 +469,8 @@ const (
 	// RuleDuplicateToolResult: a second tool_result for one tool_use.
 	RuleDuplicateToolResult Rule = "duplicate_tool_result"
 	// RuleLateToolResult: a tool_result for a tool_use already declared an
-	// orphan.
+	// orphan that does not repair it (not synthetic, or after a later
+	// assistant message).
 	RuleLateToolResult Rule = "late_tool_result"
 	// RuleDuplicateToolUse: a tool_use id that the history already holds
 	// (the API requires unique ids).
@@ -417,7 +487,7 @@ const (
 	RuleDistillationDuringTurn Rule = "distillation_during_turn"
 	// RuleDistillationDirtyHistory: a distillation started over a history
 	// whose tail holds an unanswered tool_use, or that broke a history
-	// rule since the last distillation.
+	// rule since the last distillation (resolved violations aside).
 	RuleDistillationDirtyHistory Rule = "distillation_dirty_history"
 
 	// RuleInvalidEvent: an event could not be folded (its Err was set, its
@@ -449,6 +519,12 @@ type Violation struct {
 	// there is one.
 	ToolUseID string `json:"tool_use_id,omitempty"`
 	Turn      string `json:"turn,omitempty"`
+	// Resolved is set when a later event fixed what broke: a repair of the
+	// orphan a tool_use_without_result names. ResolvedSeq is that event's
+	// sequence. A resolved violation stays in the list but no longer
+	// counts for Status or for a distillation's history check.
+	Resolved    bool   `json:"resolved,omitempty"`
+	ResolvedSeq uint64 `json:"resolved_seq,omitempty"`
 }
 
 // The reason DirtyReasons lists when the history's tail holds a tool_use
@@ -564,15 +640,16 @@ const (
 
 // Status is the session's status in one word: "paused" while paused, else
 // "in_turn" while a turn is in flight, else "broken" when a violation
-// arose since the current history began (the session's start or the last
-// distillation; orphans are violations too), else "idle".
+// that is not resolved arose since the current history began (the
+// session's start or the last distillation; orphans are violations too),
+// else "idle".
 func (s *Session) Status() string {
 	switch {
 	case s.Paused:
 		return StatusPaused
 	case len(s.InFlight) > 0:
 		return StatusInTurn
-	case s.Totals.Violations > s.HistoryStart.Violations:
+	case s.Totals.Violations-s.HistoryStart.Violations > s.Totals.Resolved-s.HistoryStart.Resolved:
 		return StatusBroken
 	}
 	return StatusIdle
@@ -597,13 +674,15 @@ func (s *Session) Turn(id string) *Turn { return s.turn(id) }
 func (s *Session) ToolCall(id string) *ToolCall { return s.toolCall(id) }
 
 // OrphanedToolUseIDs returns the ids of the orphans of the current history
-// (declared since the last distillation reset it), in the order they were
-// declared: the tool_use blocks a repair would answer. Orphans holds the
-// older ones too.
+// (declared since the last distillation reset it) that no repair answered,
+// in the order they were declared: the tool_use blocks a repair would
+// answer. Orphans holds the older and the repaired ones too.
 func (s *Session) OrphanedToolUseIDs() []string {
 	var ids []string
 	for _, o := range s.Orphans[since(s.HistoryStart.Orphans, s.Totals.Orphans, len(s.Orphans)):] {
-		ids = append(ids, o.ToolUseID)
+		if !o.Repaired {
+			ids = append(ids, o.ToolUseID)
+		}
 	}
 	return ids
 }
@@ -627,6 +706,7 @@ func since(mark, total, n int) int {
 type index struct {
 	turns     map[string]int // turn id -> index in Turns
 	toolCalls map[string]int // tool_use id -> index in ToolCalls (the latest)
+	commands  map[string]int // command id -> index in Commands
 }
 
 func (s *Session) index() *index {
@@ -634,12 +714,16 @@ func (s *Session) index() *index {
 		s.idx = &index{
 			turns:     make(map[string]int, len(s.Turns)),
 			toolCalls: make(map[string]int, len(s.ToolCalls)),
+			commands:  make(map[string]int, len(s.Commands)),
 		}
 		for i := range s.Turns {
 			s.idx.turns[s.Turns[i].ID] = i
 		}
 		for i := range s.ToolCalls {
 			s.idx.toolCalls[s.ToolCalls[i].ToolUseID] = i
+		}
+		for i := range s.Commands {
+			s.idx.commands[s.Commands[i].ID] = i
 		}
 	}
 	return s.idx

@@ -282,7 +282,12 @@ var _ SessionReader = (*events.Log)(nil)
 // not nil and has a usable one) plus the events after the snapshot's
 // CoversSeq, read from log. A snapshot that is missing, of another
 // Version or corrupt is ignored: the session is replayed from its first
-// event. The result equals folding every event of the session.
+// event. A session.rewound in the tail that undoes events is carried out by
+// a refold: from the snapshot's state when the rewind leaves it intact
+// (reading only the events after it), else from the session's first event
+// (a rewind that reaches back before the snapshot); the read then goes on
+// after the rewind. The result equals FoldLog of every event of the
+// session, and never has NeedsRefold set.
 //
 // Errors: the log's (events.ErrSessionNotFound when the session has
 // neither events nor a snapshot, events.ErrLogUnavailable);
@@ -300,12 +305,34 @@ func Restore(ctx context.Context, log SessionReader, store *SnapshotStore, tenan
 			return nil, fmt.Errorf("restore %s/%s: %w", tenant, session, err)
 		}
 	}
-	err := log.ReadSession(ctx, tenant, session, events.ReadOptions{FromSeq: sess.LastSeq + 1}, func(ev events.Event) error {
-		sess.Apply(ev)
-		return nil
-	})
-	if err != nil && !(fromSnapshot && errors.Is(err, events.ErrSessionNotFound)) {
-		return nil, fmt.Errorf("restore %s/%s: %w", tenant, session, err)
+	for {
+		if sess.NeedsRefold {
+			// Refold from the snapshot, loaded again (sess is past it), when
+			// the rewind leaves it intact (refoldLog checks).
+			var base *Session
+			if fromSnapshot {
+				base, _ = store.Load(ctx, tenant, session)
+			}
+			if err := sess.refoldLog(ctx, log, base); err != nil {
+				return nil, fmt.Errorf("restore %s/%s: %w", tenant, session, err)
+			}
+		}
+		err := log.ReadSession(ctx, tenant, session, events.ReadOptions{FromSeq: sess.LastSeq + 1}, func(ev events.Event) error {
+			sess.Apply(ev)
+			if sess.NeedsRefold {
+				return errRefold // refold, then read on after the rewind
+			}
+			return nil
+		})
+		if errors.Is(err, errRefold) {
+			continue
+		}
+		if err != nil && !(fromSnapshot && errors.Is(err, events.ErrSessionNotFound)) {
+			return nil, fmt.Errorf("restore %s/%s: %w", tenant, session, err)
+		}
+		return sess, nil
 	}
-	return sess, nil
 }
+
+// errRefold stops a read of the log at a rewind that needs a refold.
+var errRefold = errors.New("refold needed")

@@ -132,7 +132,9 @@ func (w *Worker) forkEffect(ctx context.Context, cmd Command, state *projections
 	start := events.SessionStarted{}
 	copies := make([]events.Event, 0, len(prefix)+1)
 	for _, ev := range prefix {
-		if ev.Err != nil || ev.Type == events.TypeSnapshotTaken {
+		// Rewound events no longer count, and snapshot and rewind events
+		// name the source's sequences: none of them belongs in the fork.
+		if ev.Err != nil || ev.Type == events.TypeSnapshotTaken || ev.Type == events.TypeSessionRewound || state.IsRewound(ev.Seq) {
 			continue
 		}
 		if ev.Type == events.TypeSessionStarted {

@@ -14,12 +14,6 @@ import (
 	"github.com/turnstone-dev/turnstone/projections"
 )
 
-// BreakersSession is the session token, in each tenant, whose log holds
-// the tenant's circuit breaker changes (breaker.changed), so every worker
-// sees the same breaker states and a replay shows when a provider was cut
-// off. Session tokens starting with "_" are Turnstone's own.
-const BreakersSession = "_breakers"
-
 // DefaultProvider is the provider assumed for a session whose events name
 // none.
 const DefaultProvider = "default"

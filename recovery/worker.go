@@ -129,7 +129,7 @@ func (w *Worker) Open(ctx context.Context) error {
 	w.kv = kv
 	w.runCtx, w.cancel = context.WithCancel(context.Background())
 	// Mirror the breaker changes every worker records.
-	w.follower, err = w.log.Follow(w.runCtx, events.FollowOptions{Session: BreakersSession}, w.mirrorBreaker)
+	w.follower, err = w.log.Follow(w.runCtx, events.FollowOptions{Session: events.BreakersSession}, w.mirrorBreaker)
 	if err != nil {
 		w.stop()
 		return fmt.Errorf("open worker: follow breakers: %w", err)
@@ -387,14 +387,14 @@ func (w *Worker) setStatus(ctx context.Context, cmd Command, meta *jetstream.Msg
 }
 
 // recordBreaker appends a breaker's change of state to its tenant's
-// BreakersSession log.
+// events.BreakersSession log.
 func (w *Worker) recordBreaker(c BreakerChange) {
 	at := c.At
 	if at.IsZero() {
 		at = time.Now().UTC()
 	}
 	id := events.DeterministicID(at, fmt.Sprintf("%s/%s/%s/%s->%s/%d", w.cfg.Name, c.Tenant, c.Provider, c.From, c.To, at.UnixNano()))
-	ev, err := events.NewAt(at, id, c.Tenant, BreakersSession, "", c.Event())
+	ev, err := events.NewAt(at, id, c.Tenant, events.BreakersSession, "", c.Event())
 	if err == nil {
 		ev.Source = "urn:turnstone:worker:" + w.cfg.Name
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)

@@ -69,12 +69,15 @@ per event (JSON Lines) instead.`,
 
 var errStopReplay = errors.New("replay reached --until-time")
 
-// replayer folds a session event by event and prints the timeline.
+// replayer folds a session event by event and prints the timeline. It
+// keeps the events it read, so that a rewind (session.rewound) can refold
+// the state from them.
 type replayer struct {
 	w     io.Writer
 	json  bool
 	until time.Time
 	state projections.Session
+	seen  []events.Event
 	n     int
 }
 
@@ -95,7 +98,21 @@ func (r *replayer) event(ev events.Event) error {
 		return errStopReplay
 	}
 	anomalies := r.state.Apply(ev)
+	r.seen = append(r.seen, ev)
 	r.n++
+	if r.state.NeedsRefold {
+		err := r.state.Refold(func(fn func(events.Event) error) error {
+			for _, e := range r.seen {
+				if err := fn(e); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+	}
 	if r.json {
 		line := replayLine{Seq: ev.Seq, Time: ev.Time, Type: ev.Type, ID: ev.ID, Turn: ev.Turn, Summary: ev.Summary(), Anomalies: anomalies}
 		if ev.Err != nil {

@@ -1,0 +1,207 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+
+	"github.com/turnstone-dev/turnstone/events"
+	"github.com/turnstone-dev/turnstone/test/refruntime"
+)
+
+// Main is the refruntime command: ParseFlags, then Run, then Close.
+type Main struct {
+	stdout, stderr io.Writer
+	// exit ends the process; tests replace it.
+	exit func(code int)
+
+	natsURL     string
+	tenant      string
+	name        string
+	sessions    int
+	turns       int
+	tools       int
+	fault       refruntime.Fault
+	exitOnCrash bool
+	serve       bool
+	adopt       bool
+	prefix      string
+	providers   []string
+	model       string
+	stageDelay  time.Duration
+	verbose     bool
+
+	nc *nats.Conn
+	rt *refruntime.Runtime
+}
+
+// NewMain returns the command writing session ids to stdout and logs to
+// stderr.
+func NewMain(stdout, stderr io.Writer) *Main {
+	return &Main{stdout: stdout, stderr: stderr, exit: os.Exit}
+}
+
+// ParseFlags reads the command line (without the program name). It
+// returns flag.ErrHelp for -h and an error for a bad flag or combination.
+func (m *Main) ParseFlags(args []string) error {
+	fs := flag.NewFlagSet("refruntime", flag.ContinueOnError)
+	fs.SetOutput(m.stderr)
+	fs.StringVar(&m.natsURL, "nats-url", nats.DefaultURL, "NATS server URL")
+	fs.StringVar(&m.tenant, "tenant", "demo", "tenant to record under")
+	fs.StringVar(&m.name, "name", refruntime.DefaultName, "runtime name (session.started, event source)")
+	fs.IntVar(&m.sessions, "sessions", 1, "sessions to run")
+	fs.IntVar(&m.turns, "turns", 1, "turns per session")
+	fs.IntVar(&m.tools, "tools", 1, "tool calls per turn")
+	faultFlag := fs.String("fault", "", "fault of the last turn of each session: crash-mid-tool, stage-throws:<stage>, provider:<status>[:<retry after>], hang")
+	fs.BoolVar(&m.exitOnCrash, "exit-on-crash", false, fmt.Sprintf("with --fault crash-mid-tool: exit with status %d right after the tool_use is stored", ExitCrash))
+	fs.BoolVar(&m.serve, "serve", false, "answer control requests until SIGINT or SIGTERM")
+	fs.BoolVar(&m.adopt, "adopt", false, "answer control requests for sessions another process ran (read back from the log)")
+	fs.StringVar(&m.prefix, "session-prefix", "rt", "prefix of the session ids (<prefix>-<ULID>)")
+	providers := fs.String("providers", "anthropic,bedrock,vertex", "providers in switch order, comma-separated; the first is the default")
+	fs.StringVar(&m.model, "model", refruntime.DefaultModel, "model the assistant messages name")
+	fs.DurationVar(&m.stageDelay, "stage-delay", 0, "how long each stage and tool takes")
+	fs.BoolVar(&m.verbose, "verbose", false, "debug logs")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	var errs []error
+	f, err := refruntime.ParseFault(*faultFlag)
+	if err != nil {
+		errs = append(errs, fmt.Errorf("--fault: %w", err))
+	}
+	m.fault = f
+	if _, crash := f.(refruntime.FaultCrashMidTool); m.exitOnCrash && !crash {
+		errs = append(errs, errors.New("--exit-on-crash needs --fault crash-mid-tool"))
+	}
+	if m.sessions < 0 || m.turns < 0 || m.tools < 0 {
+		errs = append(errs, errors.New("--sessions, --turns and --tools must not be negative"))
+	}
+	if !events.ValidToken(m.prefix) || len(m.prefix) > events.MaxTokenLen-27 {
+		errs = append(errs, fmt.Errorf("--session-prefix: %q must be 1-%d characters of [A-Za-z0-9_-]", m.prefix, events.MaxTokenLen-27))
+	}
+	m.providers = nil
+	for _, p := range strings.Split(*providers, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			m.providers = append(m.providers, p)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Run connects, opens the log, answers control requests when --serve is
+// set, runs the sessions printing each id as it starts, and with --serve
+// waits for ctx to end.
+func (m *Main) Run(ctx context.Context) error {
+	level := zerolog.InfoLevel
+	if m.verbose {
+		level = zerolog.DebugLevel
+	}
+	logger := zerolog.New(zerolog.ConsoleWriter{Out: m.stderr, TimeFormat: time.TimeOnly}).Level(level).With().Timestamp().Logger()
+
+	nc, err := nats.Connect(m.natsURL, nats.Name("refruntime "+m.tenant))
+	if err != nil {
+		return fmt.Errorf("connect to %s: %w", m.natsURL, err)
+	}
+	m.nc = nc
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return fmt.Errorf("jetstream: %w", err)
+	}
+	log, err := events.Open(ctx, js, events.Config{}, &logger)
+	if err != nil {
+		return err
+	}
+	cfg := refruntime.Config{
+		Tenant:       m.tenant,
+		Name:         m.name,
+		Providers:    m.providers,
+		Model:        m.model,
+		StageDelay:   m.stageDelay,
+		AdoptUnknown: m.adopt,
+	}
+	if m.exitOnCrash {
+		cfg.OnCrash = func(session, turn string) {
+			logger.Warn().Str("session", session).Str("turn", turn).Msg("crashing on purpose between tool_use and tool_result")
+			m.exit(ExitCrash)
+		}
+	}
+	m.rt, err = refruntime.New(nc, log, cfg, &logger)
+	if err != nil {
+		return err
+	}
+	if m.serve {
+		if err := m.rt.Open(ctx); err != nil {
+			return err
+		}
+	}
+
+	for range m.sessions {
+		session := m.prefix + "-" + events.NewID()
+		fmt.Fprintln(m.stdout, session)
+		for turn := 1; turn <= m.turns; turn++ {
+			spec := refruntime.TurnSpec{
+				Prompt: fmt.Sprintf("Turn %d of %d: inspect the project and report.", turn, m.turns),
+				Tools:  tools(m.tools),
+			}
+			if turn == m.turns {
+				spec.Fault = m.fault
+			}
+			res, err := m.rt.RunTurn(ctx, session, spec)
+			if err != nil {
+				return err
+			}
+			logger.Info().Str("session", session).Str("turn", res.Turn).Str("outcome", string(res.Outcome)).
+				Uint64("first_seq", res.FirstSeq).Uint64("last_seq", res.LastSeq).Msg("turn recorded")
+		}
+	}
+
+	if !m.serve {
+		return nil
+	}
+	logger.Info().Msg("serving control requests until SIGINT or SIGTERM")
+	<-ctx.Done()
+	return nil
+}
+
+// Close stops the runtime and closes the connection.
+func (m *Main) Close() error {
+	var err error
+	if m.rt != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		err = m.rt.Close(ctx)
+		cancel()
+	}
+	if m.nc != nil {
+		m.nc.Close()
+	}
+	return err
+}
+
+// toolKinds are the tool calls a turn makes, in turn.
+var toolKinds = []refruntime.ToolSpec{
+	{Name: "Read", Input: json.RawMessage(`{"file_path":"README.md"}`), Result: "# Project\n\nA demo project."},
+	{Name: "Bash", Input: json.RawMessage(`{"command":"go test ./..."}`), Result: "ok  \tdemo\t0.012s"},
+	{Name: "Grep", Input: json.RawMessage(`{"pattern":"TODO"}`), Result: "main.go:12: // TODO: handle errors"},
+}
+
+// tools returns n tool calls.
+func tools(n int) []refruntime.ToolSpec {
+	out := make([]refruntime.ToolSpec, n)
+	for i := range out {
+		out[i] = toolKinds[i%len(toolKinds)]
+	}
+	return out
+}
