@@ -152,7 +152,7 @@ func (r *replayer) end() error {
 		return nil
 	}
 	s := &r.state
-	_, err := fmt.Fprintf(r.w, "\n%d events replayed: %s; turns %d; orphaned tool_use %v; violations %d\n",
-		r.n, s.Status(), s.Totals.Turns, s.OrphanedToolUseIDs(), s.Totals.Violations)
+	_, err := fmt.Fprintf(r.w, "\n%d events replayed: %s; turns %d; orphaned tool_use %v; violations %d (%d resolved)\n",
+		r.n, s.Status(), s.Totals.Turns, s.OrphanedToolUseIDs(), s.Totals.Violations, s.Totals.Resolved)
 	return err
 }

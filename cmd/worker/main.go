@@ -15,6 +15,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/cenkalti/backoff/v4"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
@@ -80,19 +81,11 @@ func run(ctx context.Context, f flags, stderr io.Writer) error {
 		return fmt.Errorf("--log-level %q: want debug, info, warn or error", f.logLevel)
 	}
 	logger := zerolog.New(zerolog.ConsoleWriter{Out: stderr, TimeFormat: time.TimeOnly}).Level(lvl).With().Timestamp().Logger()
-	nc, err := nats.Connect(f.natsURL, nats.Name("turnstone-worker"), nats.MaxReconnects(-1))
+	nc, log, err := connect(ctx, f.natsURL, logger)
 	if err != nil {
-		return fmt.Errorf("connect to %s: %w (is the engine running?)", f.natsURL, err)
+		return err
 	}
 	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return err
-	}
-	log, err := events.Open(ctx, js, events.Config{}, &logger)
-	if err != nil {
-		return err
-	}
 	w, err := recovery.NewWorker(nc, log, recovery.WorkerConfig{
 		Name:           f.name,
 		ControlTimeout: f.controlTimeout,
@@ -112,4 +105,40 @@ func run(ctx context.Context, f flags, stderr io.Writer) error {
 		return err
 	}
 	return nil
+}
+
+// connect connects to NATS and opens the event log, retrying with
+// exponential back-off until it works or ctx ends, so a worker started
+// beside the engine (or before it) waits for it instead of exiting.
+func connect(ctx context.Context, url string, logger zerolog.Logger) (*nats.Conn, *events.Log, error) {
+	var (
+		nc  *nats.Conn
+		log *events.Log
+	)
+	op := func() error {
+		c, err := nats.Connect(url, nats.Name("turnstone-worker"), nats.MaxReconnects(-1))
+		if err != nil {
+			return err
+		}
+		js, err := jetstream.New(c)
+		if err == nil {
+			log, err = events.Open(ctx, js, events.Config{}, &logger)
+		}
+		if err != nil {
+			c.Close()
+			return err
+		}
+		nc = c
+		return nil
+	}
+	b := backoff.NewExponentialBackOff()
+	b.MaxInterval = 5 * time.Second
+	b.MaxElapsedTime = 0 // until ctx ends
+	err := backoff.RetryNotify(op, backoff.WithContext(b, ctx), func(err error, next time.Duration) {
+		logger.Warn().Err(err).Str("url", url).Dur("retry_in", next).Msg("waiting for the engine's NATS server")
+	})
+	if err != nil {
+		return nil, nil, fmt.Errorf("connect to %s: %w", url, err)
+	}
+	return nc, log, nil
 }
