@@ -6,6 +6,9 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"sort"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
@@ -444,4 +447,61 @@ func outcomeOf(s Strategy, r AttemptResult) (string, string) {
 		}
 	}
 	return outcome, detail
+}
+
+// ParseChain builds a chain from its specs, as a command's Params.Chain or a
+// policy file writes them: a strategy name (StrategyRetry,
+// StrategySwitchProvider, StrategyResumeFromSnapshot, StrategyDistill,
+// StrategyPivot, StrategyDegrade, StrategyPause, StrategyAbort), optionally
+// followed by "*N" for N attempts ("retry*2"). Strategies that call the
+// model need the provider, as in DefaultChains. Errors wrap
+// ErrInvalidPolicy and name the spec.
+func ParseChain(specs []string) ([]Strategy, error) {
+	var out []Strategy
+	var errs []error
+	for i, spec := range specs {
+		name, n := spec, 1
+		if base, count, ok := strings.Cut(spec, "*"); ok {
+			v, err := strconv.Atoi(count)
+			if err != nil || v < 1 {
+				errs = append(errs, fmt.Errorf("%w: chain[%d] %q: attempts after '*' must be a positive number", ErrInvalidPolicy, i, spec))
+				continue
+			}
+			name, n = base, v
+		}
+		s, ok := namedStrategies[name]
+		if !ok {
+			errs = append(errs, fmt.Errorf("%w: chain[%d] %q: not a strategy (one of %s)", ErrInvalidPolicy, i, spec, strings.Join(strategyNames(), ", ")))
+			continue
+		}
+		s.Attempts = n
+		out = append(out, s)
+	}
+	if len(out) == 0 && len(errs) == 0 {
+		errs = append(errs, fmt.Errorf("%w: chain: empty", ErrInvalidPolicy))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+var namedStrategies = map[string]Strategy{
+	StrategyRetry:              {Name: StrategyRetry, Action: ActionRetryTurn, NeedsProvider: true},
+	StrategySwitchProvider:     {Name: StrategySwitchProvider, Action: ActionSwitchProvider},
+	StrategyResumeFromSnapshot: {Name: StrategyResumeFromSnapshot, Action: ActionResumeSession, NeedsProvider: true},
+	StrategyDistill:            {Name: StrategyDistill, Action: ActionDistill, NeedsProvider: true},
+	StrategyPivot:              {Name: StrategyPivot, Action: ActionPivotStrategy, NeedsProvider: true},
+	StrategyDegrade:            {Name: StrategyDegrade, Action: ActionDegrade},
+	StrategyPause:              {Name: StrategyPause, Action: ActionPause},
+	StrategyAbort:              {Name: StrategyAbort, Action: ActionAbort},
+}
+
+func strategyNames() []string {
+	names := make([]string, 0, len(namedStrategies))
+	for n := range namedStrategies {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
 }

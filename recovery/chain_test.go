@@ -393,3 +393,18 @@ func TestDefaultChains(t *testing.T) {
 		t.Errorf("bad chains: %v", err)
 	}
 }
+
+func TestParseChain(t *testing.T) {
+	chain, err := ParseChain([]string{"retry*2", "switch_provider", "pause"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(chain) != 3 || chain[0].Action != ActionRetryTurn || chain[0].Attempts != 2 || !chain[0].NeedsProvider || chain[2].Action != ActionPause {
+		t.Fatalf("chain %+v", chain)
+	}
+	for _, bad := range [][]string{{}, {"retry*0"}, {"retry*x"}, {"explode"}} {
+		if _, err := ParseChain(bad); !errors.Is(err, ErrInvalidPolicy) {
+			t.Errorf("ParseChain(%q): want ErrInvalidPolicy, got %v", bad, err)
+		}
+	}
+}

@@ -93,16 +93,21 @@ func (k Kind) NeedsRuntime() bool {
 // (rewind_session), AtSeq and ForkSession (fork_session), Provider and
 // ToProvider (switch_provider, retry_turn), Strategy (pivot_strategy),
 // ErrorClass (the class of the error that led to the command, see
-// Classify).
+// Classify). Chain, when set, is the strategy chain the worker runs instead
+// of the default for the error's class (see ParseChain: "retry*2",
+// "pause"); Recommendation is what a person should do if the chain ends in
+// a pause ("switch provider").
 type Params struct {
-	ToolUseIDs  []string `json:"tool_use_ids,omitempty"`
-	ToSeq       uint64   `json:"to_seq,omitempty"`
-	AtSeq       uint64   `json:"at_seq,omitempty"`
-	ForkSession string   `json:"fork_session,omitempty"`
-	Provider    string   `json:"provider,omitempty"`
-	ToProvider  string   `json:"to_provider,omitempty"`
-	Strategy    string   `json:"strategy,omitempty"`
-	ErrorClass  string   `json:"error_class,omitempty"`
+	Chain          []string `json:"chain,omitempty"`
+	Recommendation string   `json:"recommendation,omitempty"`
+	ToolUseIDs     []string `json:"tool_use_ids,omitempty"`
+	ToSeq          uint64   `json:"to_seq,omitempty"`
+	AtSeq          uint64   `json:"at_seq,omitempty"`
+	ForkSession    string   `json:"fork_session,omitempty"`
+	Provider       string   `json:"provider,omitempty"`
+	ToProvider     string   `json:"to_provider,omitempty"`
+	Strategy       string   `json:"strategy,omitempty"`
+	ErrorClass     string   `json:"error_class,omitempty"`
 }
 
 // Diagnostics travel with abort_session: what failed, what was tried, and

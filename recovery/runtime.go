@@ -65,7 +65,11 @@ func (w *Worker) runtimeEffect(ctx context.Context, cmd Command, state *projecti
 		}
 		switch s.Action {
 		case ActionPause:
-			if err := w.pauseSession(ctx, cmd, fmt.Sprintf("%s needs a person: %s", cmd.Kind, cmd.Reason)); err != nil {
+			why := fmt.Sprintf("%s needs a person: %s", cmd.Kind, cmd.Reason)
+			if cmd.Params.Recommendation != "" {
+				why += "; recommended: " + cmd.Params.Recommendation
+			}
+			if err := w.pauseSession(ctx, cmd, why); err != nil {
 				return AttemptResult{Err: &events.ErrorInfo{Message: err.Error(), Kind: events.KindTransient}, Class: ClassResource}
 			}
 			return AttemptResult{OK: true, Detail: "session paused"}
@@ -105,6 +109,13 @@ func (w *Worker) runtimeEffect(ctx context.Context, cmd Command, state *projecti
 // error's class (Params.ErrorClass, else the class of the turn's error);
 // the other kinds try their own action, then pause.
 func (w *Worker) chainFor(cmd Command, state *projections.Session) []Strategy {
+	if len(cmd.Params.Chain) > 0 {
+		if chain, err := ParseChain(cmd.Params.Chain); err == nil {
+			return chain
+		} else {
+			w.l.Warn().Err(err).Str("command", cmd.ID).Msg("the command's chain is invalid; using the default")
+		}
+	}
 	own := func(action string, attempts int, needsProvider bool) []Strategy {
 		return []Strategy{
 			{Name: string(cmd.Kind), Action: action, Attempts: attempts, NeedsProvider: needsProvider},
