@@ -159,6 +159,9 @@ func (s *Session) apply(ev events.Event) {
 		}
 	case *events.ErrorRecorded:
 		s.recordError(ev, turn, p.Stage, p.ErrorInfo, p.Consecutive)
+		if t := s.turn(turn); t != nil {
+			t.FailedAttempts++
+		}
 	case *events.DistillationRequested:
 		s.distillationRequested(ev, turn, p)
 	case *events.DistillationStarted:
@@ -208,7 +211,7 @@ func (s *Session) unknown(ev events.Event) {
 
 // violate records a violation at ev.
 func (s *Session) violate(ev events.Event, rule Rule, detail, toolUseID, turn string) {
-	s.Violations = append(s.Violations, Violation{Seq: ev.Seq, Rule: rule, Detail: detail, ToolUseID: toolUseID, Turn: turn})
+	s.Violations = append(s.Violations, Violation{Seq: ev.Seq, Rule: rule, Detail: detail, ToolUseID: toolUseID, Turn: turn, Time: ev.Time.Round(0)})
 	s.Totals.Violations++
 }
 
@@ -260,7 +263,9 @@ func (s *Session) turnEvent(ev events.Event, id string) *Turn {
 }
 
 // endTurn ends an in-flight turn and judges the pending tool_use blocks of
-// that turn: the user message that had to answer them is complete.
+// that turn: the user message that had to answer them is complete. The
+// history's latest message, when it is an assistant message of the turn
+// (or of no turn), is complete too: it counts in the output streak.
 func (s *Session) endTurn(ev events.Event, t *Turn, status TurnStatus, reason string, durationMS int64) {
 	t.Status, t.Reason = status, reason
 	t.EndedSeq, t.EndedAt = ev.Seq, ev.Time.Round(0)
@@ -276,6 +281,7 @@ func (s *Session) endTurn(ev events.Event, t *Turn, status TurnStatus, reason st
 		}
 	}
 	s.judge(ev, id, fmt.Sprintf("turn %s %s", id, status))
+	s.completeOutput(func(m *Message) bool { return m.Turn == id || m.Turn == "" })
 }
 
 // recordError counts an error and moves the streak.
@@ -348,6 +354,7 @@ func (s *Session) trim() {
 	s.Orphans, _ = trimFront(s.Orphans, KeepAnomalies, func(*Orphan) bool { return true })
 	s.UnmatchedResults, _ = trimFront(s.UnmatchedResults, KeepAnomalies, func(*UnmatchedResult) bool { return true })
 	s.InvalidEvents, _ = trimFront(s.InvalidEvents, KeepAnomalies, func(*InvalidEvent) bool { return true })
+	s.Flaky, _ = trimFront(s.Flaky, KeepAnomalies, func(*Flaky) bool { return true })
 	s.Distillations, _ = trimFront(s.Distillations, KeepDistillations, func(d *Distillation) bool { return !d.open() })
 	if s.Commands, n = trimFront(s.Commands, KeepCommands, func(c *CommandRecord) bool { return c.Done() }); n > 0 {
 		s.idx = nil

@@ -29,7 +29,7 @@ type foldCase struct {
 // need no refold, which keeps the every-cut property quick.
 func allFoldCases() []foldCase {
 	return slices.Concat(rewindCases(), toolRuleCases(), turnCases(), distillationCases(), errorCases(), invalidCases(),
-		repairCases(), recoveryCases())
+		repairCases(), recoveryCases(), loopCases(), budgetCases(), flakyCases(), pendingCases())
 }
 
 func runFoldCases(t *testing.T, cases []foldCase) {
@@ -893,6 +893,19 @@ func TestFoldDeterministic(t *testing.T) {
 	if len(a.Violations) == 0 || len(a.InvalidEvents) == 0 || len(a.Distillations) == 0 || unknown == 0 || len(a.Rewinds) == 0 || a.RewoundEvents == 0 {
 		t.Errorf("the synthetic session should exercise anomalies: %d violations, %d invalid, %d distillations, %d unknown, %d rewinds",
 			len(a.Violations), len(a.InvalidEvents), len(a.Distillations), unknown, len(a.Rewinds))
+	}
+	// And invariant 4's counts: flaky re-runs, failed attempts, streaks.
+	attempts, streak := 0, 0
+	for _, tu := range a.Turns {
+		attempts += tu.FailedAttempts
+	}
+	s := &Session{}
+	for _, ev := range evs {
+		applyLog(t, s, ev, evs)
+		streak = max(streak, s.Outputs.Count)
+	}
+	if a.Totals.Flaky == 0 || attempts == 0 || streak < DefaultLoopLimit {
+		t.Errorf("the synthetic session should exercise invariant 4: %d flaky, %d failed attempts, longest output streak %d", a.Totals.Flaky, attempts, streak)
 	}
 }
 

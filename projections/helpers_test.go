@@ -117,7 +117,9 @@ func applyLog(tb testing.TB, s *Session, ev events.Event, all []events.Event) []
 // synth generates a realistic session of about turns turns, deterministic
 // for a seed: prompts, thinking, text, tool calls with tool_call.* events
 // and kilobyte results, stage events, provider errors and retries, a
-// distillation every so often (inline or between turns), pauses, recovery
+// distillation every so often (inline or between turns), identical
+// re-runs of failed tool calls (flaky-suspected when they pass), the same
+// final answer turn after turn (an output streak), pauses, recovery
 // commands (attempts, outcomes, parks), breaker changes, forks, rewinds to
 // the end of an earlier turn (nested ones too), and, when anomalies is set,
 // the occasional orphan, repaired orphan, late result, invalid event and
@@ -126,6 +128,9 @@ func applyLog(tb testing.TB, s *Session, ev events.Event, all []events.Event) []
 func synth(tb testing.TB, seed uint64, turns int, anomalies bool) []events.Event {
 	tb.Helper()
 	rng := newRand(seed)
+	// rerun decides the re-runs: its own source, so that the rest of the
+	// session is what it was before re-runs were generated.
+	rerun := newRand(seed ^ 0x5eed)
 	var out []events.Event
 	seq := uint64(0)
 	when := epoch
@@ -151,6 +156,11 @@ func synth(tb testing.TB, seed uint64, turns int, anomalies bool) []events.Event
 	add("", &events.SessionStarted{Runtime: "claude-code 2.1.38", Model: "claude-sonnet-4-5", Provider: "anthropic",
 		Labels: map[string]string{"cwd": "/repo", "branch": "main", "host": "dev-1"}})
 	tool := 0
+	var last struct { // the latest tool_use, for re-runs
+		name   string
+		input  json.RawMessage
+		failed bool
+	}
 	var boundaries []uint64 // the sequences at which a turn and its aftermath ended
 	breakerOpen := false
 	command := func(kind string, n int) string { return fmt.Sprintf("%s-%d-%d", kind, n, seq) }
@@ -183,8 +193,13 @@ func synth(tb testing.TB, seed uint64, turns int, anomalies bool) []events.Event
 				id := fmt.Sprintf("toolu_%05d", tool)
 				ids = append(ids, id)
 				name := toolNames[rng.IntN(len(toolNames))]
+				input := json.RawMessage(fmt.Sprintf(`{"file_path": "/repo/parser_%d.go", "limit": 200}`, c))
+				if c == 0 && last.failed && rerun.IntN(2) == 0 {
+					name, input = last.name, last.input // the same call again
+				}
+				last.name, last.input, last.failed = name, input, false
 				add(turn, &events.MessageAppended{Role: events.RoleAssistant, MessageID: fmt.Sprintf("msg_%d_%d", n, r), Model: "claude-sonnet-4-5", StopReason: "tool_use",
-					Content: []events.ContentBlock{{Type: events.BlockToolUse, ID: id, Name: name, Input: json.RawMessage(fmt.Sprintf(`{"file_path": "/repo/parser_%d.go", "limit": 200}`, c))}}})
+					Content: []events.ContentBlock{{Type: events.BlockToolUse, ID: id, Name: name, Input: input}}})
 				add(turn, &events.ToolCallStarted{ToolUseID: id, Name: name})
 				add(turn, &events.ToolCallCompleted{ToolUseID: id, Name: name, DurationMS: int64(rng.IntN(5000))})
 			}
@@ -194,6 +209,9 @@ func synth(tb testing.TB, seed uint64, turns int, anomalies bool) []events.Event
 				}
 				content, _ := json.Marshal(bigText[:200+rng.IntN(len(bigText)-200)])
 				cb := events.ContentBlock{Type: events.BlockToolResult, ToolUseID: id, Content: content, IsError: rng.IntN(10) == 0}
+				if i == len(ids)-1 {
+					last.failed = cb.IsError
+				}
 				if anomalies && i == 0 && rng.IntN(60) == 0 {
 					add(turn, user(text("[interrupted]"), cb)) // results not first
 					continue
@@ -219,6 +237,7 @@ func synth(tb testing.TB, seed uint64, turns int, anomalies bool) []events.Event
 			// turn fails, and a repair_orphans command answers the orphan.
 			tool++
 			id := fmt.Sprintf("toolu_%05d", tool)
+			last.failed = false // its result will be a repair: no run to re-run
 			add(turn, &events.MessageAppended{Role: events.RoleAssistant, Model: "claude-sonnet-4-5", StopReason: "tool_use",
 				Content: []events.ContentBlock{{Type: events.BlockToolUse, ID: id, Name: "Bash", Input: json.RawMessage(`{"command": "make"}`)}}})
 			add(turn, &events.TurnFailed{Stage: events.StageExecute, Error: errInfo("worker killed")})

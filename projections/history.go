@@ -59,6 +59,9 @@ func (s *Session) appendMessage(ev events.Event, turn string, p *events.MessageA
 		return
 	}
 	m := s.lastMessage()
+	if m != nil && m.Role == events.RoleAssistant && p.Role == events.RoleUser {
+		s.countOutput(m) // the assistant message is complete
+	}
 	if m != nil && m.Role == p.Role {
 		m.Seqs = append(m.Seqs, ev.Seq)
 	} else {
@@ -76,6 +79,9 @@ func (s *Session) appendMessage(ev events.Event, turn string, p *events.MessageA
 			Turn:  turn,
 		})
 		m = &s.Messages[len(s.Messages)-1]
+		if p.Role == events.RoleAssistant {
+			m.Hash = emptyOutputHash
+		}
 	}
 	m.Meta = m.Meta || p.Meta
 	m.Synthetic = m.Synthetic || p.Synthetic
@@ -89,6 +95,7 @@ func (s *Session) appendMessage(ev events.Event, turn string, p *events.MessageA
 		for i := range p.Content {
 			cb := &p.Content[i]
 			m.Blocks = append(m.Blocks, digest(cb))
+			m.Hash = chainOutput(m.Hash, cb)
 			if cb.Type == events.BlockToolUse {
 				s.toolUse(ev, turn, m.Index, cb)
 			}
@@ -128,7 +135,7 @@ func (s *Session) appendMessage(ev events.Event, turn string, p *events.MessageA
 			flagged = true
 			s.violate(ev, RuleResultsNotFirst, fmt.Sprintf("tool_result for %s comes after another block in user message %d", cb.ToolUseID, m.Index), validKey(cb.ToolUseID), turn)
 		}
-		s.answer(ev, cb)
+		s.answer(ev, cb, p.Synthetic)
 	}
 }
 
@@ -188,6 +195,7 @@ func (s *Session) toolUse(ev events.Event, turn string, msg int, cb *events.Cont
 	tc := s.toolCall(id)
 	if tc != nil && tc.Message != 0 {
 		s.violate(ev, RuleDuplicateToolUse, fmt.Sprintf("tool_use id %s already used at seq %d", id, tc.UseSeq), id, turn)
+		s.LastTool = nil // a tool call ran between, but it cannot be followed
 		return
 	}
 	if tc == nil {
@@ -196,6 +204,7 @@ func (s *Session) toolUse(ev events.Event, turn string, msg int, cb *events.Cont
 	tc.Name, tc.Turn, tc.Message = cb.Name, turn, msg
 	tc.UseSeq, tc.Status = ev.Seq, ToolPending
 	s.Pending = append(s.Pending, id)
+	s.toolRunStarts(ev, turn, id, cb)
 }
 
 // newToolCall appends a tool call for id and returns it.
@@ -208,8 +217,10 @@ func (s *Session) newToolCall(id string) *ToolCall {
 }
 
 // answer pairs a tool_result block with its tool_use, or records why it
-// answers none.
-func (s *Session) answer(ev events.Event, cb *events.ContentBlock) {
+// answers none. A result that pairs and is not synthetic is the tool's run:
+// it may be a failed attempt of the tool_use's turn, or a flaky-suspected
+// re-run.
+func (s *Session) answer(ev events.Event, cb *events.ContentBlock, synthetic bool) {
 	id := validKey(cb.ToolUseID)
 	tc := s.toolCall(id)
 	switch {
@@ -247,6 +258,9 @@ func (s *Session) answer(ev events.Event, cb *events.ContentBlock) {
 		}
 		tc.Status, tc.ResultSeq = ToolAnswered, ev.Seq
 		tc.IsError = tc.IsError || cb.IsError
+		if !synthetic {
+			s.toolRunEnds(ev, tc, cb)
+		}
 	}
 }
 
@@ -383,12 +397,14 @@ func (s *Session) distillationStarted(ev events.Event, turn string, p *events.Di
 	}
 	s.cover(d, p.FromSeq, p.ToSeq)
 	s.judge(ev, "", "a distillation started")
+	s.completeOutput(nil)
 	s.checkDistillation(ev, d)
 }
 
 // distillationCompleted records the end of a distillation, checks
-// invariant 3 if no start was seen, and resets the history: the runtime
-// appends the summary as the next message.
+// invariant 3 if no start was seen, and resets the history (and the output
+// streak, which compared its messages): the runtime appends the summary as
+// the next message.
 func (s *Session) distillationCompleted(ev events.Event, turn string, p *events.DistillationCompleted) {
 	d := s.openDistillation(turn, anyDistillation)
 	started := d.StartedSeq != 0
@@ -403,7 +419,35 @@ func (s *Session) distillationCompleted(ev events.Event, turn string, p *events.
 		s.checkDistillation(ev, d)
 	}
 	s.Messages, s.Pending, s.ToolCalls, s.idx = nil, nil, nil, nil
+	s.Outputs = OutputStreak{}
 	s.HistoryStart = HistoryMark{Seq: ev.Seq, Violations: s.Totals.Violations, Orphans: s.Totals.Orphans, Resolved: s.Totals.Resolved}
+}
+
+// PendingDistillation returns the request for a distillation that has not
+// run yet, or nil: the latest distillation that was requested
+// (RequestedSeq != 0) and has neither started nor completed, provided no
+// distillation started or completed after it (one that ran since answers
+// it). A skipped request is still pending: the reconciler defers it and
+// runs it once the history is clean (see DistillationDeferred). The
+// pointer is into the state: read it, do not keep it across Apply.
+func (s *Session) PendingDistillation() *Distillation {
+	for i := len(s.Distillations) - 1; i >= 0; i-- {
+		d := &s.Distillations[i]
+		switch {
+		case d.StartedSeq != 0 || d.CompletedSeq != 0:
+			return nil
+		case d.RequestedSeq != 0:
+			return d
+		}
+	}
+	return nil
+}
+
+// DistillationDeferred reports whether the pending distillation request
+// (PendingDistillation) was skipped: it waits for a clean history.
+func (s *Session) DistillationDeferred() bool {
+	d := s.PendingDistillation()
+	return d != nil && (d.SkippedSeq != 0 || d.Skipped != "")
 }
 
 func notStarted(d *Distillation) bool      { return d.StartedSeq == 0 }

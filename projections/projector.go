@@ -86,6 +86,13 @@ type Projector struct {
 	// OnAnomaly, when set before Open, is called with each violation as the
 	// projector folds the event that broke it.
 	OnAnomaly func(Anomaly)
+	// OnApply, when set before Open, is called after each event is folded,
+	// on the projector's goroutine, with the session's state (read it
+	// there; do not keep it: the projector goes on changing it), the
+	// event, whether the fold applied it (false for a redelivery), and the
+	// violations it gave rise to. The reconciler and the metrics hang off
+	// it; it must not block for long, as the next event waits for it.
+	OnApply func(s *Session, ev events.Event, applied bool, vs []Violation)
 
 	mu       sync.Mutex
 	sessions map[string]*tracked
@@ -243,6 +250,9 @@ func (p *Projector) apply(ctx context.Context, ev events.Event) {
 			}
 			p.mu.Unlock()
 			p.report(ev, vs)
+			if p.OnApply != nil {
+				p.OnApply(t.state, ev, applied, vs)
+			}
 			return
 		}
 		// Snapshot it at once, so that the next restore need not refold.
@@ -259,6 +269,9 @@ func (p *Projector) apply(ctx context.Context, ev events.Event) {
 	p.mu.Unlock()
 
 	p.report(ev, vs)
+	if p.OnApply != nil {
+		p.OnApply(t.state, ev, applied, vs)
+	}
 	if snap != nil {
 		p.snapshot(ctx, snap)
 	}

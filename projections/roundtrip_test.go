@@ -127,9 +127,13 @@ func TestSnapshotRoundTripEveryCut(t *testing.T) {
 func fingerprint(tb testing.TB, s *Session) []byte {
 	tb.Helper()
 	return mustJSON(tb, struct {
-		State    *Session
-		Status   string
-		Orphaned []string
-		InFlight *Turn
-	}{s, s.Status(), s.OrphanedToolUseIDs(), s.InFlightTurn()})
+		State     *Session
+		Status    string
+		Orphaned  []string
+		InFlight  *Turn
+		Pending   *Distillation
+		Deferred  bool
+		First     *Violation
+		Anomalous bool
+	}{s, s.Status(), s.OrphanedToolUseIDs(), s.InFlightTurn(), s.PendingDistillation(), s.DistillationDeferred(), s.FirstAnomaly(), s.Anomalous()})
 }

@@ -3,7 +3,9 @@
 // turn ends exactly once (1); the message history follows the Anthropic
 // Messages API rules for tool_use and tool_result blocks and for roles (2);
 // no distillation runs during a foreign turn or over a dirty history (3);
-// the same error in a row is counted as a streak (4). It also keeps the
+// the same error, or the same assistant output, in a row is counted as a
+// streak, and each turn's failed attempts as its budget spent (4). It also
+// keeps the
 // recovery side's record of the session: the recovery commands run on it
 // (recovery.*), its rewinds and forks, and the circuit breakers
 // (breaker.changed).
@@ -33,7 +35,10 @@ import (
 //
 // Version 2: recovery commands, rewinds, forks, breakers; repaired
 // orphans and resolved violations.
-const Version = 2
+//
+// Version 3: invariant 4's counts (the output streak and message hashes,
+// turns' failed attempts, flaky-suspected tool runs) and violation times.
+const Version = 3
 
 // Retention bounds: the state keeps the latest entries of the lists that
 // grow with a session's length, so that a snapshot stays small whatever
@@ -47,7 +52,7 @@ const (
 	// resets the history.
 	KeepToolCalls = 500
 	// KeepAnomalies is how many entries each of Violations, Orphans,
-	// UnmatchedResults and InvalidEvents keeps.
+	// UnmatchedResults, InvalidEvents and Flaky keeps.
 	KeepAnomalies = 500
 	// KeepDistillations is how many distillations the state keeps.
 	KeepDistillations = 50
@@ -56,6 +61,9 @@ const (
 	KeepCommands = 200
 	// KeepRewinds is how many entries each of Rewinds and Forks keeps.
 	KeepRewinds = 50
+	// KeepOutputSeqs is how many sequences OutputStreak.Seqs keeps: those
+	// of the run's first messages.
+	KeepOutputSeqs = 10
 	// PreviewRunes is the length, in runes, of the text previews of blocks
 	// and prompts.
 	PreviewRunes = 200
@@ -151,6 +159,18 @@ type Session struct {
 	Distillations []Distillation `json:"distillations,omitempty"`
 	// Errors counts the errors recorded and the current streak.
 	Errors ErrorStats `json:"errors"`
+	// Outputs is the current run of identical assistant outputs
+	// (invariant 4; see OutputStreak).
+	Outputs OutputStreak `json:"outputs"`
+	// LastTool is the session's latest tool_use and how it ran: what the
+	// next tool_use is compared with to spot a re-run (see Flaky). Nil
+	// before the first tool_use, and after a tool_use whose id the history
+	// already held.
+	LastTool *ToolRun `json:"last_tool,omitempty"`
+	// Flaky are the flaky-suspected tool runs: a failed tool call whose
+	// immediate identical re-run passed (the latest KeepAnomalies). They
+	// are not violations.
+	Flaky []Flaky `json:"flaky,omitempty"`
 
 	// Paused is true between session.paused and session.resumed;
 	// PauseReason and PausedSeq tell why and since when.
@@ -222,11 +242,12 @@ type Totals struct {
 	Distillations    int `json:"distillations"`
 	// Resolved counts the violations a repair resolved (Violation.Resolved).
 	Resolved int `json:"resolved,omitempty"`
-	// Commands, Forks and Rewinds count the entries ever made in the
-	// lists of the same names.
+	// Commands, Forks, Rewinds and Flaky count the entries ever made in
+	// the lists of the same names.
 	Commands int `json:"commands,omitempty"`
 	Forks    int `json:"forks,omitempty"`
 	Rewinds  int `json:"rewinds,omitempty"`
+	Flaky    int `json:"flaky,omitempty"`
 }
 
 // HistoryMark is where the current message history began: at the
@@ -290,6 +311,15 @@ type Turn struct {
 	// DurationMS is the turn's wall time in milliseconds: turn.completed's
 	// duration_ms when given, else EndedAt - StartedAt.
 	DurationMS int64 `json:"duration_ms,omitempty"`
+	// FailedAttempts is the implementation budget the turn spent
+	// (invariant 4): its failed attempts. It counts the tool_result blocks
+	// with is_error set that answer a tool_use block of the turn (results
+	// that pair with their tool_use only; the synthetic results a repair
+	// writes do not count, nor does tool_call.completed's is_error), plus
+	// the error.recorded events that carry the turn, whether or not it is
+	// still in flight. The turn.failed that ends a turn is its outcome,
+	// not an attempt. The limit is the reconciler's policy.
+	FailedAttempts int `json:"failed_attempts,omitempty"`
 }
 
 // Ended reports whether the turn has ended (completed, failed or
@@ -317,6 +347,10 @@ type Message struct {
 	// Turnstone (a repaired tool_result).
 	Meta      bool `json:"meta,omitempty"`
 	Synthetic bool `json:"synthetic,omitempty"`
+	// Hash is an assistant message's output hash: OutputHash of the
+	// content blocks of all its records, in order (empty for user
+	// messages). The OutputStreak compares it.
+	Hash string `json:"hash,omitempty"`
 }
 
 // Block is a digest of one content block; the full content stays in the
@@ -525,6 +559,9 @@ type Violation struct {
 	// counts for Status or for a distillation's history check.
 	Resolved    bool   `json:"resolved,omitempty"`
 	ResolvedSeq uint64 `json:"resolved_seq,omitempty"`
+	// Time is the time attribute of the event where it arose (zero when
+	// the event had none).
+	Time time.Time `json:"time,omitzero"`
 }
 
 // The reason DirtyReasons lists when the history's tail holds a tool_use
@@ -653,6 +690,43 @@ func (s *Session) Status() string {
 		return StatusBroken
 	}
 	return StatusIdle
+}
+
+// FirstAnomaly returns the earliest violation the state keeps, resolved
+// or not, or nil when it keeps none (Violations keeps the latest
+// KeepAnomalies: in a long session, older ones are gone). The pointer is
+// into the state: read it, do not keep it across Apply.
+func (s *Session) FirstAnomaly() *Violation {
+	if len(s.Violations) == 0 {
+		return nil
+	}
+	return &s.Violations[0]
+}
+
+// Anomalous reports whether the session has something for `engine
+// incidents` to show: a violation ever (orphans and invalid events are
+// violations too; resolved ones count), a flaky-suspected tool run ever,
+// a failed or abandoned turn, a parked command or a command whose
+// outcome is events.OutcomeFailed among those the state keeps (see
+// KeepTurns, KeepCommands), or a loop: DefaultLoopLimit or more
+// identical assistant outputs (Outputs) or identical errors
+// (Errors.Streak) in a row.
+func (s *Session) Anomalous() bool {
+	if s.Totals.Violations > 0 || s.Totals.Orphans > 0 || s.Totals.InvalidEvents > 0 || s.Totals.Flaky > 0 ||
+		s.Outputs.Count >= DefaultLoopLimit || s.Errors.Streak.Count >= DefaultLoopLimit {
+		return true
+	}
+	for i := range s.Turns {
+		if st := s.Turns[i].Status; st == TurnFailed || st == TurnAbandoned {
+			return true
+		}
+	}
+	for i := range s.Commands {
+		if c := &s.Commands[i]; c.Parked || c.Outcome == events.OutcomeFailed {
+			return true
+		}
+	}
+	return false
 }
 
 // InFlightTurn returns the oldest turn in flight (the one most likely past

@@ -37,6 +37,11 @@ type WorkerConfig struct {
 	Breaker BreakerConfig
 	// Clock is the time source of retries and breakers (nil: SystemClock).
 	Clock Clock
+	// OnCommand, when set, is called as each delivery of a command ends,
+	// with its kind, how it ended (an outcome; "skipped" when already done;
+	// "parked"; "invalid"; "redeliver" when it will come again) and how
+	// long it took (metrics).
+	OnCommand func(kind, outcome string, took time.Duration)
 }
 
 func (c *WorkerConfig) setDefaults() {
@@ -196,6 +201,13 @@ func (w *Worker) handle(msg jetstream.Msg) {
 	w.wg.Add(1)
 	defer w.wg.Done()
 	ctx := w.runCtx
+	start := time.Now()
+	kind, ended := "unknown", "redeliver"
+	defer func() {
+		if w.cfg.OnCommand != nil {
+			w.cfg.OnCommand(kind, ended, time.Since(start))
+		}
+	}()
 	meta, err := msg.Metadata()
 	if err != nil {
 		_ = msg.Term()
@@ -207,7 +219,11 @@ func (w *Worker) handle(msg jetstream.Msg) {
 	} else {
 		err = fmt.Errorf("%w: %v", ErrInvalidCommand, err)
 	}
+	if cmd.Kind != "" {
+		kind = string(cmd.Kind)
+	}
 	if err != nil {
+		ended = "invalid"
 		w.l.Error().Err(err).Uint64("seq", meta.Sequence.Stream).Msg("command refused")
 		if events.ValidToken(cmd.Tenant) && events.ValidToken(cmd.Session) && cmd.ID != "" {
 			if cmd.Kind == "" {
@@ -219,9 +235,10 @@ func (w *Worker) handle(msg jetstream.Msg) {
 		return
 	}
 	stop := keepAlive(msg, w.cfg.Delivery.AckWait)
-	err = w.execute(ctx, cmd, meta)
+	outcome, err := w.execute(ctx, cmd, meta)
 	stop()
 	if err == nil {
+		ended = outcome
 		if err := msg.DoubleAck(ctx); err != nil {
 			w.l.Warn().Err(err).Str("command", cmd.ID).Msg("ack lost; the command will be redelivered and found done")
 		}
@@ -233,6 +250,7 @@ func (w *Worker) handle(msg jetstream.Msg) {
 			_ = msg.NakWithDelay(w.cfg.Delivery.AckWait)
 			return
 		}
+		ended = "parked"
 		_ = msg.Term()
 		return
 	}
@@ -274,18 +292,18 @@ func allowedWhilePaused(k Kind) bool {
 // only when the outcome could not be recorded (the log or JetStream
 // failed): then the command is delivered again and finds the state as it
 // left it.
-func (w *Worker) execute(ctx context.Context, cmd Command, meta *jetstream.MsgMetadata) error {
+func (w *Worker) execute(ctx context.Context, cmd Command, meta *jetstream.MsgMetadata) (string, error) {
 	for try := 0; ; try++ {
 		state, err := w.restore(ctx, cmd.Tenant, cmd.Session)
 		if err != nil {
-			return err
+			return "", err
 		}
 		if rec := state.Command(cmd.ID); rec != nil && state.CommandDone(cmd.ID) {
 			w.l.Info().Str("command", cmd.ID).Msg("already done; skipped")
-			return w.setStatus(ctx, cmd, meta, StateCompleted, rec.Outcome, rec.Attempts, "")
+			return "skipped", w.setStatus(ctx, cmd, meta, StateCompleted, rec.Outcome, rec.Attempts, "")
 		}
 		if state.Paused && !allowedWhilePaused(cmd.Kind) {
-			return w.park(ctx, cmd, meta, "session paused: "+state.PauseReason)
+			return "parked", w.park(ctx, cmd, meta, "session paused: "+state.PauseReason)
 		}
 		_ = w.setStatus(ctx, cmd, meta, StateRunning, "", 0, "")
 		var run effect
@@ -302,9 +320,9 @@ func (w *Worker) execute(ctx context.Context, cmd Command, meta *jetstream.MsgMe
 			continue // the session moved on: read it again and decide again
 		}
 		if err != nil {
-			return err
+			return "", err
 		}
-		return w.setStatus(ctx, cmd, meta, StateCompleted, outcome, attempts, "")
+		return outcome, w.setStatus(ctx, cmd, meta, StateCompleted, outcome, attempts, "")
 	}
 }
 

@@ -56,6 +56,7 @@ Start the engine with 'engine serve'; the other commands connect to it
 		newInspectCommand(g),
 		newReplayCommand(g),
 		newRecoveryCommand(g),
+		newIncidentsCommand(g),
 	)
 	return root
 }

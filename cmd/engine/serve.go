@@ -15,9 +15,14 @@ import (
 	"github.com/turnstone-dev/turnstone/embedded"
 	"github.com/turnstone-dev/turnstone/events"
 	"github.com/turnstone-dev/turnstone/projections"
+	"github.com/turnstone-dev/turnstone/reconciler"
+	"github.com/turnstone-dev/turnstone/recovery"
+	"github.com/turnstone-dev/turnstone/telemetry"
 )
 
 type serveFlags struct {
+	policy        string
+	telemetry     string
 	data          string
 	listen        string
 	partitions    int
@@ -50,6 +55,8 @@ events.`,
 	if data == "" {
 		data = "turnstone-data"
 	}
+	cmd.Flags().StringVar(&f.policy, "policy", "", "reconciler policy file (YAML; docs/policy.md); default: the built-in defaults")
+	cmd.Flags().StringVar(&f.telemetry, "telemetry-listen", "127.0.0.1:9464", "address of /metrics and /healthz (empty: off)")
 	cmd.Flags().StringVar(&f.data, "data", data, "directory of the embedded server's JetStream store (env TURNSTONE_DATA)")
 	cmd.Flags().StringVar(&f.listen, "listen", "127.0.0.1:4222", "client address of the embedded server, HOST:PORT")
 	cmd.Flags().IntVar(&f.partitions, "partitions", 0, "partitions of a new event stream (default 8; an existing stream keeps its count)")
@@ -65,6 +72,10 @@ func runServe(ctx context.Context, g *globals, f serveFlags, external bool) erro
 	}
 	if f.snapshotEvery < 1 {
 		return fmt.Errorf("--snapshot-every: must be at least 1, got %d", f.snapshotEvery)
+	}
+	policy, err := reconciler.LoadPolicy(f.policy)
+	if err != nil {
+		return err // names the file and every bad key
 	}
 	var (
 		nc  *nats.Conn
@@ -106,7 +117,28 @@ func runServe(ctx context.Context, g *globals, f serveFlags, external bool) erro
 	if err != nil {
 		return err
 	}
-	stop, err := startProjector(ctx, log, f, logger)
+	metrics := telemetry.NewMetrics(telemetry.Namespace)
+	health := telemetry.NewHealth()
+	health.Register("nats", func(context.Context) error {
+		if !nc.IsConnected() {
+			return fmt.Errorf("nats connection %s", nc.Status())
+		}
+		return nil
+	})
+	health.Register("reconciler", metrics.FailClosedCheck())
+	if f.telemetry != "" {
+		ts := telemetry.NewServer(f.telemetry, metrics, health, &logger)
+		if err := ts.Start(); err != nil {
+			return fmt.Errorf("--telemetry-listen %s: %w", f.telemetry, err)
+		}
+		defer func() {
+			cctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			_ = ts.Close(cctx)
+		}()
+		logger.Info().Str("addr", ts.Addr()).Msg("serving /metrics and /healthz")
+	}
+	stop, err := startEngine(ctx, log, f, policy, metrics, logger)
 	if err != nil {
 		return err
 	}
@@ -140,8 +172,9 @@ func embeddedConfig(f serveFlags) (embedded.Config, error) {
 	return cfg, nil
 }
 
-// startProjector runs the projector until the returned stop is called.
-func startProjector(ctx context.Context, log *events.Log, f serveFlags, logger zerolog.Logger) (func(), error) {
+// startEngine runs the projector, with the metrics and the reconciler
+// hanging off it, until the returned stop is called.
+func startEngine(ctx context.Context, log *events.Log, f serveFlags, policy *reconciler.Policy, m *telemetry.Metrics, logger zerolog.Logger) (func(), error) {
 	store, err := projections.NewSnapshotStore(log.JetStream(), projections.SnapshotConfig{})
 	if err != nil {
 		return nil, err
@@ -150,12 +183,36 @@ func startProjector(ctx context.Context, log *events.Log, f serveFlags, logger z
 	if err != nil {
 		return nil, err
 	}
+	p.OnApply = func(_ *projections.Session, ev events.Event, _ bool, vs []projections.Violation) {
+		m.ObserveEvent(ev)
+		for _, v := range vs {
+			m.ObserveViolation(string(v.Rule))
+		}
+	}
+	rec := reconciler.New(log, p, reconciler.Config{
+		Policy:  policy,
+		OnIssue: func(c recovery.Command) { m.CommandIssued(string(c.Kind)) },
+		OnFailClosed: func(err error) {
+			if err != nil {
+				m.SetFailClosed(true, err.Error())
+			} else {
+				m.SetFailClosed(false, "")
+			}
+		},
+	}, &logger)
+	rec.Attach()
 	if err := p.Open(ctx); err != nil {
+		return nil, err
+	}
+	if err := rec.Open(ctx); err != nil {
 		return nil, err
 	}
 	return func() {
 		cctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
+		if err := rec.Close(cctx); err != nil {
+			logger.Warn().Err(err).Msg("reconciler close")
+		}
 		if err := p.Close(cctx); err != nil {
 			logger.Warn().Err(err).Msg("projector close")
 		}

@@ -22,6 +22,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/turnstone-dev/turnstone/events"
 	"github.com/turnstone-dev/turnstone/recovery"
+	"github.com/turnstone-dev/turnstone/telemetry"
 )
 
 func main() {
@@ -42,6 +43,7 @@ type flags struct {
 	maxDeliver     int
 	pinnedTTL      time.Duration
 	controlTimeout time.Duration
+	telemetry      string
 }
 
 func newCommand(stderr io.Writer) *cobra.Command {
@@ -71,6 +73,7 @@ to another worker.`,
 	cmd.Flags().DurationVar(&f.ackWait, "ack-wait", 30*time.Second, "how long a dead worker's command waits before redelivery")
 	cmd.Flags().IntVar(&f.maxDeliver, "max-deliver", 5, "deliveries before a failing command is parked")
 	cmd.Flags().DurationVar(&f.pinnedTTL, "pinned-ttl", 10*time.Second, "how long a partition stays pinned to a silent worker")
+	cmd.Flags().StringVar(&f.telemetry, "telemetry-listen", "", "address of /metrics and /healthz, such as 127.0.0.1:9465 (default: off)")
 	cmd.Flags().DurationVar(&f.controlTimeout, "control-timeout", 10*time.Second, "timeout of each control request to the agent runtime")
 	return cmd
 }
@@ -86,7 +89,27 @@ func run(ctx context.Context, f flags, stderr io.Writer) error {
 		return err
 	}
 	defer nc.Close()
+	metrics := telemetry.NewMetrics(telemetry.Namespace)
+	if f.telemetry != "" {
+		health := telemetry.NewHealth()
+		health.Register("nats", func(context.Context) error {
+			if !nc.IsConnected() {
+				return fmt.Errorf("nats connection %s", nc.Status())
+			}
+			return nil
+		})
+		ts := telemetry.NewServer(f.telemetry, metrics, health, &logger)
+		if err := ts.Start(); err != nil {
+			return fmt.Errorf("--telemetry-listen %s: %w", f.telemetry, err)
+		}
+		defer func() {
+			cctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			_ = ts.Close(cctx)
+		}()
+	}
 	w, err := recovery.NewWorker(nc, log, recovery.WorkerConfig{
+		OnCommand:      metrics.WorkerCommand,
 		Name:           f.name,
 		ControlTimeout: f.controlTimeout,
 		Delivery:       recovery.DeliveryConfig{AckWait: f.ackWait, MaxDeliver: f.maxDeliver, PinnedTTL: f.pinnedTTL},

@@ -26,7 +26,9 @@ type TurnSpec struct {
 	// Tools are the tool_use blocks of the assistant message, run in
 	// order; none: the assistant answers with text alone.
 	Tools []ToolSpec
-	// Reply is the text of the final assistant message; default "Done.".
+	// Reply is the text of the final assistant message; default "Done:
+	// <turn id>." (a real model's answers differ from turn to turn; the
+	// same output three times in a row is a loop the reconciler breaks).
 	Reply string
 	// Fault injects a failure (see Fault); nil runs the turn normally.
 	Fault Fault
@@ -98,7 +100,7 @@ func checkTurn(session string, spec *TurnSpec) error {
 		spec.Trigger = "user"
 	}
 	if spec.Reply == "" {
-		spec.Reply = "Done."
+		spec.Reply = "Done: " + spec.TurnID + "."
 	}
 	if spec.Fault != nil {
 		if err := spec.Fault.check(); err != nil {

@@ -1,0 +1,426 @@
+// Package reconciler is the engine's control loop: it compares each
+// session's projected state with the invariants and deadlines of
+// DESIGN.md, and issues recovery commands (idempotent ids) or answers
+// (distillation.skipped). It decides; the recovery workers execute.
+//
+// It hangs off the projector (projections.Projector.OnApply), so every
+// event is judged as it is folded; a ticker catches deadlines that pass
+// while nothing happens; and at start it scans every session, so turns and
+// requests left in flight by a crash are resolved without waiting for new
+// events. When the log cannot be written it fails closed: it stops issuing,
+// says why (logs, Healthy, metrics), keeps what it could not do, and
+// carries on once the log is writable again.
+package reconciler
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+	"github.com/turnstone-dev/turnstone/events"
+	"github.com/turnstone-dev/turnstone/projections"
+	"github.com/turnstone-dev/turnstone/recovery"
+)
+
+// Config configures a Reconciler.
+type Config struct {
+	// Policy is what it enforces (nil: DefaultPolicy).
+	Policy *Policy
+	// Clock is its time source (nil: recovery.SystemClock); tests drive
+	// deadlines with a recovery.FakeClock.
+	Clock recovery.Clock
+	// Tick is how often it checks deadlines and pending requests, and
+	// retries what it could not do while failed closed. Default 1 second.
+	Tick time.Duration
+	// QueueSize bounds the actions waiting to be carried out. Default 4096.
+	QueueSize int
+	// OnIssue, when set, is called with each command issued (metrics).
+	OnIssue func(recovery.Command)
+	// OnFailClosed, when set, is called when the reconciler fails closed
+	// (err set) or opens again (err nil).
+	OnFailClosed func(err error)
+}
+
+func (c *Config) setDefaults() {
+	if c.Policy == nil {
+		c.Policy = DefaultPolicy()
+	}
+	if c.Clock == nil {
+		c.Clock = recovery.SystemClock
+	}
+	if c.Tick == 0 {
+		c.Tick = time.Second
+	}
+	if c.QueueSize == 0 {
+		c.QueueSize = 4096
+	}
+}
+
+// Reconciler is the control loop. Create it with New, attach it to the
+// projector with Attach, then Open; Close stops it.
+type Reconciler struct {
+	log  *events.Log
+	js   jetstream.JetStream
+	proj *projections.Projector
+	cfg  Config
+	l    zerolog.Logger
+
+	mu      sync.Mutex
+	done    map[string]bool      // action keys carried out (or dropped as done)
+	queued  map[string]bool      // action keys waiting
+	watch   map[string]time.Time // sessions with turns in flight or pending requests: key -> since
+	reqSeen map[string]time.Time // "<session key>/<requested seq>" -> first seen
+	failErr error
+	rescan  bool
+	queue   chan Action
+	cancel  context.CancelFunc
+	wg      sync.WaitGroup
+}
+
+// New returns a reconciler over log that reads session states from proj.
+// logger may be nil.
+func New(log *events.Log, proj *projections.Projector, cfg Config, logger *zerolog.Logger) *Reconciler {
+	cfg.setDefaults()
+	r := &Reconciler{
+		log: log, js: log.JetStream(), proj: proj, cfg: cfg, l: zerolog.Nop(),
+		done: map[string]bool{}, queued: map[string]bool{}, watch: map[string]time.Time{}, reqSeen: map[string]time.Time{},
+		queue: make(chan Action, cfg.QueueSize),
+	}
+	if logger != nil {
+		r.l = logger.With().Str("component", "reconciler").Logger()
+	}
+	return r
+}
+
+// Attach sets the projector's OnApply to the reconciler's judge, chaining
+// any OnApply already set. Call it before the projector's Open.
+func (r *Reconciler) Attach() {
+	prev := r.proj.OnApply
+	r.proj.OnApply = func(s *projections.Session, ev events.Event, applied bool, vs []projections.Violation) {
+		if prev != nil {
+			prev(s, ev, applied, vs)
+		}
+		// Judge even when the fold did not apply the event: the first
+		// event of a session the projector restores is already in the
+		// restored state. Judging is idempotent.
+		r.judge(s)
+	}
+}
+
+// Open sets up the recovery stream (idempotently), scans every session
+// once (restart recovery), and starts the loop on goroutines the
+// reconciler owns until Close.
+func (r *Reconciler) Open(ctx context.Context) error {
+	if _, err := recovery.Setup(ctx, r.log, recovery.DeliveryConfig{}); err != nil {
+		return fmt.Errorf("open reconciler: %w", err)
+	}
+	runCtx, cancel := context.WithCancel(context.Background())
+	r.cancel = cancel
+	r.wg.Add(2)
+	go r.executeLoop(runCtx)
+	go r.tickLoop(runCtx)
+	if err := r.scan(ctx, true); err != nil {
+		r.l.Warn().Err(err).Msg("start-up scan incomplete; it is retried")
+		r.mu.Lock()
+		r.rescan = true
+		r.mu.Unlock()
+	}
+	return nil
+}
+
+// Close stops the loop and waits for it, or for ctx to end.
+func (r *Reconciler) Close(ctx context.Context) error {
+	if r.cancel != nil {
+		r.cancel()
+	}
+	done := make(chan struct{})
+	go func() { r.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("close reconciler: %w", ctx.Err())
+	}
+}
+
+// Healthy returns nil, or why the reconciler has failed closed.
+func (r *Reconciler) Healthy() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.failErr
+}
+
+func key(tenant, session string) string { return tenant + "/" + session }
+
+// judge decides for one session and queues what is new. It runs on the
+// projector's goroutine (or the tick's, with a copy of the state).
+func (r *Reconciler) judge(s *projections.Session) {
+	if s == nil || s.Session == "" || strings.HasPrefix(s.Session, "_") {
+		return
+	}
+	k := key(s.Tenant, s.Session)
+	now := r.cfg.Clock.Now()
+	r.mu.Lock()
+	if len(s.InFlight) > 0 || s.PendingDistillation() != nil {
+		if _, ok := r.watch[k]; !ok {
+			r.watch[k] = now
+		}
+	} else {
+		delete(r.watch, k)
+	}
+	if d := s.PendingDistillation(); d != nil {
+		rk := fmt.Sprintf("%s/%d", k, d.RequestedSeq)
+		if _, ok := r.reqSeen[rk]; !ok {
+			r.reqSeen[rk] = now
+		}
+	}
+	r.mu.Unlock()
+	actions := Decide(Input{
+		State: s, Now: now, Policy: r.cfg.Policy.For(s.Tenant),
+		RequestSeenAt: func(seq uint64) time.Time {
+			r.mu.Lock()
+			defer r.mu.Unlock()
+			return r.reqSeen[fmt.Sprintf("%s/%d", k, seq)]
+		},
+	})
+	r.enqueue(actions)
+}
+
+func (r *Reconciler) enqueue(actions []Action) {
+	for _, a := range actions {
+		r.mu.Lock()
+		dup := r.done[a.Key] || r.queued[a.Key]
+		if !dup {
+			r.queued[a.Key] = true
+		}
+		r.mu.Unlock()
+		if dup {
+			continue
+		}
+		r.queue <- a
+	}
+}
+
+// scan judges every session of the log, restored from its snapshot and
+// tail. At start (restart) the policy's restart rule applies to the turns
+// found in flight.
+func (r *Reconciler) scan(ctx context.Context, restart bool) error {
+	refs, err := r.log.Sessions(ctx, "")
+	if err != nil {
+		return err
+	}
+	for _, ref := range refs {
+		if strings.HasPrefix(ref.Session, "_") {
+			continue
+		}
+		s, err := r.state(ctx, ref.Tenant, ref.Session)
+		if err != nil {
+			return err
+		}
+		if restart && len(s.InFlight) > 0 {
+			r.l.Info().Str("session", key(ref.Tenant, ref.Session)).Strs("turns", s.InFlight).
+				Str("policy", r.cfg.Policy.For(ref.Tenant).Restart.InFlightTurns).Msg("turns in flight at start")
+			if r.cfg.Policy.For(ref.Tenant).Restart.InFlightTurns == "abandon" {
+				r.enqueue(Decide(Input{State: s, Now: r.cfg.Clock.Now(), Policy: r.cfg.Policy.For(ref.Tenant), RestartAbandon: true}))
+			}
+		}
+		r.judge(s)
+	}
+	return nil
+}
+
+// state returns the session's current state: the projector's copy, or the
+// log's (snapshot and tail) when the projector does not hold it.
+func (r *Reconciler) state(ctx context.Context, tenant, session string) (*projections.Session, error) {
+	if r.proj != nil {
+		if s, ok := r.proj.Session(tenant, session); ok {
+			return s, nil
+		}
+	}
+	store, err := projections.NewSnapshotStore(r.js, projections.SnapshotConfig{})
+	if err != nil {
+		return nil, err
+	}
+	return projections.Restore(ctx, r.log, store, tenant, session)
+}
+
+func (r *Reconciler) tickLoop(ctx context.Context) {
+	defer r.wg.Done()
+	for {
+		t := r.cfg.Clock.NewTimer(r.cfg.Tick)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C():
+		}
+		r.tick(ctx)
+	}
+}
+
+// tick re-judges the sessions whose deadlines or pending requests may have
+// come due, and rescans everything after a failure.
+func (r *Reconciler) tick(ctx context.Context) {
+	if err := r.probe(ctx); err != nil {
+		r.failClosed(err)
+		return
+	}
+	r.openAgain()
+	r.mu.Lock()
+	rescan := r.rescan && r.failErr == nil
+	r.rescan = false
+	keys := make([]string, 0, len(r.watch))
+	for k := range r.watch {
+		keys = append(keys, k)
+	}
+	r.mu.Unlock()
+	if rescan {
+		if err := r.scan(ctx, false); err != nil {
+			r.mu.Lock()
+			r.rescan = true
+			r.mu.Unlock()
+		}
+		return
+	}
+	for _, k := range keys {
+		tenant, session, _ := strings.Cut(k, "/")
+		s, err := r.state(ctx, tenant, session)
+		if err != nil {
+			continue
+		}
+		r.judge(s)
+	}
+}
+
+// probe checks that the event log can be written: the stream answers and
+// has room for another event (its MaxBytes, the account's storage). It
+// returns why not, wrapping events.ErrLogUnavailable.
+func (r *Reconciler) probe(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	st, err := r.js.Stream(ctx, events.EventsStream)
+	if err == nil {
+		var info *jetstream.StreamInfo
+		if info, err = st.Info(ctx); err == nil {
+			margin := int64(r.log.Config().MaxEventBytes)
+			if max := info.Config.MaxBytes; max > 0 && max-int64(info.State.Bytes) < margin {
+				return fmt.Errorf("%w: stream %s is full: %d of %d bytes used", events.ErrLogUnavailable, events.EventsStream, info.State.Bytes, max)
+			}
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("%w: stream %s: %v", events.ErrLogUnavailable, events.EventsStream, err)
+	}
+	acct, err := r.js.AccountInfo(ctx)
+	if err != nil {
+		return fmt.Errorf("%w: account info: %v", events.ErrLogUnavailable, err)
+	}
+	if max := acct.Limits.MaxStore; max > 0 && max-int64(acct.Store) < int64(r.log.Config().MaxEventBytes) {
+		return fmt.Errorf("%w: JetStream storage is full: %d of %d bytes used", events.ErrLogUnavailable, acct.Store, max)
+	}
+	return nil
+}
+
+// executeLoop carries out queued actions one at a time, in order. When the
+// log cannot be written it fails closed: the action is kept and retried
+// every tick until it works.
+func (r *Reconciler) executeLoop(ctx context.Context) {
+	defer r.wg.Done()
+	for {
+		var a Action
+		select {
+		case <-ctx.Done():
+			return
+		case a = <-r.queue:
+		}
+		for {
+			err := r.Healthy() // failed closed: issue nothing until the probe passes
+			if err == nil {
+				err = r.execute(ctx, a)
+			}
+			if err == nil || ctx.Err() != nil {
+				break
+			}
+			if errors.Is(err, events.ErrConflict) {
+				// The session moved on: drop the answer; the next
+				// judgement decides again from the new state.
+				r.forget(a.Key)
+				break
+			}
+			r.failClosed(err)
+			t := r.cfg.Clock.NewTimer(r.cfg.Tick)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return
+			case <-t.C():
+			}
+		}
+		r.mu.Lock()
+		delete(r.queued, a.Key)
+		if ctx.Err() == nil {
+			r.done[a.Key] = true
+		}
+		r.mu.Unlock()
+	}
+}
+
+func (r *Reconciler) forget(k string) {
+	r.mu.Lock()
+	delete(r.queued, k)
+	r.mu.Unlock()
+}
+
+func (r *Reconciler) execute(ctx context.Context, a Action) error {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if a.Command != nil {
+		if _, dup, err := recovery.Issue(ctx, r.js, *a.Command); err != nil {
+			return fmt.Errorf("issue %s: %w", a.Command.ID, err)
+		} else if !dup {
+			r.l.Info().Str("command", a.Command.ID).Str("session", key(a.Command.Tenant, a.Command.Session)).Msg(a.Why)
+			if r.cfg.OnIssue != nil {
+				r.cfg.OnIssue(*a.Command)
+			}
+		}
+	} else if len(a.Events) > 0 {
+		if _, err := r.log.Append(ctx, a.Events, events.ExpectLastSeq(a.ExpectSeq)); err != nil {
+			return err
+		}
+		r.l.Info().Str("session", key(a.Events[0].Tenant, a.Events[0].Session)).Msg(a.Why)
+	}
+	r.openAgain()
+	return nil
+}
+
+func (r *Reconciler) failClosed(err error) {
+	r.mu.Lock()
+	first := r.failErr == nil
+	r.failErr = err
+	r.rescan = true
+	r.mu.Unlock()
+	if first {
+		r.l.Error().Err(err).Msg("failed closed: the log cannot be written; no command is issued until it can")
+		if r.cfg.OnFailClosed != nil {
+			r.cfg.OnFailClosed(err)
+		}
+	}
+}
+
+func (r *Reconciler) openAgain() {
+	r.mu.Lock()
+	was := r.failErr
+	r.failErr = nil
+	r.mu.Unlock()
+	if was != nil {
+		r.l.Info().Msg("the log is writable again; issuing commands")
+		if r.cfg.OnFailClosed != nil {
+			r.cfg.OnFailClosed(nil)
+		}
+	}
+}
