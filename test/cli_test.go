@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -80,8 +81,18 @@ func (s *syncBuffer) String() string {
 // it still runs.
 func startEngine(t *testing.T, dir string, extra ...string) *engineProc {
 	t.Helper()
-	port := freePort(t)
-	args := append([]string{"serve", "--listen", fmt.Sprintf("127.0.0.1:%d", port), "--data", dir}, extra...)
+	return startEngineAt(t, dir, freePort(t), extra...)
+}
+
+// startEngineAt is startEngine on a given port (a restart on the same
+// address, so clients reconnect).
+func startEngineAt(t *testing.T, dir string, port int, extra ...string) *engineProc {
+	t.Helper()
+	args := []string{"serve", "--listen", fmt.Sprintf("127.0.0.1:%d", port), "--data", dir}
+	if !slices.Contains(extra, "--telemetry-listen") {
+		args = append(args, "--telemetry-listen", "") // the default port may be taken on a shared machine
+	}
+	args = append(args, extra...)
 	cmd := exec.Command(filepath.Join(binDir, "engine"), args...)
 	out := &syncBuffer{}
 	cmd.Stdout, cmd.Stderr = out, out

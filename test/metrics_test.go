@@ -1,0 +1,90 @@
+package test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"testing"
+	"time"
+)
+
+// metric returns the value of a Prometheus sample line "name value" (or
+// the sum over its label sets) in body.
+func metric(body, name string) float64 {
+	re := regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(name) + `(\{[^}]*\})? ([0-9.e+-]+)$`)
+	sum := 0.0
+	for _, m := range re.FindAllStringSubmatch(body, -1) {
+		v, _ := strconv.ParseFloat(m[2], 64)
+		sum += v
+	}
+	return sum
+}
+
+// TestEngineMetricsAccountForEveryTurn runs the reference runtime with
+// each fault it knows against an engine process and a worker process, and
+// checks on /metrics that no turn is left without an outcome after its
+// deadline and that started = completed + failed + abandoned + in flight.
+func TestEngineMetricsAccountForEveryTurn(t *testing.T) {
+	policy := filepath.Join(t.TempDir(), "policy.yaml")
+	if err := os.WriteFile(policy, []byte("turn_deadline: 3s\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	tele := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	eng := startEngine(t, t.TempDir(), "--sync", "1s", "--policy", policy, "--telemetry-listen", tele)
+	startWorker(t, eng.url, "w1")
+
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	for _, fault := range []string{"", "crash-mid-tool", "stage-throws:history", "provider:529", "provider:429", "provider:401", "hang"} {
+		args := []string{"--nats-url", eng.url, "--tenant", "demo", "--sessions", "1", "--turns", "2"}
+		if fault != "" {
+			args = append(args, "--fault", fault)
+		}
+		rt := exec.CommandContext(ctx, filepath.Join(binDir, "refruntime"), args...)
+		rt.Env = withoutNATSURL()
+		if out, err := rt.CombinedOutput(); err != nil {
+			t.Fatalf("refruntime --fault %s: %v\n%s", fault, err, out)
+		}
+	}
+	scrape := func(path string) (int, string) {
+		resp, err := http.Get("http://" + tele + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	deadline := time.Now().Add(60 * time.Second)
+	var body string
+	for {
+		_, body = scrape("/metrics")
+		if metric(body, "turnstone_turns_in_flight") == 0 && metric(body, "turnstone_turns_started_total") >= 14 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("turns still in flight after their deadline:\n%s", body)
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+	started := metric(body, "turnstone_turns_started_total")
+	ended := metric(body, "turnstone_turns_completed_total") + metric(body, "turnstone_turns_failed_total") +
+		metric(body, "turnstone_turns_abandoned_total") + metric(body, "turnstone_turns_in_flight")
+	if started != ended {
+		t.Fatalf("started %v != completed + failed + abandoned + in flight = %v", started, ended)
+	}
+	for _, name := range []string{"turnstone_turns_abandoned_total", "turnstone_orphan_repairs_total", "turnstone_commands_issued_total", "turnstone_recovery_outcomes_total"} {
+		if metric(body, name) == 0 {
+			t.Errorf("%s is 0", name)
+		}
+	}
+	if code, b := scrape("/healthz"); code != http.StatusOK {
+		t.Fatalf("/healthz %d: %s", code, b)
+	}
+}
