@@ -2,6 +2,7 @@ package test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -10,6 +11,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 )
@@ -41,6 +43,7 @@ func TestEngineMetricsAccountForEveryTurn(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
+	sessions := map[string]string{}
 	for _, fault := range []string{"", "crash-mid-tool", "stage-throws:history", "provider:529", "provider:429", "provider:401", "hang"} {
 		args := []string{"--nats-url", eng.url, "--tenant", "demo", "--sessions", "1", "--turns", "2"}
 		if fault != "" {
@@ -48,9 +51,11 @@ func TestEngineMetricsAccountForEveryTurn(t *testing.T) {
 		}
 		rt := exec.CommandContext(ctx, filepath.Join(binDir, "refruntime"), args...)
 		rt.Env = withoutNATSURL()
-		if out, err := rt.CombinedOutput(); err != nil {
+		out, err := rt.Output()
+		if err != nil {
 			t.Fatalf("refruntime --fault %s: %v\n%s", fault, err, out)
 		}
+		sessions[fault] = strings.TrimSpace(string(out))
 	}
 	scrape := func(path string) (int, string) {
 		resp, err := http.Get("http://" + tele + path)
@@ -86,5 +91,36 @@ func TestEngineMetricsAccountForEveryTurn(t *testing.T) {
 	}
 	if code, b := scrape("/healthz"); code != http.StatusOK {
 		t.Fatalf("/healthz %d: %s", code, b)
+	}
+
+	// engine incidents lists the six sessions with a fault, not the clean
+	// one, newest first, each with a first anomaly and a recovery outcome.
+	var incidents []struct {
+		Session      string    `json:"session"`
+		FirstAnomaly string    `json:"first_anomaly"`
+		Recovery     string    `json:"recovery"`
+		LastTime     time.Time `json:"last_time"`
+	}
+	if err := json.Unmarshal([]byte(run(t, eng.url, "incidents", "--json", "--since", "1h")), &incidents); err != nil {
+		t.Fatal(err)
+	}
+	if len(incidents) != len(sessions)-1 {
+		t.Fatalf("%d incidents, want %d: %+v", len(incidents), len(sessions)-1, incidents)
+	}
+	for i, in := range incidents {
+		if in.Session == sessions[""] {
+			t.Errorf("the clean session is listed as an incident: %+v", in)
+		}
+		// A stage that throws a logic error ends its turn failed with its
+		// stage; no recovery applies to it.
+		if in.FirstAnomaly == "" || in.Recovery == "" || (in.Recovery == "none" && in.Session != sessions["stage-throws:history"]) {
+			t.Errorf("incident %+v lacks its first anomaly or recovery outcome", in)
+		}
+		if i > 0 && in.LastTime.After(incidents[i-1].LastTime) {
+			t.Errorf("incidents not newest first")
+		}
+	}
+	if table := run(t, eng.url, "incidents"); !strings.Contains(table, "FIRST ANOMALY") {
+		t.Errorf("incidents table:\n%s", table)
 	}
 }
