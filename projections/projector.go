@@ -1,6 +1,7 @@
 package projections
 
 import (
+	"container/list"
 	"context"
 	"encoding/json"
 	"errors"
@@ -17,7 +18,8 @@ import (
 const (
 	DefaultSnapshotEvery = 100
 	DefaultDurable       = "turnstone-projector"
-	DefaultIdleEvict     = 5 * time.Minute
+	DefaultIdleEvict     = time.Minute
+	DefaultMaxSessions   = 10000
 )
 
 // ProjectorConfig configures a Projector. The zero value takes the
@@ -30,9 +32,13 @@ type ProjectorConfig struct {
 	// projector's position across restarts. Default "turnstone-projector".
 	Durable string
 	// IdleEvict is how long a session may go without an event before its
-	// state leaves memory (it is snapshotted first, and restored from the
-	// snapshot when its next event comes). Default 5 minutes.
+	// state leaves memory. Default 1 minute.
 	IdleEvict time.Duration
+	// MaxSessions bounds the session states held in memory: past it, the
+	// least recently active leave. Default 10,000. A state that left is
+	// restored (last snapshot + at most SnapshotEvery events) when its
+	// next event comes, so leaving writes nothing.
+	MaxSessions int
 }
 
 func (c *ProjectorConfig) setDefaults() {
@@ -45,6 +51,9 @@ func (c *ProjectorConfig) setDefaults() {
 	if c.IdleEvict == 0 {
 		c.IdleEvict = DefaultIdleEvict
 	}
+	if c.MaxSessions == 0 {
+		c.MaxSessions = DefaultMaxSessions
+	}
 }
 
 // Validate reports every out-of-range field, joined.
@@ -55,6 +64,9 @@ func (c *ProjectorConfig) Validate() error {
 	}
 	if c.IdleEvict < 0 {
 		errs = append(errs, fmt.Errorf("idle evict: must not be negative, got %s", c.IdleEvict))
+	}
+	if c.MaxSessions < 0 {
+		errs = append(errs, fmt.Errorf("max sessions: must not be negative, got %d", c.MaxSessions))
 	}
 	return errors.Join(errs...)
 }
@@ -96,6 +108,7 @@ type Projector struct {
 
 	mu       sync.Mutex
 	sessions map[string]*tracked
+	lru      *list.List // of *tracked, most recently active first
 
 	cc     jetstream.ConsumeContext
 	cancel context.CancelFunc
@@ -103,9 +116,11 @@ type Projector struct {
 }
 
 type tracked struct {
+	key       string
 	state     *Session
 	sinceSnap int
 	touched   time.Time
+	elem      *list.Element
 }
 
 // NewProjector returns a projector over log that saves snapshots in store.
@@ -115,7 +130,7 @@ func NewProjector(log *events.Log, store *SnapshotStore, cfg ProjectorConfig, lo
 		return nil, fmt.Errorf("new projector: %w", err)
 	}
 	cfg.setDefaults()
-	p := &Projector{log: log, store: store, cfg: cfg, l: zerolog.Nop(), sessions: map[string]*tracked{}}
+	p := &Projector{log: log, store: store, cfg: cfg, l: zerolog.Nop(), sessions: map[string]*tracked{}, lru: list.New()}
 	if logger != nil {
 		p.l = logger.With().Str("component", "projector").Logger()
 	}
@@ -161,9 +176,9 @@ func (p *Projector) Open(ctx context.Context) error {
 	return nil
 }
 
-// Close stops consuming, snapshots the sessions in memory that changed
-// since their last snapshot, and waits for the projector's goroutines, or
-// for ctx to end.
+// Close stops consuming and waits for the projector's goroutines, or for
+// ctx to end. It writes no snapshot: a session is restored from its last
+// snapshot plus at most SnapshotEvery events, whenever it stopped.
 func (p *Projector) Close(ctx context.Context) error {
 	if p.cc != nil {
 		p.cc.Drain()
@@ -176,17 +191,7 @@ func (p *Projector) Close(ctx context.Context) error {
 		p.cancel()
 	}
 	p.wg.Wait()
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	var errs []error
-	for _, t := range p.sessions {
-		if t.state.LastSeq > t.state.LastSnapshotSeq && t.sinceSnap > 0 {
-			if err := p.store.Save(ctx, t.state); err != nil {
-				errs = append(errs, err)
-			}
-		}
-	}
-	return errors.Join(errs...)
+	return ctx.Err()
 }
 
 // Session returns a copy of the state the projector holds for a session in
@@ -214,13 +219,20 @@ func (p *Projector) apply(ctx context.Context, ev events.Event) {
 			p.l.Warn().Err(err).Str("session", key).Msg("restore failed; folding from this event")
 			state = &Session{}
 		}
-		t = &tracked{state: state}
+		t = &tracked{key: key, state: state}
 		p.mu.Lock()
 		p.sessions[key] = t
+		t.elem = p.lru.PushFront(t)
+		for p.lru.Len() > p.cfg.MaxSessions {
+			p.drop(p.lru.Back().Value.(*tracked))
+		}
 		p.mu.Unlock()
 	}
 	p.mu.Lock()
 	t.touched = time.Now()
+	if t.elem != nil {
+		p.lru.MoveToFront(t.elem)
+	}
 	before := t.state.LastSeq
 	vs := t.state.Apply(ev)
 	applied := t.state.LastSeq > before
@@ -246,7 +258,7 @@ func (p *Projector) apply(ctx context.Context, ev events.Event) {
 			// when its next event comes.
 			p.l.Warn().Err(err).Str("session", key).Msg("refold after a rewind failed")
 			if p.sessions[key] == t {
-				delete(p.sessions, key)
+				p.drop(t)
 			}
 			p.mu.Unlock()
 			p.report(ev, vs)
@@ -319,24 +331,34 @@ func (p *Projector) evictLoop(ctx context.Context) {
 	}
 }
 
-func (p *Projector) evict(ctx context.Context, now time.Time) {
+func (p *Projector) evict(_ context.Context, now time.Time) {
 	p.mu.Lock()
-	var idle []*Session
-	for key, t := range p.sessions {
+	defer p.mu.Unlock()
+	for e := p.lru.Back(); e != nil; {
+		t := e.Value.(*tracked)
 		if now.Sub(t.touched) < p.cfg.IdleEvict {
-			continue
+			return // the rest are more recent
 		}
-		if t.sinceSnap > 0 {
-			idle = append(idle, t.state)
-		}
-		delete(p.sessions, key)
+		prev := e.Prev()
+		p.drop(t)
+		e = prev
 	}
-	p.mu.Unlock()
-	for _, s := range idle {
-		if err := p.store.Save(ctx, s); err != nil {
-			p.l.Warn().Err(err).Str("session", s.Tenant+"/"+s.Session).Msg("snapshot before eviction not saved")
-		}
+}
+
+// drop forgets a session's state; p.mu must be held.
+func (p *Projector) drop(t *tracked) {
+	delete(p.sessions, t.key)
+	if t.elem != nil {
+		p.lru.Remove(t.elem)
+		t.elem = nil
 	}
+}
+
+// Held is how many session states the projector holds in memory.
+func (p *Projector) Held() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.sessions)
 }
 
 // Clone returns a deep copy of the state, made through its JSON form (which
