@@ -41,6 +41,7 @@ func Open(ctx context.Context, js jetstream.JetStream, cfg Config, logger *zerol
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("open event log: %w", err)
 	}
+	requested := cfg
 	cfg.setDefaults()
 	l := &Log{js: js, cfg: cfg, log: zerolog.Nop()}
 	if logger != nil {
@@ -75,6 +76,10 @@ func Open(ctx context.Context, js jetstream.JetStream, cfg Config, logger *zerol
 			return nil, fmt.Errorf("open event log: stream %s has %d partitions, config asks for %d: the partition count is fixed when the stream is created", EventsStream, have, partitions)
 		}
 		partitions = have
+		// Settings the caller left unset keep the stream's: a client (the
+		// CLI, a worker) never downgrades what the engine set up.
+		cfg = adopt(requested, existing.CachedInfo().Config)
+		l.cfg = cfg
 		want := EventsStreamConfig(cfg, partitions)
 		if differs(existing.CachedInfo().Config, want) {
 			if l.events, err = js.UpdateStream(ctx, want); err != nil {
@@ -91,6 +96,28 @@ func Open(ctx context.Context, js jetstream.JetStream, cfg Config, logger *zerol
 		return nil, fmt.Errorf("open event log: %s: %w", SnapshotsStream, unavailable(err))
 	}
 	return l, nil
+}
+
+// adopt fills the settings req leaves unset from the existing stream's
+// configuration, then the defaults.
+func adopt(req Config, have jetstream.StreamConfig) Config {
+	if req.Replicas == 0 {
+		req.Replicas = have.Replicas
+	}
+	if req.DuplicateWindow == 0 {
+		req.DuplicateWindow = have.Duplicates
+	}
+	if req.MaxEventBytes == 0 && have.MaxMsgSize > 0 {
+		req.MaxEventBytes = int(have.MaxMsgSize)
+	}
+	if req.MaxBytes == 0 && have.MaxBytes > 0 {
+		req.MaxBytes = have.MaxBytes
+	}
+	if req.Storage == 0 {
+		req.Storage = have.Storage
+	}
+	req.setDefaults()
+	return req
 }
 
 var partitionRE = regexp.MustCompile(`\{\{\s*partition\((\d+)`)

@@ -384,3 +384,22 @@ func TestReadSpansManyBatches(t *testing.T) {
 		t.Fatalf("range read: %d events", len(tail))
 	}
 }
+
+func TestOpenWithoutSettingsKeepsTheStreams(t *testing.T) {
+	s := embeddedtest.Start(t)
+	_, js := embeddedtest.Connect(t, s)
+	ctx := context.Background()
+	if _, err := events.Open(ctx, js, events.Config{MaxBytes: 1 << 30, DuplicateWindow: time.Minute, MaxEventBytes: 2 << 20}, nil); err != nil {
+		t.Fatal(err)
+	}
+	// A client opening with no settings (the CLI, a worker) adopts them.
+	l, err := events.Open(ctx, js, events.Config{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, _ := js.Stream(ctx, events.EventsStream)
+	c := st.CachedInfo().Config
+	if c.MaxBytes != 1<<30 || c.Duplicates != time.Minute || c.MaxMsgSize != 2<<20 || l.Config().MaxEventBytes != 2<<20 {
+		t.Fatalf("a client open changed the stream: %+v", c)
+	}
+}

@@ -26,6 +26,7 @@ type serveFlags struct {
 	data          string
 	listen        string
 	partitions    int
+	replicas      int
 	snapshotEvery int
 	sync          string
 }
@@ -59,6 +60,7 @@ events.`,
 	cmd.Flags().StringVar(&f.telemetry, "telemetry-listen", "127.0.0.1:9464", "address of /metrics and /healthz (empty: off)")
 	cmd.Flags().StringVar(&f.data, "data", data, "directory of the embedded server's JetStream store (env TURNSTONE_DATA)")
 	cmd.Flags().StringVar(&f.listen, "listen", "127.0.0.1:4222", "client address of the embedded server, HOST:PORT")
+	cmd.Flags().IntVar(&f.replicas, "replicas", 1, "stream replicas (3 on a 3-node JetStream cluster)")
 	cmd.Flags().IntVar(&f.partitions, "partitions", 0, "partitions of a new event stream (default 8; an existing stream keeps its count)")
 	cmd.Flags().IntVar(&f.snapshotEvery, "snapshot-every", 100, "snapshot a session's projection every N events")
 	cmd.Flags().StringVar(&f.sync, "sync", "always", `embedded server: fsync every write before its ack ("always"), or every DURATION such as "2m" (faster; an OS crash can lose acknowledged events)`)
@@ -113,7 +115,7 @@ func runServe(ctx context.Context, g *globals, f serveFlags, external bool) erro
 	if err != nil {
 		return fmt.Errorf("jetstream: %w", err)
 	}
-	log, err := events.Open(ctx, js, events.Config{Partitions: f.partitions}, &logger)
+	log, err := events.Open(ctx, js, events.Config{Partitions: f.partitions, Replicas: f.replicas}, &logger)
 	if err != nil {
 		return err
 	}
