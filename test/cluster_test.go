@@ -1,0 +1,134 @@
+package test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/turnstone-dev/turnstone/embedded"
+	"github.com/turnstone-dev/turnstone/events"
+	"github.com/turnstone-dev/turnstone/projections"
+)
+
+// startCluster starts n embedded servers joined in one JetStream cluster on
+// loopback, and stops them at test end.
+func startCluster(t *testing.T, n int) []*embedded.Server {
+	t.Helper()
+	ports := make([]int, n)
+	for i := range ports {
+		ports[i] = freePort(t)
+	}
+	servers := make([]*embedded.Server, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := 0; i < n; i++ {
+		var routes []string
+		for j, p := range ports {
+			if j != i {
+				routes = append(routes, fmt.Sprintf("nats-route://127.0.0.1:%d", p))
+			}
+		}
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			servers[i], errs[i] = embedded.Start(embedded.Config{
+				DataDir: t.TempDir(), Port: -1, ServerName: fmt.Sprintf("n%d", i), ReadyWait: 30 * time.Second,
+				Cluster: embedded.ClusterConfig{Name: "turnstone-test", Port: ports[i], Routes: routes},
+			}, nil)
+		}(i)
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("node %d: %v", i, err)
+		}
+	}
+	t.Cleanup(func() {
+		for _, s := range servers {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			_ = s.Close(ctx)
+			cancel()
+		}
+	})
+	return servers
+}
+
+// TestLogOnAThreeNodeCluster runs the log on a replicated stream across
+// three servers: appends, the conflict on a stale expected sequence
+// (JetStream reports 10164 on replicated streams), reads, and appends and
+// reads with one node down.
+func TestLogOnAThreeNodeCluster(t *testing.T) {
+	if testing.Short() {
+		t.Skip("cluster test")
+	}
+	servers := startCluster(t, 3)
+	ctx := context.Background()
+	nc, err := nats.Connect(servers[0].ClientURL() + "," + servers[1].ClientURL() + "," + servers[2].ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, _ := jetstream.New(nc)
+	var log *events.Log
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		log, err = events.Open(ctx, js, events.Config{Replicas: 3}, nil)
+		if err == nil || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(200 * time.Millisecond) // the meta leader may still be elected
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, _ := js.Stream(ctx, events.EventsStream)
+	if r := st.CachedInfo().Config.Replicas; r != 3 {
+		t.Fatalf("replicas %d", r)
+	}
+	ev := func(turn string, p events.Payload) events.Event {
+		e, err := events.New("acme", "s1", turn, p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return e
+	}
+	acks, err := log.Append(ctx, []events.Event{ev("", &events.SessionStarted{})}, events.ExpectLastSeq(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := log.Append(ctx, []events.Event{ev("t1", &events.TurnStarted{})}); err != nil {
+		t.Fatal(err)
+	}
+	_, err = log.Append(ctx, []events.Event{ev("", &events.DistillationRequested{})}, events.ExpectLastSeq(acks[0].Seq))
+	if !errors.Is(err, events.ErrConflict) {
+		t.Fatalf("stale expected sequence on a replicated stream: want ErrConflict, got %v", err)
+	}
+
+	// One node down: the other two keep a quorum.
+	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	_ = servers[2].Close(cctx)
+	cancel()
+	deadline = time.Now().Add(20 * time.Second)
+	for {
+		_, err = log.Append(ctx, []events.Event{ev("t1", &events.TurnCompleted{})})
+		if err == nil || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if err != nil {
+		t.Fatalf("append with a node down: %v", err)
+	}
+	s, err := projections.Restore(ctx, log, nil, "acme", "s1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Events != 3 || s.Turns[0].Status != projections.TurnCompleted {
+		t.Fatalf("state after a node went down: %d events, turns %+v", s.Events, s.Turns)
+	}
+}
