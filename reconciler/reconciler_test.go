@@ -9,21 +9,21 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/turnstone-dev/turnstone/embedded/embeddedtest"
 	"github.com/turnstone-dev/turnstone/events"
 	"github.com/turnstone-dev/turnstone/projections"
 	"github.com/turnstone-dev/turnstone/reconciler"
 	"github.com/turnstone-dev/turnstone/recovery"
+	"github.com/turnstone-dev/turnstone/test/enginetest"
 	"github.com/turnstone-dev/turnstone/test/refruntime"
 )
 
-// env is an engine in a test: a real embedded server, the projector with
-// the reconciler on a fake clock, a worker, and the reference runtime.
+// env is an engine in a test (enginetest) with helpers for the tenant
+// "acme".
 type env struct {
+	*enginetest.Engine
 	t     *testing.T
 	js    jetstream.JetStream
 	log   *events.Log
-	proj  *projections.Projector
 	rec   *reconciler.Reconciler
 	clock *recovery.FakeClock
 	rt    *refruntime.Runtime
@@ -31,92 +31,16 @@ type env struct {
 
 func newEnv(t *testing.T, policyYAML string, logCfg events.Config) *env {
 	t.Helper()
-	ctx := context.Background()
-	srv := embeddedtest.Start(t)
-	nc, js := embeddedtest.Connect(t, srv)
-	log, err := events.Open(ctx, js, logCfg, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	policy, err := reconciler.ParsePolicy([]byte(policyYAML))
-	if err != nil {
-		t.Fatal(err)
-	}
-	store, _ := projections.NewSnapshotStore(js, projections.SnapshotConfig{})
-	proj, err := projections.NewProjector(log, store, projections.ProjectorConfig{}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	clock := recovery.NewFakeClock(time.Now())
-	rec := reconciler.New(log, proj, reconciler.Config{Policy: policy, Clock: clock}, nil)
-	rec.Attach()
-	if err := proj.Open(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if err := rec.Open(ctx); err != nil {
-		t.Fatal(err)
-	}
-	wclock := recovery.NewFakeClock(time.Now())
-	wclock.SetAutoAdvance(true) // back-off waits pass at once
-	w, err := recovery.NewWorker(nc, log, recovery.WorkerConfig{Name: "w", Clock: wclock, ControlTimeout: 2 * time.Second,
-		Delivery: recovery.DeliveryConfig{AckWait: 5 * time.Second}}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := w.Open(ctx); err != nil {
-		t.Fatal(err)
-	}
-	rtnc, _ := embeddedtest.Connect(t, srv)
-	rt, err := refruntime.New(rtnc, log, refruntime.Config{Tenant: "acme", Providers: []string{"anthropic", "bedrock"}, AdoptUnknown: true}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := rt.Open(ctx); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		c, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		_ = rt.Close(c)
-		_ = w.Close(c)
-		_ = rec.Close(c)
-		_ = proj.Close(c)
-	})
-	return &env{t: t, js: js, log: log, proj: proj, rec: rec, clock: clock, rt: rt}
+	e := enginetest.Start(t, enginetest.Options{Policy: policyYAML, Log: logCfg,
+		Runtime: refruntime.Config{Providers: []string{"anthropic", "bedrock"}, AdoptUnknown: true}})
+	return &env{Engine: e, t: t, js: e.JS, log: e.Log, rec: e.Reconciler, clock: e.Clock, rt: e.Runtime}
 }
 
-func (e *env) state(session string) *projections.Session {
-	e.t.Helper()
-	s, err := projections.Restore(context.Background(), e.log, nil, "acme", session)
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	return s
-}
+func (e *env) state(session string) *projections.Session { return e.State(e.t, "acme", session) }
 
-// eventually polls cond (real time) while advancing the fake clock by
-// step each round, so deadlines and ticks come due.
 func (e *env) eventually(what string, step time.Duration, cond func(*projections.Session) bool, session string) *projections.Session {
 	e.t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for time.Now().Before(deadline) {
-		s := e.state(session)
-		if cond(s) {
-			return s
-		}
-		e.clock.Advance(step)
-		time.Sleep(30 * time.Millisecond)
-	}
-	e.dump(session)
-	e.t.Fatalf("%s: not reached", what)
-	return nil
-}
-
-func (e *env) dump(session string) {
-	_ = e.log.ReadSession(context.Background(), "acme", session, events.ReadOptions{}, func(ev events.Event) error {
-		e.t.Logf("%5d %-22s %s", ev.Seq, ev.Type, ev.Summary())
-		return nil
-	})
+	return e.Eventually(e.t, what, "acme", session, step, cond)
 }
 
 func (e *env) append(session, turn string, p events.Payload) uint64 {

@@ -6,11 +6,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/turnstone-dev/turnstone/embedded/embeddedtest"
 	"github.com/turnstone-dev/turnstone/events"
 	"github.com/turnstone-dev/turnstone/projections"
-	"github.com/turnstone-dev/turnstone/reconciler"
-	"github.com/turnstone-dev/turnstone/recovery"
+	"github.com/turnstone-dev/turnstone/test/enginetest"
 	"github.com/turnstone-dev/turnstone/test/refruntime"
 )
 
@@ -24,49 +22,8 @@ import (
 // only after the repair, and `engine replay` must show the chain in order.
 func TestIncident20260219(t *testing.T) {
 	ctx := context.Background()
-	srv := embeddedtest.Start(t)
-	nc, js := embeddedtest.Connect(t, srv)
-	log, err := events.Open(ctx, js, events.Config{}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	store, _ := projections.NewSnapshotStore(js, projections.SnapshotConfig{})
-	proj, err := projections.NewProjector(log, store, projections.ProjectorConfig{}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	clock := recovery.NewFakeClock(time.Now())
-	rec := reconciler.New(log, proj, reconciler.Config{Policy: reconciler.DefaultPolicy(), Clock: clock}, nil)
-	rec.Attach()
-	if err := proj.Open(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if err := rec.Open(ctx); err != nil {
-		t.Fatal(err)
-	}
-	w, err := recovery.NewWorker(nc, log, recovery.WorkerConfig{Name: "w", ControlTimeout: 2 * time.Second}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := w.Open(ctx); err != nil {
-		t.Fatal(err)
-	}
-	rtnc, _ := embeddedtest.Connect(t, srv)
-	rt, err := refruntime.New(rtnc, log, refruntime.Config{Tenant: "acme", StageDelay: 20 * time.Millisecond}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := rt.Open(ctx); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		c, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		_ = rt.Close(c)
-		_ = w.Close(c)
-		_ = rec.Close(c)
-		_ = proj.Close(c)
-	})
+	eng := enginetest.Start(t, enginetest.Options{Runtime: refruntime.Config{StageDelay: 20 * time.Millisecond}})
+	log, rt, clock := eng.Log, eng.Runtime, eng.Clock
 	const session = "incident"
 
 	// 1. A turn runs a multi-tool loop.
@@ -192,8 +149,7 @@ func TestIncident20260219(t *testing.T) {
 	}
 
 	// engine replay, as a separate process, shows the chain in order.
-	out := run(t, srv.ClientURL(), "replay", "acme/"+session)
-	t.Log(out)
+	out := run(t, eng.URL, "replay", "acme/"+session)
 	pos := 0
 	for _, want := range []string{"FAILED in history", "SKIPPED", "ABANDONED", "!! tool_use_without_result", "(synthetic)", "distillation.completed"} {
 		i := strings.Index(out[pos:], want)

@@ -1,0 +1,147 @@
+// Package enginetest runs a whole engine inside a test: a real embedded
+// NATS server, the event log, the projector with the reconciler on a fake
+// clock, a recovery worker, and the reference agent runtime, each on its
+// own NATS connection as separate processes would be. Tests drive time
+// with Clock.Advance.
+package enginetest
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/turnstone-dev/turnstone/embedded/embeddedtest"
+	"github.com/turnstone-dev/turnstone/events"
+	"github.com/turnstone-dev/turnstone/projections"
+	"github.com/turnstone-dev/turnstone/reconciler"
+	"github.com/turnstone-dev/turnstone/recovery"
+	"github.com/turnstone-dev/turnstone/test/refruntime"
+)
+
+// Options change the engine a test starts; the zero value is the defaults.
+type Options struct {
+	// Policy is the reconciler's policy file (YAML; empty: defaults).
+	Policy string
+	// Log configures the event log.
+	Log events.Config
+	// Runtime configures the reference runtime (Tenant defaults to "acme").
+	Runtime refruntime.Config
+}
+
+// Engine is a running engine in a test.
+type Engine struct {
+	URL        string
+	JS         jetstream.JetStream
+	Log        *events.Log
+	Projector  *projections.Projector
+	Reconciler *reconciler.Reconciler
+	// Clock is the reconciler's clock; the worker's back-off waits pass at
+	// once.
+	Clock   *recovery.FakeClock
+	Runtime *refruntime.Runtime
+}
+
+// Start starts the engine and stops it in tb.Cleanup.
+func Start(tb testing.TB, o Options) *Engine {
+	tb.Helper()
+	ctx := context.Background()
+	srv := embeddedtest.Start(tb)
+	nc, js := embeddedtest.Connect(tb, srv)
+	log, err := events.Open(ctx, js, o.Log, nil)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	policy, err := reconciler.ParsePolicy([]byte(o.Policy))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	store, err := projections.NewSnapshotStore(js, projections.SnapshotConfig{})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	proj, err := projections.NewProjector(log, store, projections.ProjectorConfig{}, nil)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	clock := recovery.NewFakeClock(time.Now())
+	rec := reconciler.New(log, proj, reconciler.Config{Policy: policy, Clock: clock}, nil)
+	rec.Attach()
+	if err := proj.Open(ctx); err != nil {
+		tb.Fatal(err)
+	}
+	if err := rec.Open(ctx); err != nil {
+		tb.Fatal(err)
+	}
+	wclock := recovery.NewFakeClock(time.Now())
+	wclock.SetAutoAdvance(true)
+	wnc, _ := embeddedtest.Connect(tb, srv)
+	wjs, _ := jetstream.New(wnc)
+	wlog, err := events.Open(ctx, wjs, events.Config{}, nil)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	w, err := recovery.NewWorker(wnc, wlog, recovery.WorkerConfig{Name: "w", Clock: wclock, ControlTimeout: 2 * time.Second,
+		Delivery: recovery.DeliveryConfig{AckWait: 5 * time.Second}}, nil)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if err := w.Open(ctx); err != nil {
+		tb.Fatal(err)
+	}
+	rcfg := o.Runtime
+	if rcfg.Tenant == "" {
+		rcfg.Tenant = "acme"
+	}
+	rtnc, _ := embeddedtest.Connect(tb, srv)
+	rt, err := refruntime.New(rtnc, log, rcfg, nil)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if err := rt.Open(ctx); err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() {
+		c, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = rt.Close(c)
+		_ = w.Close(c)
+		_ = rec.Close(c)
+		_ = proj.Close(c)
+		_ = nc
+	})
+	return &Engine{URL: srv.ClientURL(), JS: js, Log: log, Projector: proj, Reconciler: rec, Clock: clock, Runtime: rt}
+}
+
+// State restores a session of the runtime's tenant from the log.
+func (e *Engine) State(tb testing.TB, tenant, session string) *projections.Session {
+	tb.Helper()
+	s, err := projections.Restore(context.Background(), e.Log, nil, tenant, session)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return s
+}
+
+// Eventually polls cond on the session's state (real time, up to 30 s),
+// advancing the reconciler's clock by step each round so deadlines and
+// ticks come due, and returns the state that met it; on time-out it logs
+// the session's timeline and fails.
+func (e *Engine) Eventually(tb testing.TB, what, tenant, session string, step time.Duration, cond func(*projections.Session) bool) *projections.Session {
+	tb.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		s := e.State(tb, tenant, session)
+		if cond(s) {
+			return s
+		}
+		e.Clock.Advance(step)
+		time.Sleep(30 * time.Millisecond)
+	}
+	_ = e.Log.ReadSession(context.Background(), tenant, session, events.ReadOptions{}, func(ev events.Event) error {
+		tb.Logf("%5d %-22s %s", ev.Seq, ev.Type, ev.Summary())
+		return nil
+	})
+	tb.Fatalf("%s: not reached", what)
+	return nil
+}
