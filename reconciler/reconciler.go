@@ -155,6 +155,10 @@ func (r *Reconciler) Healthy() error {
 	return r.failErr
 }
 
+// maxRemembered bounds the keys of actions done and of requests seen the
+// reconciler remembers.
+const maxRemembered = 100000
+
 func key(tenant, session string) string { return tenant + "/" + session }
 
 // judge decides for one session and queues what is new. It runs on the
@@ -176,6 +180,9 @@ func (r *Reconciler) judge(s *projections.Session) {
 	if d := s.PendingDistillation(); d != nil {
 		rk := fmt.Sprintf("%s/%d", k, d.RequestedSeq)
 		if _, ok := r.reqSeen[rk]; !ok {
+			if len(r.reqSeen) >= maxRemembered {
+				clear(r.reqSeen) // at worst a request waits its grace again
+			}
 			r.reqSeen[rk] = now
 		}
 	}
@@ -364,6 +371,12 @@ func (r *Reconciler) executeLoop(ctx context.Context) {
 		r.mu.Lock()
 		delete(r.queued, a.Key)
 		if ctx.Err() == nil {
+			if len(r.done) >= maxRemembered {
+				// Forgetting is safe: a re-issued command has the same id,
+				// so JetStream drops it within its duplicate window and a
+				// worker skips it after (its outcome is in the log).
+				clear(r.done)
+			}
 			r.done[a.Key] = true
 		}
 		r.mu.Unlock()
