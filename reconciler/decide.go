@@ -25,13 +25,16 @@ type Action struct {
 }
 
 // Input is what Decide looks at: the session's projected state, the time
-// now, the tenant's policy, and when the reconciler first saw each pending
-// distillation request (by its RequestedSeq; zero time: just now).
+// now, the tenant's policy, when the reconciler first saw each pending
+// distillation request (by its RequestedSeq) and each turn in flight (by
+// its id; zero time: just now), and whether turns in flight are to be
+// abandoned at once (the restart policy).
 type Input struct {
 	State          *projections.Session
 	Now            time.Time
 	Policy         *Policy
 	RequestSeenAt  func(seq uint64) time.Time
+	TurnSeenAt     func(turn string) time.Time
 	RestartAbandon bool
 }
 
@@ -78,7 +81,10 @@ func Decide(in Input) []Action {
 	}
 
 	// Invariant 1: every turn ends; one without an outcome past its
-	// deadline is abandoned.
+	// deadline is abandoned. The deadline runs from the later of the turn's
+	// own start time and the moment the reconciler first saw it in flight:
+	// an imported or replayed turn that started long ago is not abandoned
+	// before the events that end it are folded.
 	for _, t := range s.Turns {
 		if t.Status != projections.TurnInFlight {
 			continue
@@ -94,7 +100,7 @@ func Decide(in Input) []Action {
 		switch {
 		case in.RestartAbandon:
 			cmd(recovery.KindAbandonTurn, t.ID, fmt.Sprintf("in flight when the engine restarted; last stage: %s", last), []uint64{t.StartedSeq}, recovery.Params{})
-		case !t.StartedAt.IsZero() && in.Now.Sub(t.StartedAt) >= deadline:
+		case !t.StartedAt.IsZero() && in.Now.Sub(later(t.StartedAt, seenAt(in.TurnSeenAt, t.ID, in.Now))) >= deadline:
 			cmd(recovery.KindAbandonTurn, t.ID, fmt.Sprintf("no outcome within %s of its start; last stage: %s", deadline, last), []uint64{t.StartedSeq}, recovery.Params{})
 		}
 	}
@@ -189,4 +195,21 @@ func oneLine(s string) string {
 		return string(r[:120]) + "..."
 	}
 	return s
+}
+
+func seenAt(f func(string) time.Time, id string, now time.Time) time.Time {
+	if f == nil {
+		return time.Time{}
+	}
+	if t := f(id); !t.IsZero() {
+		return t
+	}
+	return now
+}
+
+func later(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
 }

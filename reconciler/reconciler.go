@@ -70,16 +70,19 @@ type Reconciler struct {
 	cfg  Config
 	l    zerolog.Logger
 
-	mu      sync.Mutex
-	done    map[string]bool      // action keys carried out (or dropped as done)
-	queued  map[string]bool      // action keys waiting
-	watch   map[string]time.Time // sessions with turns in flight or pending requests: key -> since
-	reqSeen map[string]time.Time // "<session key>/<requested seq>" -> first seen
-	failErr error
-	rescan  bool
-	queue   chan Action
-	cancel  context.CancelFunc
-	wg      sync.WaitGroup
+	mu        sync.Mutex
+	done      map[string]bool      // action keys carried out (or dropped as done)
+	queued    map[string]bool      // action keys waiting
+	watch     map[string]time.Time // sessions with turns in flight or pending requests: key -> since
+	reqSeen   map[string]time.Time // "<session key>/<requested seq>" -> first seen
+	turnSeen  map[string]time.Time // "<session key>/<turn>" -> first seen in flight
+	failWrite bool                 // failErr came from a write, not the probe
+	probeKV   jetstream.KeyValue
+	failErr   error
+	rescan    bool
+	queue     chan Action
+	cancel    context.CancelFunc
+	wg        sync.WaitGroup
 }
 
 // New returns a reconciler over log that reads session states from proj.
@@ -88,7 +91,7 @@ func New(log *events.Log, proj *projections.Projector, cfg Config, logger *zerol
 	cfg.setDefaults()
 	r := &Reconciler{
 		log: log, js: log.JetStream(), proj: proj, cfg: cfg, l: zerolog.Nop(),
-		done: map[string]bool{}, queued: map[string]bool{}, watch: map[string]time.Time{}, reqSeen: map[string]time.Time{},
+		done: map[string]bool{}, queued: map[string]bool{}, watch: map[string]time.Time{}, reqSeen: map[string]time.Time{}, turnSeen: map[string]time.Time{},
 		queue: make(chan Action, cfg.QueueSize),
 	}
 	if logger != nil {
@@ -119,6 +122,14 @@ func (r *Reconciler) Open(ctx context.Context) error {
 	if _, err := recovery.Setup(ctx, r.log, recovery.DeliveryConfig{}); err != nil {
 		return fmt.Errorf("open reconciler: %w", err)
 	}
+	kv, err := r.js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+		Bucket: ProbeBucket, Description: "Turnstone reconciler write probe", History: 1,
+		Storage: jetstream.FileStorage, Replicas: r.log.Config().Replicas, MaxBytes: 1 << 20,
+	})
+	if err != nil {
+		return fmt.Errorf("open reconciler: bucket %s: %w", ProbeBucket, err)
+	}
+	r.probeKV = kv
 	runCtx, cancel := context.WithCancel(context.Background())
 	r.cancel = cancel
 	r.wg.Add(2)
@@ -177,6 +188,15 @@ func (r *Reconciler) judge(s *projections.Session) {
 	} else {
 		delete(r.watch, k)
 	}
+	for _, id := range s.InFlight {
+		tk := k + "/" + id
+		if _, ok := r.turnSeen[tk]; !ok {
+			if len(r.turnSeen) >= maxRemembered {
+				clear(r.turnSeen) // at worst a turn's deadline starts again
+			}
+			r.turnSeen[tk] = now
+		}
+	}
 	if d := s.PendingDistillation(); d != nil {
 		rk := fmt.Sprintf("%s/%d", k, d.RequestedSeq)
 		if _, ok := r.reqSeen[rk]; !ok {
@@ -193,6 +213,11 @@ func (r *Reconciler) judge(s *projections.Session) {
 			r.mu.Lock()
 			defer r.mu.Unlock()
 			return r.reqSeen[fmt.Sprintf("%s/%d", k, seq)]
+		},
+		TurnSeenAt: func(turn string) time.Time {
+			r.mu.Lock()
+			defer r.mu.Unlock()
+			return r.turnSeen[k+"/"+turn]
 		},
 	})
 	r.enqueue(actions)
@@ -274,10 +299,15 @@ func (r *Reconciler) tickLoop(ctx context.Context) {
 // come due, and rescans everything after a failure.
 func (r *Reconciler) tick(ctx context.Context) {
 	if err := r.probe(ctx); err != nil {
-		r.failClosed(err)
+		r.failClosed(err, false)
 		return
 	}
-	r.openAgain()
+	r.mu.Lock()
+	byWrite := r.failWrite
+	r.mu.Unlock()
+	if !byWrite {
+		r.openAgain() // a failed write clears only when a write succeeds
+	}
 	r.mu.Lock()
 	rescan := r.rescan && r.failErr == nil
 	r.rescan = false
@@ -330,8 +360,18 @@ func (r *Reconciler) probe(ctx context.Context) error {
 	if max := acct.Limits.MaxStore; max > 0 && max-int64(acct.Store) < int64(r.log.Config().MaxEventBytes) {
 		return fmt.Errorf("%w: JetStream storage is full: %d of %d bytes used", events.ErrLogUnavailable, acct.Store, max)
 	}
+	// A real write, for the limits no info shows (the server's own store).
+	if r.probeKV != nil {
+		if _, err := r.probeKV.Put(ctx, "reconciler", []byte(r.cfg.Clock.Now().UTC().Format(time.RFC3339Nano))); err != nil {
+			return fmt.Errorf("%w: JetStream cannot store: %v", events.ErrLogUnavailable, err)
+		}
+	}
 	return nil
 }
+
+// ProbeBucket is the key-value bucket the reconciler writes to each tick to
+// learn that JetStream can still store (file storage, one small value).
+const ProbeBucket = "turnstone_probe"
 
 // executeLoop carries out queued actions one at a time, in order. When the
 // log cannot be written it fails closed: the action is kept and retried
@@ -346,8 +386,12 @@ func (r *Reconciler) executeLoop(ctx context.Context) {
 		case a = <-r.queue:
 		}
 		for {
-			err := r.Healthy() // failed closed: issue nothing until the probe passes
-			if err == nil {
+			// Failed closed by the probe: issue nothing until it passes.
+			// Failed by a write: retrying this action is the probe.
+			r.mu.Lock()
+			err, byWrite := r.failErr, r.failWrite
+			r.mu.Unlock()
+			if err == nil || byWrite {
 				err = r.execute(ctx, a)
 			}
 			if err == nil || ctx.Err() != nil {
@@ -359,7 +403,7 @@ func (r *Reconciler) executeLoop(ctx context.Context) {
 				r.forget(a.Key)
 				break
 			}
-			r.failClosed(err)
+			r.failClosed(err, true)
 			t := r.cfg.Clock.NewTimer(r.cfg.Tick)
 			select {
 			case <-ctx.Done():
@@ -411,10 +455,10 @@ func (r *Reconciler) execute(ctx context.Context, a Action) error {
 	return nil
 }
 
-func (r *Reconciler) failClosed(err error) {
+func (r *Reconciler) failClosed(err error, byWrite bool) {
 	r.mu.Lock()
 	first := r.failErr == nil
-	r.failErr = err
+	r.failErr, r.failWrite = err, byWrite
 	r.rescan = true
 	r.mu.Unlock()
 	if first {
@@ -428,7 +472,7 @@ func (r *Reconciler) failClosed(err error) {
 func (r *Reconciler) openAgain() {
 	r.mu.Lock()
 	was := r.failErr
-	r.failErr = nil
+	r.failErr, r.failWrite = nil, false
 	r.mu.Unlock()
 	if was != nil {
 		r.l.Info().Msg("the log is writable again; issuing commands")
