@@ -2,6 +2,7 @@ package events_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"strings"
 	"testing"
@@ -91,4 +92,79 @@ func BenchmarkRawPublish(b *testing.B) {
 		}
 	}
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "events/s")
+}
+
+// prepareEvents are the events BenchmarkValidate, BenchmarkMask and
+// BenchmarkEncode work on: about 500 bytes each, of a turn's shapes (a
+// prompt, a tool_use, a tool_result, an answer), one in four with a word
+// that passes the masking prefilter ("token", "through") and no secret,
+// as in the shipped Claude Code transcripts.
+func prepareEvents(b *testing.B) []events.Event {
+	b.Helper()
+	clean := strings.Repeat("The handler returns early when the request has no body, so the counter is never updated. ", 5)
+	needle := "Let me check how the retry loop refreshes the token before it calls the API again. " + clean
+	var evs []events.Event
+	for i := 0; i < 64; i++ {
+		text := clean
+		if i%4 == 0 {
+			text = needle
+		}
+		text = text[:400]
+		var p events.Payload
+		switch i % 4 {
+		case 0:
+			p = &events.MessageAppended{Role: events.RoleUser, Content: []events.ContentBlock{{Type: events.BlockText, Text: text}}}
+		case 1:
+			in, _ := json.Marshal(map[string]string{"command": "go test ./...", "description": text})
+			p = &events.MessageAppended{Role: events.RoleAssistant, Model: "claude-sonnet-4-5", Content: []events.ContentBlock{{Type: events.BlockToolUse, ID: "toolu_01", Name: "Bash", Input: in}}}
+		case 2:
+			c, _ := json.Marshal(text)
+			p = &events.MessageAppended{Role: events.RoleUser, Content: []events.ContentBlock{{Type: events.BlockToolResult, ToolUseID: "toolu_01", Content: c}}}
+		default:
+			p = &events.TurnStarted{Prompt: text, Trigger: "user"}
+		}
+		e, err := events.New("bench", fmt.Sprintf("s%d", i), "t1", p)
+		if err != nil {
+			b.Fatal(err)
+		}
+		evs = append(evs, e)
+	}
+	return evs
+}
+
+// BenchmarkValidate, BenchmarkMask and BenchmarkEncode time the steps
+// Log.Append runs on each event before it publishes it.
+func BenchmarkValidate(b *testing.B) {
+	evs := prepareEvents(b)
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		if err := events.Validate(&evs[i%len(evs)]); err != nil {
+			b.Fatal(err)
+		}
+		i++
+	}
+}
+
+func BenchmarkMask(b *testing.B) {
+	evs := prepareEvents(b)
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		ev := evs[i%len(evs)]
+		events.Mask(&ev)
+		i++
+	}
+}
+
+func BenchmarkEncode(b *testing.B) {
+	evs := prepareEvents(b)
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		if _, err := evs[i%len(evs)].Encode(); err != nil {
+			b.Fatal(err)
+		}
+		i++
+	}
 }

@@ -118,6 +118,9 @@ func Decode(b []byte) (Event, error) {
 // Encode returns the event body as stored: one JSON object, with <, > and
 // & kept as they are (not \u003c escapes), so stored text reads as sent.
 func (e Event) Encode() ([]byte, error) {
+	if b, ok := e.appendEnvelope(make([]byte, 0, e.encodedSize()), false); ok {
+		return b, nil
+	}
 	b, err := marshal(e)
 	if err != nil {
 		return nil, fmt.Errorf("encode event %s: %w", e.ID, err)

@@ -239,7 +239,8 @@ func (l *Log) prepare(evs []Event, oneSession bool) ([]*nats.Msg, error) {
 		bad := func(err error) {
 			errs = append(errs, &EventError{Tenant: ev.Tenant, Session: ev.Session, ID: ev.ID, Err: fmt.Errorf("event %d: %w", i, err)})
 		}
-		if err := Validate(ev); err != nil {
+		compact, err := validate(ev)
+		if err != nil {
 			bad(err)
 			continue
 		}
@@ -247,11 +248,23 @@ func (l *Log) prepare(evs []Event, oneSession bool) ([]*nats.Msg, error) {
 			bad(fmt.Errorf("%w: a conditional append takes events of one session", ErrInvalid))
 			continue
 		}
-		Mask(ev)
-		body, err := ev.Encode()
-		if err != nil {
-			bad(err)
-			continue
+		masked := Mask(ev)
+		if masked {
+			// A secret-shaped value in a field that must be a token
+			// (parent_session, fork_session) would be stored invalid.
+			if err := Validate(ev); err != nil {
+				bad(fmt.Errorf("after masking a secret: %w", err))
+				continue
+			}
+		}
+		// The body is ev.Encode(); when the validated data is compact and
+		// masking left it as it was, the data is copied as it is.
+		body, ok := ev.appendEnvelope(make([]byte, 0, ev.encodedSize()), compact && !masked)
+		if !ok {
+			if body, err = ev.Encode(); err != nil {
+				bad(err)
+				continue
+			}
 		}
 		if len(body) > l.cfg.MaxEventBytes {
 			bad(fmt.Errorf("%w: %d bytes encoded, the limit is %d bytes", ErrTooLarge, len(body), l.cfg.MaxEventBytes))

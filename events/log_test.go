@@ -403,3 +403,11 @@ func TestOpenWithoutSettingsKeepsTheStreams(t *testing.T) {
 		t.Fatalf("a client open changed the stream: %+v", c)
 	}
 }
+
+func TestAppendRefusesAnEventMaskingWouldBreak(t *testing.T) {
+	l, _ := openLog(t, events.Config{})
+	e := ev(t, "acme", "chat-1", "", &events.SessionStarted{Kind: "subagent", ParentSession: "sk-proj-abcdefghijklmnop"})
+	if _, err := l.Append(context.Background(), []events.Event{e}); !errors.Is(err, events.ErrInvalid) {
+		t.Fatalf("want ErrInvalid (the masked parent_session is no token), got %v", err)
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 
 	"github.com/oklog/ulid/v2"
@@ -21,6 +22,19 @@ import (
 // (see docs/events.md); an unknown type only needs a valid envelope, so
 // that newer publishers are not refused.
 func Validate(e *Event) error {
+	_, err := validate(e)
+	return err
+}
+
+// validate is Validate, and also reports whether e.Data is already compact
+// JSON (one value, no white space outside its strings), which encoding
+// then copies as it is. It knows that only when the fast path decoded the
+// payload; otherwise it answers false.
+func validate(e *Event) (compact bool, err error) { return validateWith(e, true) }
+
+// validateWith is validate, with the payload decoded by decodePlain first
+// when fast is set (tests compare both ways).
+func validateWith(e *Event, fast bool) (compact bool, err error) {
 	v := &validator{}
 	if e.SpecVersion != SpecVersion {
 		v.add("specversion", `must be "1.0"`, e.SpecVersion)
@@ -46,15 +60,25 @@ func Validate(e *Event) error {
 	v.token("turn", e.Turn, false)
 
 	data := bytes.TrimSpace(e.Data)
-	if len(data) == 0 || data[0] != '{' {
+	if len(data) == 0 || data[0] != '{' || !json.Valid(data) {
 		v.add("data", "must be a JSON object", "")
-		return v.err()
+		return false, v.err()
 	}
 	if p := newPayload(e.Type); p != nil {
-		dec := json.NewDecoder(bytes.NewReader(data))
-		if err := dec.Decode(p); err != nil {
-			v.add("data", "must fit the "+string(e.Type)+" shape: "+decodeProblem(err), "")
-			return v.err()
+		var plain, spaced bool
+		var end int
+		if fast {
+			plain, spaced, end = decodePlain(data, p)
+		}
+		if plain {
+			compact = !spaced && end == len(e.Data)
+		} else {
+			p = newPayload(e.Type)
+			dec := json.NewDecoder(bytes.NewReader(data))
+			if err := dec.Decode(p); err != nil {
+				v.add("data", "must fit the "+string(e.Type)+" shape: "+decodeProblem(err), "")
+				return false, v.err()
+			}
 		}
 		v.prefix = "data."
 		p.validate(v)
@@ -63,7 +87,10 @@ func Validate(e *Event) error {
 			v.add("turn", "required for "+string(e.Type), "")
 		}
 	}
-	return v.err()
+	if err := v.err(); err != nil {
+		return false, err
+	}
+	return compact, nil
 }
 
 func needsTurn(t Type) bool {
@@ -104,6 +131,8 @@ type validator struct {
 func (v *validator) add(field, rule, value string) {
 	if len(value) > 64 {
 		value = value[:64] + "..."
+	} else {
+		value = strings.Clone(value) // it may share the event's data (decodePlain)
 	}
 	v.errs = append(v.errs, &FieldError{Field: v.prefix + field, Rule: rule, Value: value})
 }
@@ -208,7 +237,7 @@ func (p *MessageAppended) validate(v *validator) {
 		v.add("content", "must hold at least one content block", "")
 	}
 	for i := range p.Content {
-		validateBlock(v, fmt.Sprintf("content[%d]", i), &p.Content[i], p.Role)
+		validateBlock(v, "content["+strconv.Itoa(i)+"]", &p.Content[i], p.Role)
 	}
 }
 

@@ -181,3 +181,13 @@ func TestEncodeKeepsHTMLCharacters(t *testing.T) {
 		t.Fatalf("encoded body escapes HTML characters: %s", b)
 	}
 }
+
+func TestValidateRefusesInvalidOrTrailingData(t *testing.T) {
+	for _, data := range []string{`{"prompt":`, `{"prompt":"x"} {"y":1}`} {
+		ev := mustEvent(t, "t1", &TurnStarted{})
+		ev.Data = json.RawMessage(data)
+		if err := Validate(&ev); !errors.Is(err, ErrInvalid) {
+			t.Errorf("data %s: want ErrInvalid, got %v", data, err)
+		}
+	}
+}

@@ -1,0 +1,138 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/turnstone-dev/turnstone/events"
+	"github.com/turnstone-dev/turnstone/projections"
+)
+
+// foldFigure is figure 2: events folded per second when every session is
+// rebuilt from the log (Log.ReadAll, each event applied to its session's
+// state), against a raw ordered consumer that only receives the bytes of
+// the same stream.
+func (r *runner) foldFigure(ctx context.Context) error {
+	srv, err := startServer(false)
+	if err != nil {
+		return err
+	}
+	defer srv.close()
+	c, l, err := openLog(ctx, srv.url, "bench-fold")
+	if err != nil {
+		return err
+	}
+	defer c.nc.Close()
+	sz := r.sizes
+	evs := spreadEvents("f", sz.FoldEvents, sz.FoldSessions)
+	if _, err := appendConcurrently(ctx, l, evs, sz.AppendBatch, sz.AppendWriters); err != nil {
+		return fmt.Errorf("write the log: %w", err)
+	}
+	n := len(evs)
+	evs = nil
+
+	fold := func() (float64, int, error) {
+		states := map[string]*projections.Session{}
+		got := 0
+		start := time.Now()
+		err := l.ReadAll(ctx, events.ReadOptions{}, func(ev events.Event) error {
+			k := ev.Tenant + "/" + ev.Session
+			s := states[k]
+			if s == nil {
+				s = &projections.Session{}
+				states[k] = s
+			}
+			s.Apply(ev)
+			got++
+			return nil
+		})
+		d := time.Since(start)
+		if err == nil && got != n {
+			err = fmt.Errorf("folded %d events, want %d", got, n)
+		}
+		return rate(got, d), len(states), err
+	}
+	raw := func() (float64, error) {
+		d, got, err := readOrdered(ctx, c.js, n)
+		return rate(got, d), err
+	}
+	// Warm up both (the server's block cache, the client's buffers).
+	if _, _, err := fold(); err != nil {
+		return err
+	}
+	if _, err := raw(); err != nil {
+		return err
+	}
+	var folds, raws []float64
+	sessions := 0
+	for run := 0; run < sz.Runs; run++ {
+		order := []bool{true, false}
+		if run%2 == 1 {
+			order = []bool{false, true}
+		}
+		for _, isFold := range order {
+			runtime.GC()
+			if isFold {
+				v, s, err := fold()
+				if err != nil {
+					return err
+				}
+				sessions = s
+				folds = append(folds, v)
+				r.logf("   run %d fold %s", run+1, perSec(v))
+			} else {
+				v, err := raw()
+				if err != nil {
+					return err
+				}
+				raws = append(raws, v)
+				r.logf("   run %d raw  %s", run+1, perSec(v))
+			}
+		}
+	}
+	f, rw := median(folds), median(raws)
+	r.add(Row{
+		Bench:    "fold",
+		Figure:   fmt.Sprintf("events folded/s rebuilding all %s sessions (ReadAll + Apply), %s events", commas(int64(sessions)), commas(int64(n))),
+		Value:    perSec(f),
+		Baseline: perSec(rw) + " raw ordered consumer",
+		Ratio:    f / rw,
+		Target:   ">= 0.7",
+		Status:   status(f/rw >= 0.7),
+		Metrics: map[string]float64{"fold_events_per_s": f, "raw_events_per_s": rw, "ratio": f / rw, "events": float64(n), "sessions": float64(sessions),
+			"fold_min": minf(folds), "fold_max": maxf(folds), "raw_min": minf(raws), "raw_max": maxf(raws)},
+	})
+	return nil
+}
+
+// readOrdered reads the first n messages of AGENT_EVENTS with an ordered
+// consumer, touching each body, and returns the time it took.
+func readOrdered(ctx context.Context, js jetstream.JetStream, n int) (time.Duration, int, error) {
+	start := time.Now()
+	cons, err := js.OrderedConsumer(ctx, events.EventsStream, jetstream.OrderedConsumerConfig{FilterSubjects: []string{events.EventSubjectPrefix + ".>"}})
+	if err != nil {
+		return 0, 0, err
+	}
+	it, err := cons.Messages()
+	if err != nil {
+		return 0, 0, err
+	}
+	defer it.Stop()
+	got, bytes := 0, 0
+	for got < n {
+		msg, err := it.Next()
+		if err != nil {
+			return 0, got, fmt.Errorf("ordered consumer after %d messages: %w", got, err)
+		}
+		bytes += len(msg.Data())
+		got++
+	}
+	d := time.Since(start)
+	if bytes == 0 {
+		return d, got, fmt.Errorf("ordered consumer read no bytes")
+	}
+	return d, got, nil
+}

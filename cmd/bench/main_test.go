@@ -1,0 +1,133 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestMain(m *testing.M) {
+	if IsChild() { // the memory figure re-executes this test binary as its server
+		if err := RunChild(); err != nil {
+			os.Stderr.WriteString(err.Error() + "\n")
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+// tinySizes run every benchmark in a few seconds.
+func tinySizes(t *testing.T) Sizes {
+	t.Helper()
+	transcript := filepath.Join("..", "..", "..", "shared", "data", "transcripts", "claude-code", "spotter", "short.jsonl")
+	if _, err := os.Stat(transcript); err != nil {
+		t.Fatalf("the Claude Code transcript corpus is missing: want %s (shared/data beside the repository): %v", transcript, err)
+	}
+	return Sizes{
+		AppendEvents: 600, AppendSessions: 50, AppendBatch: 100, AppendWriters: 2, AppendWarmup: 100, Runs: 1,
+		SyncEvents: 120,
+		FoldEvents: 300, FoldSessions: 30,
+		RestoreSizes: []int{120, 400}, Restores: 3, DistillEvery: 100,
+		Incidents:   3,
+		MemSessions: 50, MemHeldSessions: 30,
+		ImportPaths: []string{transcript},
+	}
+}
+
+// TestRunProducesEveryFigure runs every benchmark on tiny sizes and checks
+// that the report holds each figure of the table, with numbers, and
+// that the markdown and JSON outputs carry them. It asserts nothing about
+// speed: the machine is shared.
+func TestRunProducesEveryFigure(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts several servers")
+	}
+	var stdout, stderr bytes.Buffer
+	jsonPath := filepath.Join(t.TempDir(), "bench.json")
+	m := &Main{Stdout: &stdout, Stderr: &stderr, Sizes: tinySizes(t), JSONPath: jsonPath}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	rep, err := m.Run(ctx)
+	if err != nil {
+		t.Fatalf("run: %v\n%s", err, stderr.String())
+	}
+	want := map[string]int{"append": 1, "fold": 1, "restore": 2, "incident": 2, "memory": 2, "import": 1, "sync": 1, "durability": 5}
+	got := map[string]int{}
+	for _, row := range rep.Rows {
+		got[row.Bench]++
+		if row.Figure == "" || row.Value == "" || len(row.Metrics) == 0 {
+			t.Errorf("row %+v: empty", row)
+		}
+		for k, v := range row.Metrics {
+			if v < 0 && row.Bench != "memory" { // a tiny heap may shrink
+				t.Errorf("%s %s: %s = %v", row.Bench, row.Figure, k, v)
+			}
+		}
+		if row.Target != "" && row.Target != "printed" && row.Status != "PASS" && row.Status != "MISS" {
+			t.Errorf("%s: target %q without a PASS or MISS", row.Figure, row.Target)
+		}
+	}
+	for bench, n := range want {
+		if got[bench] != n {
+			t.Errorf("%s: %d rows, want %d", bench, got[bench], n)
+		}
+	}
+	for _, row := range rep.Rows {
+		switch row.Bench {
+		case "append", "sync":
+			if row.Metrics["turnstone_events_per_s"] <= 0 || row.Metrics["raw_events_per_s"] <= 0 || row.Ratio <= 0 {
+				t.Errorf("%s: no rates: %+v", row.Bench, row.Metrics)
+			}
+		case "fold":
+			if row.Metrics["fold_events_per_s"] <= 0 || row.Metrics["raw_events_per_s"] <= 0 {
+				t.Errorf("fold: no rates: %+v", row.Metrics)
+			}
+		case "restore", "incident":
+			for k, v := range row.Metrics {
+				if strings.HasSuffix(k, "_ms") && v <= 0 {
+					t.Errorf("%s: %s = %v", row.Figure, k, v)
+				}
+			}
+		case "memory":
+			if s := row.Metrics["sessions"]; (s != 50 && s != 30) || row.Metrics["states_held"] != s {
+				t.Errorf("memory: %+v", row.Metrics)
+			}
+		case "import":
+			if row.Metrics["records"] <= 0 || row.Metrics["records_per_s"] <= 0 {
+				t.Errorf("import: %+v", row.Metrics)
+			}
+		}
+	}
+	table := stdout.String()
+	if !strings.HasPrefix(table, "| # | figure |") || strings.Count(table, "\n| ") < len(rep.Rows)+1 {
+		t.Errorf("markdown table:\n%s", table)
+	}
+	var fromJSON Report
+	b, err := os.ReadFile(jsonPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(b, &fromJSON); err != nil || len(fromJSON.Rows) != len(rep.Rows) {
+		t.Errorf("JSON report: %v, %d rows", err, len(fromJSON.Rows))
+	}
+}
+
+func TestParseFlags(t *testing.T) {
+	m := NewMain()
+	m.Stderr = &bytes.Buffer{}
+	if err := m.ParseFlags([]string{"-quick", "-only", "append,restore", "-json", "x.json"}); err != nil {
+		t.Fatal(err)
+	}
+	if !m.Quick || m.Sizes.AppendEvents != QuickSizes().AppendEvents || len(m.Only) != 2 || m.JSONPath != "x.json" {
+		t.Fatalf("parsed %+v", m)
+	}
+	if err := NewMain().ParseFlags([]string{"-only", "nope"}); err == nil {
+		t.Fatal("-only nope: no error")
+	}
+}

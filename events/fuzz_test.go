@@ -1,0 +1,208 @@
+package events_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/turnstone-dev/turnstone/claudecode"
+	"github.com/turnstone-dev/turnstone/events"
+)
+
+// fuzzTranscript is a short real Claude Code transcript, relative to the
+// events package: its converted events seed the decoder's corpus.
+const fuzzTranscript = "../../shared/data/transcripts/claude-code/spotter/short.jsonl"
+
+// seedPayloads is one payload of every type of the contract, with the
+// optional fields set, so that the seeds reach every payload's rules.
+func seedPayloads() []struct {
+	turn string
+	p    events.Payload
+} {
+	info := events.ErrorInfo{Message: "overloaded", Stack: "at x (y.go:1)", Kind: events.KindTransient, Provider: "anthropic", HTTPStatus: 529, Code: "overloaded_error"}
+	return []struct {
+		turn string
+		p    events.Payload
+	}{
+		{"", &events.SessionStarted{Runtime: "claude-code 2.1.39", Model: "claude-sonnet-4-5", Provider: "anthropic", Kind: "subagent",
+			ParentSession: "parent-1", ParentToolUseID: "toolu_01", Labels: map[string]string{"cwd": "/src", "git_branch": "main"}}},
+		{"", &events.SessionStarted{ForkedFrom: "s0", ForkSeq: 12}},
+		{"", &events.SessionPaused{Reason: "authentication failed"}},
+		{"", &events.SessionResumed{Reason: "credentials fixed"}},
+		{"", &events.SessionRewound{ToSeq: 7, Reason: "bad turn", CommandID: "cmd-1"}},
+		{"", &events.SessionForked{ForkSession: "s1-fork", AtSeq: 9, CommandID: "cmd-2"}},
+		{"t1", &events.TurnStarted{Prompt: "fix the build; api_key=abc123", Trigger: "user", DeadlineMS: 120000}},
+		{"t1", &events.TurnStageCompleted{Stage: events.StageHistory, DurationMS: 12}},
+		{"t1", &events.TurnCompleted{Reason: "interrupted", DurationMS: 900}},
+		{"t1", &events.TurnFailed{Stage: events.StageExecute, Error: info}},
+		{"t1", &events.TurnAbandoned{LastStage: events.StageContext, Reason: "no outcome within 2m"}},
+		{"t1", &events.MessageAppended{Role: events.RoleAssistant, MessageID: "msg_01", Model: "claude-sonnet-4-5", StopReason: "tool_use", Content: []events.ContentBlock{
+			{Type: events.BlockThinking, Thinking: "hmm", Signature: "sig"},
+			{Type: events.BlockText, Text: "Authorization: Bearer abcdefghijklmnop"},
+			{Type: events.BlockToolUse, ID: "toolu_01", Name: "Bash", Input: json.RawMessage(`{"command":"ls"}`)},
+			{Type: "redacted_thinking", Data: "xyz"},
+		}}},
+		{"t1", &events.MessageAppended{Role: events.RoleUser, Meta: true, Synthetic: true, Content: []events.ContentBlock{
+			{Type: events.BlockToolResult, ToolUseID: "toolu_01", IsError: true, Content: json.RawMessage(`[{"type":"text","text":"boom"}]`)},
+			{Type: events.BlockToolResult, ToolUseID: "toolu_02", Content: json.RawMessage(`"ok"`)},
+			{Type: "image", Source: json.RawMessage(`{"type":"base64","data":"AAAA"}`)},
+		}}},
+		{"t1", &events.ToolCallStarted{ToolUseID: "toolu_01", Name: "Bash"}},
+		{"t1", &events.ToolCallCompleted{ToolUseID: "toolu_01", Name: "Bash", DurationMS: 30, IsError: true}},
+		{"t1", &events.ErrorRecorded{ErrorInfo: info, Consecutive: 2, Stage: events.StageExecute}},
+		{"", &events.DistillationRequested{Reason: "auto: context 92% full"}},
+		{"", &events.DistillationStarted{FromSeq: 1, ToSeq: 40}},
+		{"t1", &events.DistillationCompleted{FromSeq: 1, ToSeq: 40, TokensBefore: 167094, TokensAfter: 9000, Trigger: "auto", Summary: "the story so far"}},
+		{"", &events.DistillationSkipped{Reason: "turn_in_flight", Detail: "t1"}},
+		{"", &events.SnapshotTaken{CoversSeq: 100, Version: 3}},
+		{"", &events.RecoveryAttempted{CommandID: "cmd-1", Kind: "retry_turn", Attempt: 1, Strategy: "retry", Worker: "w1", Result: "failed", Class: "overloaded", Error: &info, DurationMS: 5}},
+		{"", &events.RecoveryCompleted{CommandID: "cmd-1", Kind: "retry_turn", Outcome: events.OutcomeDegraded, Strategy: "switch_provider", Attempts: 2, Detail: "on bedrock"}},
+		{"", &events.RecoveryParked{CommandID: "cmd-3", Kind: "repair_orphans", Reason: "runtime down", Deliveries: 5}},
+		{"", &events.BreakerChanged{Provider: "anthropic", From: "closed", To: "open", Failures: 5, Reason: "5 failures in 1m"}},
+	}
+}
+
+// seedBodies returns event bodies for the decoder's corpus: one event of
+// every type built with events.NewAt, the events of a real transcript, and
+// a few bodies that break the contract in typical ways.
+func seedBodies(tb testing.TB) [][]byte {
+	tb.Helper()
+	at := time.Date(2026, 2, 19, 10, 0, 0, 0, time.UTC)
+	var out [][]byte
+	add := func(ev events.Event) {
+		b, err := ev.Encode()
+		if err != nil {
+			tb.Fatal(err)
+		}
+		out = append(out, b)
+	}
+	for i, s := range seedPayloads() {
+		ev, err := events.NewAt(at.Add(time.Duration(i)*time.Second), events.DeterministicID(at, fmt.Sprint(s.p.EventType(), i)), "acme", "chat-42", s.turn, s.p)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		add(ev)
+	}
+	res, err := claudecode.ConvertFile(fuzzTranscript, claudecode.Options{Tenant: "real"})
+	if err != nil {
+		tb.Fatalf("convert %s (the shared data sits beside the repository): %v", fuzzTranscript, err)
+	}
+	if res.EventCount() == 0 {
+		tb.Fatalf("%s converted to no events", fuzzTranscript)
+	}
+	for _, s := range res.Sessions {
+		for _, ev := range s.Events {
+			add(ev)
+		}
+	}
+	for _, s := range []string{
+		``, `null`, `[]`, `{}`, `"x"`, `{"specversion":"1.0"`,
+		`{"specversion":"1.0","id":"01JGZ8Q0000000000000000000","type":"turn.started","source":"urn:x","time":"2026-02-19T10:00:00Z","tenant":"acme","session":"chat-42","turn":"t-1","data":{"prompt":"hi"}}`,
+		`{"specversion":"1.0","id":"01JGZ8Q0000000000000000000","type":"turn.started","source":"urn:x","time":"2026-02-19T10:00:00Z","tenant":"acme","session":"chat-42","data":{"deadline_ms":"soon"}}`,
+		`{"specversion":"1.0","id":"01JGZ8Q0000000000000000000","type":"agent.thought","source":"urn:x","time":"2026-02-19T10:00:00+02:00","tenant":"acme","session":"chat-42","data":{"anything":[1,2,{"x":null}]}}`,
+		`{"specversion":"1.0","id":"01JGZ8Q0000000000000000000","type":"message.appended","source":"urn:x","time":"2026-02-19T10:00:00Z","tenant":"a.b","session":"c d","data":{"role":"user","content":[{"type":"tool_use"}]}}`,
+		`{"specversion":1,"id":7,"type":null,"time":"yesterday","data":[]}`,
+		`{"specversion":"1.0","id":"01JGZ8Q0000000000000000000","type":"session.started","source":"urn:x","time":"2026-02-19T10:00:00Z","tenant":"acme","session":"chat-42","data":{"labels":{"token":"sk-ant-aaaaaaaaaaaaaaaaaaaa"}}}`,
+	} {
+		out = append(out, []byte(s))
+	}
+	return out
+}
+
+// FuzzDecodeValidate feeds arbitrary bytes to the read path every stored
+// event goes through (Decode, Validate, Payload, Summary, Mask) and checks
+// that none of it panics and that an event Validate accepts round-trips:
+// Encode then Decode gives the same envelope, its payload decodes, and
+// masking keeps its data a JSON object.
+func FuzzDecodeValidate(f *testing.F) {
+	for _, b := range seedBodies(f) {
+		f.Add(b)
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		stored := events.DecodeStored("agent.evt.3.acme.chat-42", 9, body)
+		_ = stored.Summary()
+		_ = stored.String()
+
+		ev, err := events.Decode(body)
+		if err != nil {
+			if !errors.Is(err, events.ErrMalformed) {
+				t.Fatalf("Decode error %v does not wrap ErrMalformed", err)
+			}
+			return
+		}
+		_ = ev.Summary()
+		verr := events.Validate(&ev)
+		if verr != nil && !errors.Is(verr, events.ErrInvalid) {
+			t.Fatalf("Validate error %v does not wrap ErrInvalid", verr)
+		}
+		p, perr := ev.Payload()
+		if perr == nil && p.EventType() != ev.Type {
+			t.Fatalf("Payload of a %s event is a %s", ev.Type, p.EventType())
+		}
+		masked := ev
+		masked.Data = append(json.RawMessage(nil), ev.Data...)
+		events.Mask(&masked)
+		if verr != nil {
+			return
+		}
+
+		// Valid: the payload decodes (or the type is unknown and kept).
+		if events.KnownType(ev.Type) && perr != nil {
+			t.Fatalf("Validate accepts a %s event whose Payload fails: %v", ev.Type, perr)
+		}
+		if !events.KnownType(ev.Type) && !errors.Is(perr, events.ErrUnknownType) {
+			t.Fatalf("Payload of unknown type %q: %v, want ErrUnknownType", ev.Type, perr)
+		}
+		if own := events.DecodeStored(events.StoredEventSubject(3, ev.Tenant, ev.Session), 9, body); own.Err != nil {
+			t.Fatalf("Validate accepts the body but DecodeStored flags it: %v", own.Err)
+		}
+
+		// Round trip: the stored form decodes to the same envelope, and is
+		// a fixed point of Encode.
+		enc, err := ev.Encode()
+		if err != nil {
+			t.Fatalf("Encode of a valid event: %v", err)
+		}
+		back, err := events.Decode(enc)
+		if err != nil {
+			t.Fatalf("Decode of an encoded valid event: %v\n%s", err, enc)
+		}
+		if err := events.Validate(&back); err != nil {
+			t.Fatalf("the encoded valid event no longer validates: %v\n%s", err, enc)
+		}
+		if back.SpecVersion != ev.SpecVersion || back.ID != ev.ID || back.Type != ev.Type || back.Source != ev.Source ||
+			!back.Time.Equal(ev.Time) || back.Tenant != ev.Tenant || back.Session != ev.Session || back.Turn != ev.Turn {
+			t.Fatalf("round trip changed the envelope:\n  %+v\n  %+v", ev, back)
+		}
+		var want bytes.Buffer
+		if err := json.Compact(&want, ev.Data); err != nil {
+			t.Fatalf("valid event data is not JSON: %v", err)
+		}
+		if !bytes.Equal(want.Bytes(), back.Data) {
+			t.Fatalf("round trip changed the data:\n  %s\n  %s", want.Bytes(), back.Data)
+		}
+		again, err := back.Encode()
+		if err != nil || !bytes.Equal(again, enc) {
+			t.Fatalf("Encode is not stable: %v\n  %s\n  %s", err, enc, again)
+		}
+
+		// Masking keeps the data a JSON object of the same type's shape,
+		// and is idempotent.
+		if d := bytes.TrimSpace(masked.Data); len(d) == 0 || d[0] != '{' || !json.Valid(d) {
+			t.Fatalf("Mask turned data %s into %s", ev.Data, masked.Data)
+		}
+		if _, err := masked.Payload(); events.KnownType(ev.Type) && err != nil {
+			t.Fatalf("masked data no longer fits %s: %v\n%s", ev.Type, err, masked.Data)
+		}
+		twice := masked
+		if events.Mask(&twice) {
+			t.Fatalf("Mask is not idempotent:\n  %s\n  %s", masked.Data, twice.Data)
+		}
+		if _, err := masked.Encode(); err != nil {
+			t.Fatalf("Encode of a masked valid event: %v", err)
+		}
+	})
+}
