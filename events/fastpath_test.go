@@ -164,6 +164,10 @@ func fpCheck(t *testing.T, typ Type, data []byte) {
 			}
 		}
 	}
+	// validJSON against json.Valid.
+	if got, want := validJSON(data, true), json.Valid(data); got != want {
+		t.Fatalf("validJSON(%q) = %t, json.Valid %t", data, got, want)
+	}
 	// appendCompactJSON against json.Compact.
 	if out, ok := appendCompactJSON([]byte("x"), data); ok {
 		var buf bytes.Buffer

@@ -27,7 +27,8 @@ func (r *runner) appendFigure(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	r.add(res.row("append", "events appended/s, Log.Append, ~500-byte events over "+commas(int64(r.sizes.AppendSessions))+" sessions", 0.9))
+	r.add(res.row("append", fmt.Sprintf("events appended/s through Log.Append, 500-byte events (mean %.0f B) over %s sessions, %s",
+		res.meanBytes, commas(int64(r.sizes.AppendSessions)), res.window), 0.9))
 	return nil
 }
 
@@ -42,7 +43,7 @@ func (r *runner) syncFigure(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	r.add(res.row("sync", "events appended/s with fsync before every ack (SyncAlways)", 0.9))
+	r.add(res.row("sync", fmt.Sprintf("figure 1 with fsync before every ack (SyncAlways), %s events per run", commas(int64(res.n))), 0.9))
 	return nil
 }
 
@@ -110,7 +111,7 @@ func (r *runner) appendPair(ctx context.Context, url string, n int, prefix strin
 			return 0, 0, err
 		}
 		res.meanBytes = meanSize(msgBodies(msgs))
-		settle()
+		settle(sz.Settle)
 		cpu := cpuTime()
 		d, err := publishConcurrently(ctx, rc.js, msgs, sz.AppendBatch, sz.AppendWriters)
 		return rate(len(evs), d), cpuTime() - cpu, err
@@ -130,7 +131,7 @@ func (r *runner) appendPair(ctx context.Context, url string, n int, prefix strin
 		}
 		for _, side := range sides {
 			evs := freshCopy(template)
-			settle()
+			settle(sz.Settle)
 			if side == "turnstone" {
 				cpu := cpuTime()
 				v, err := turnstone(evs)
@@ -156,16 +157,13 @@ func (r *runner) appendPair(ctx context.Context, url string, n int, prefix strin
 	return res, nil
 }
 
-// settle collects garbage and pauses, so that neither the client's GC nor
-// the server's work on the previous run (flushing blocks, the duplicate
-// window's bookkeeping) falls into the next run.
-func settle() {
+// settle collects garbage and pauses for d, so that neither the client's
+// GC nor the server's work on the previous run (flushing blocks, the
+// duplicate window's bookkeeping) falls into the next run.
+func settle(d time.Duration) {
 	runtime.GC()
-	time.Sleep(settleTime)
+	time.Sleep(d)
 }
-
-// settleTime is how long settle pauses.
-var settleTime = time.Second
 
 // cpuTime is the CPU time (user and system) this process has used.
 func cpuTime() time.Duration {

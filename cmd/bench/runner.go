@@ -29,6 +29,8 @@ type Sizes struct {
 	AppendWriters  int
 	AppendWarmup   int
 	Runs           int
+	// Settle is the pause before each timed run of the append figures.
+	Settle time.Duration
 	// SyncEvents is AppendEvents for the figure with fsync before every
 	// ack, and for each case of the durability table.
 	SyncEvents int
@@ -62,7 +64,7 @@ const DefaultTranscripts = "../shared/data/transcripts/claude-code"
 // FullSizes are the sizes of the run BENCHMARKS.md reports.
 func FullSizes() Sizes {
 	return Sizes{
-		AppendEvents: 100_000, AppendSessions: 10_000, AppendBatch: 100, AppendWriters: 4, AppendWarmup: 20_000, Runs: 5,
+		AppendEvents: 100_000, AppendSessions: 10_000, AppendBatch: 100, AppendWriters: 4, AppendWarmup: 20_000, Runs: 5, Settle: time.Second,
 		SyncEvents: 20_000,
 		FoldEvents: 100_000, FoldSessions: 10_000,
 		RestoreSizes: []int{1_000, 10_000, 100_000}, Restores: 200, DistillEvery: 300,
@@ -75,9 +77,9 @@ func FullSizes() Sizes {
 // QuickSizes are smaller sizes that finish in under a minute.
 func QuickSizes() Sizes {
 	return Sizes{
-		AppendEvents: 20_000, AppendSessions: 10_000, AppendBatch: 100, AppendWriters: 4, AppendWarmup: 5_000, Runs: 3,
-		SyncEvents: 3_000,
-		FoldEvents: 30_000, FoldSessions: 3_000,
+		AppendEvents: 20_000, AppendSessions: 10_000, AppendBatch: 100, AppendWriters: 4, AppendWarmup: 5_000, Runs: 3, Settle: 200 * time.Millisecond,
+		SyncEvents: 2_000,
+		FoldEvents: 20_000, FoldSessions: 2_000,
 		RestoreSizes: []int{1_000, 5_000, 20_000}, Restores: 50, DistillEvery: 300,
 		Incidents:   30,
 		MemSessions: 5_000, MemHeldSessions: 2_000,

@@ -62,40 +62,43 @@ func turnID(t int) string { return fmt.Sprintf("t%d", t) }
 // turnEvent builds step k (0..turnLen-1) of turn t of a session: turn.started,
 // the user's prompt, an assistant tool_use, the user's tool_result, the
 // assistant's answer, turn.completed. Every event but turn.completed is
-// padded to eventBytes encoded (turn.completed has no free text); seed picks
-// its text (see filler). The id is a fresh ULID.
+// padded to eventBytes encoded (turn.completed has no free text: about 240
+// bytes); seed picks its text (see filler). The id is a fresh ULID.
 func turnEvent(session string, t, k, seed int, at time.Time) events.Event {
 	turn := turnID(t)
 	toolID := fmt.Sprintf("toolu_%s_%d", session, t)
 	var p events.Payload
-	pad := func(p events.Payload) int { // the bytes still missing to eventBytes
+	// pad returns how long the text must be for the event to encode to
+	// eventBytes, given the payload with a one-byte text (so that the
+	// field, which may be omitted when empty, is counted).
+	pad := func(p events.Payload) int {
 		ev, _ := events.NewAt(at, events.NewID(), benchTenant, session, turn, p)
 		b, _ := ev.Encode()
-		return eventBytes - len(b)
+		return eventBytes - len(b) + 1
 	}
 	switch k {
 	case 0:
-		tp := &events.TurnStarted{Trigger: "user"}
+		tp := &events.TurnStarted{Trigger: "user", Prompt: "x"}
 		tp.Prompt = filler(pad(tp), seed)
 		p = tp
 	case 1:
-		m := &events.MessageAppended{Role: events.RoleUser, Content: []events.ContentBlock{{Type: events.BlockText}}}
+		m := &events.MessageAppended{Role: events.RoleUser, Content: []events.ContentBlock{{Type: events.BlockText, Text: "x"}}}
 		m.Content[0].Text = filler(pad(m), seed)
 		p = m
 	case 2:
 		m := &events.MessageAppended{Role: events.RoleAssistant, Model: "claude-sonnet-4-5", MessageID: "msg_" + session + turn,
-			Content: []events.ContentBlock{{Type: events.BlockToolUse, ID: toolID, Name: "Bash", Input: json.RawMessage(`{"command":"go test ./...","description":""}`)}}}
+			Content: []events.ContentBlock{{Type: events.BlockToolUse, ID: toolID, Name: "Bash", Input: json.RawMessage(`{"command":"go test ./...","description":"x"}`)}}}
 		in, _ := json.Marshal(map[string]string{"command": "go test ./...", "description": filler(pad(m), seed)})
 		m.Content[0].Input = in
 		p = m
 	case 3:
-		m := &events.MessageAppended{Role: events.RoleUser, Content: []events.ContentBlock{{Type: events.BlockToolResult, ToolUseID: toolID, Content: json.RawMessage(`""`)}}}
+		m := &events.MessageAppended{Role: events.RoleUser, Content: []events.ContentBlock{{Type: events.BlockToolResult, ToolUseID: toolID, Content: json.RawMessage(`"x"`)}}}
 		c, _ := json.Marshal(filler(pad(m), seed))
 		m.Content[0].Content = c
 		p = m
 	case 4:
 		m := &events.MessageAppended{Role: events.RoleAssistant, Model: "claude-sonnet-4-5", MessageID: "msg_" + session + turn + "b", StopReason: "end_turn",
-			Content: []events.ContentBlock{{Type: events.BlockText}}}
+			Content: []events.ContentBlock{{Type: events.BlockText, Text: "x"}}}
 		m.Content[0].Text = filler(pad(m), seed)
 		p = m
 	default:
