@@ -3,7 +3,6 @@ package projections
 import (
 	"container/list"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"sync"
@@ -359,18 +358,4 @@ func (p *Projector) Held() int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return len(p.sessions)
-}
-
-// Clone returns a deep copy of the state, made through its JSON form (which
-// holds everything the fold needs; see Session).
-func (s *Session) Clone() *Session {
-	b, err := json.Marshal(s)
-	if err != nil {
-		return &Session{}
-	}
-	c := &Session{}
-	if err := json.Unmarshal(b, c); err != nil {
-		return &Session{}
-	}
-	return c
 }

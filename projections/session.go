@@ -1,29 +1,9 @@
-// Package projections folds a session's events into its state and checks
-// the invariants of DESIGN.md ("Invariants the projections check"): every
-// turn ends exactly once (1); the message history follows the Anthropic
-// Messages API rules for tool_use and tool_result blocks and for roles (2);
-// no distillation runs during a foreign turn or over a dirty history (3);
-// the same error, or the same assistant output, in a row is counted as a
-// streak, and each turn's failed attempts as its budget spent (4). It also
-// keeps the
-// recovery side's record of the session: the recovery commands run on it
-// (recovery.*), its rewinds and forks, and the circuit breakers
-// (breaker.changed).
-//
-// The fold (Session.Apply) is pure: no I/O, no clock (time only comes from
-// the events), no map iteration order in its results. Folding the same
-// events always yields the same state and the same JSON, and a state
-// restored from its JSON (a snapshot) folds on exactly like the original.
-// One event needs more than the state: a session.rewound that undoes
-// events the state holds, which Apply cannot take back (rewind.go:
-// NeedsRefold, Refold, FoldLog).
-//
-// SnapshotStore (snapshot.go) keeps a bounded number of snapshots of each
-// session on JetStream, so that restoring a session is "last snapshot + the
-// events after it".
 package projections
 
 import (
+	"encoding/json"
+	"errors"
+	"fmt"
 	"time"
 
 	"github.com/turnstone-dev/turnstone/events"
@@ -250,515 +230,242 @@ type Totals struct {
 	Flaky    int `json:"flaky,omitempty"`
 }
 
-// HistoryMark is where the current message history began: at the
-// session's start, or at the last distillation.completed, which empties
-// the history.
-type HistoryMark struct {
-	// Seq is the sequence of the distillation.completed that reset the
-	// history; 0 at the session's start.
-	Seq uint64 `json:"seq"`
-	// Violations, Orphans and Resolved are Totals.Violations,
-	// Totals.Orphans and Totals.Resolved at that point: the entries made
-	// after them belong to the current history.
-	Violations int `json:"violations"`
-	Orphans    int `json:"orphans"`
-	Resolved   int `json:"resolved,omitempty"`
-}
-
-// TurnStatus is where a turn is in its life.
-type TurnStatus string
-
-// The turn statuses. Every turn.started ends in exactly one of completed,
-// failed or abandoned (invariant 1).
-const (
-	TurnInFlight  TurnStatus = "in_flight"
-	TurnCompleted TurnStatus = "completed"
-	TurnFailed    TurnStatus = "failed"
-	TurnAbandoned TurnStatus = "abandoned"
-)
-
-// Turn is one turn of the session.
-type Turn struct {
-	// ID is the turn's id (the envelope's turn attribute).
-	ID string `json:"id"`
-	// Index is the turn's number in the session, from 1.
-	Index int `json:"index"`
-	// Status is in_flight until one end event arrives.
-	Status TurnStatus `json:"status"`
-	// Reason is turn.completed's stop reason ("end_turn", "interrupted")
-	// or turn.abandoned's reason.
-	Reason string `json:"reason,omitempty"`
-	// Prompt is a preview (PreviewRunes runes) of what started the turn;
-	// Trigger is what kind of thing started it.
-	Prompt  string `json:"prompt,omitempty"`
-	Trigger string `json:"trigger,omitempty"`
-	// DeadlineMS is how long the turn may run, in milliseconds (0: no
-	// deadline was given).
-	DeadlineMS int64 `json:"deadline_ms,omitempty"`
-	// StartedSeq and EndedSeq are the sequences of turn.started and of the
-	// event that ended the turn (0 while in flight).
-	StartedSeq uint64 `json:"started_seq"`
-	EndedSeq   uint64 `json:"ended_seq,omitempty"`
-	// StartedAt and EndedAt are those events' times.
-	StartedAt time.Time `json:"started_at,omitzero"`
-	EndedAt   time.Time `json:"ended_at,omitzero"`
-	// LastStage is the last stage the turn completed.
-	LastStage events.Stage `json:"last_stage,omitempty"`
-	// FailedStage and Error are set on a failed turn: the stage that threw
-	// and what it threw (message and stack shortened).
-	FailedStage events.Stage      `json:"failed_stage,omitempty"`
-	Error       *events.ErrorInfo `json:"error,omitempty"`
-	// DurationMS is the turn's wall time in milliseconds: turn.completed's
-	// duration_ms when given, else EndedAt - StartedAt.
-	DurationMS int64 `json:"duration_ms,omitempty"`
-	// FailedAttempts is the implementation budget the turn spent
-	// (invariant 4): its failed attempts. It counts the tool_result blocks
-	// with is_error set that answer a tool_use block of the turn (results
-	// that pair with their tool_use only; the synthetic results a repair
-	// writes do not count, nor does tool_call.completed's is_error), plus
-	// the error.recorded events that carry the turn, whether or not it is
-	// still in flight. The turn.failed that ends a turn is its outcome,
-	// not an attempt. The limit is the reconciler's policy.
-	FailedAttempts int `json:"failed_attempts,omitempty"`
-}
-
-// Ended reports whether the turn has ended (completed, failed or
-// abandoned).
-func (t *Turn) Ended() bool { return t.Status != TurnInFlight }
-
-// Message is one message of the history in the model API's view: one or
-// more consecutive message.appended records of one role, merged.
-type Message struct {
-	// Index is the message's number in the session, from 1, counting the
-	// messages distillations removed.
-	Index int `json:"index"`
-	// Role is user or assistant.
-	Role events.Role `json:"role"`
-	// Seqs are the sequences of the records merged into it, in order.
-	Seqs []uint64 `json:"seqs"`
-	// Turn is the turn of its first record.
-	Turn string `json:"turn,omitempty"`
-	// Blocks digest its content blocks, in order.
-	Blocks []Block `json:"blocks"`
-	// StopReason is the latest record's stop_reason (assistant messages).
-	StopReason string `json:"stop_reason,omitempty"`
-	// Meta is true when a record of it was added by the runtime (command
-	// output, a compaction summary); Synthetic when one was written by
-	// Turnstone (a repaired tool_result).
-	Meta      bool `json:"meta,omitempty"`
-	Synthetic bool `json:"synthetic,omitempty"`
-	// Hash is an assistant message's output hash: OutputHash of the
-	// content blocks of all its records, in order (empty for user
-	// messages). The OutputStreak compares it.
-	Hash string `json:"hash,omitempty"`
-}
-
-// Block is a digest of one content block; the full content stays in the
-// log.
-type Block struct {
-	// Type is the block's type ("text", "tool_use", "tool_result", ...).
-	Type string `json:"type"`
-	// ID and Name are a tool_use block's id and tool name.
-	ID   string `json:"id,omitempty"`
-	Name string `json:"name,omitempty"`
-	// ToolUseID and IsError are a tool_result block's.
-	ToolUseID string `json:"tool_use_id,omitempty"`
-	IsError   bool   `json:"is_error,omitempty"`
-	// Text is a preview (PreviewRunes runes) of the text, the thinking,
-	// the tool_result's text content, or the tool_use's input as compact
-	// JSON.
-	Text string `json:"text,omitempty"`
-	// Size is the size, in bytes, of the original content (text,
-	// thinking, input, result content, data or source).
-	Size int `json:"size"`
-}
-
-// ToolStatus is where a tool_use stands.
-type ToolStatus string
-
-// The tool call statuses.
-const (
-	// ToolPending: no tool_result yet, and the user message that must hold
-	// it is not complete: the tool is running.
-	ToolPending ToolStatus = "pending"
-	// ToolAnswered: exactly one tool_result answered it in the next user
-	// message.
-	ToolAnswered ToolStatus = "answered"
-	// ToolOrphaned: the user message that had to hold its tool_result is
-	// complete without it.
-	ToolOrphaned ToolStatus = "orphaned"
-	// ToolRepaired: it was orphaned, then a synthetic tool_result (written
-	// by a repair_orphans command) answered it while its assistant message
-	// was still the history's latest, so the history is valid again.
-	ToolRepaired ToolStatus = "repaired"
-)
-
-// ToolCall is one tool_use of the current history paired with its
-// tool_result, and the tool_call.* events that tell its execution.
-type ToolCall struct {
-	// ToolUseID is the tool_use block's id ("toolu_..."); Name the tool's
-	// name.
-	ToolUseID string `json:"tool_use_id"`
-	Name      string `json:"name"`
-	// Turn is the turn of the event that holds the tool_use.
-	Turn string `json:"turn,omitempty"`
-	// Message is the Index of the assistant message that holds the
-	// tool_use; 0 when only tool_call.* events named the id so far.
-	Message int `json:"message"`
-	// UseSeq is the sequence of the record holding the tool_use; ResultSeq
-	// the one holding its tool_result (0 until answered).
-	UseSeq    uint64 `json:"use_seq"`
-	ResultSeq uint64 `json:"result_seq,omitempty"`
-	// IsError is true when the tool_result or tool_call.completed reported
-	// a failure.
-	IsError bool `json:"is_error,omitempty"`
-	// Status is pending, answered, orphaned, repaired, or CallOnly.
-	Status ToolStatus `json:"status"`
-	// StartedSeq, CompletedSeq and DurationMS (milliseconds) come from
-	// tool_call.started and tool_call.completed, when the runtime sends
-	// them.
-	StartedSeq   uint64 `json:"started_seq,omitempty"`
-	CompletedSeq uint64 `json:"completed_seq,omitempty"`
-	DurationMS   int64  `json:"duration_ms,omitempty"`
-}
-
-// Orphan is a tool_use judged to have no tool_result: the user message
-// that had to hold it was complete without it.
-type Orphan struct {
-	// ToolUseID and Name are the tool_use block's id and tool name.
-	ToolUseID string `json:"tool_use_id"`
-	Name      string `json:"name"`
-	// Seq is the sequence of the assistant record holding the tool_use.
-	Seq uint64 `json:"seq"`
-	// Turn is the turn of that record.
-	Turn string `json:"turn,omitempty"`
-	// DeclaredSeq is the sequence of the event that completed the user
-	// message without the result.
-	DeclaredSeq uint64 `json:"declared_seq"`
-	// LateResultSeq is the sequence of a tool_result that arrived after
-	// the orphan was declared and could not repair it (the orphan is kept;
-	// the result is unmatched).
-	LateResultSeq uint64 `json:"late_result_seq,omitempty"`
-	// Repaired is set when a synthetic tool_result repaired it (see
-	// ToolRepaired); RepairedSeq is the sequence of the record holding it.
-	// A repaired orphan leaves OrphanedToolUseIDs.
-	Repaired    bool   `json:"repaired,omitempty"`
-	RepairedSeq uint64 `json:"repaired_seq,omitempty"`
-}
-
-// The reasons of an UnmatchedResult.
-const (
-	// UnmatchedUnknown: no tool_use with that id is in the history.
-	UnmatchedUnknown = "unknown_tool_use"
-	// UnmatchedNotPrevious: the tool_use is in an earlier message, not the
-	// previous assistant message.
-	UnmatchedNotPrevious = "not_in_previous_message"
-	// UnmatchedDuplicate: the tool_use was already answered.
-	UnmatchedDuplicate = "duplicate"
-	// UnmatchedLate: the tool_use was already declared an orphan.
-	UnmatchedLate = "late_result"
-)
-
-// UnmatchedResult is a tool_result that answers no open tool_use of the
-// previous assistant message.
-type UnmatchedResult struct {
-	// ToolUseID is the id the tool_result names.
-	ToolUseID string `json:"tool_use_id"`
-	// Seq is the sequence of the user record holding it.
-	Seq uint64 `json:"seq"`
-	// Reason is one of the Unmatched constants.
-	Reason string `json:"reason"`
-}
-
-// Rule names a broken invariant in a Violation.
-type Rule string
-
-// The rules the fold checks. Invariant 1 (turns): TurnUnknown,
-// TurnAlreadyEnded, TurnDuplicateStart, TurnWhilePaused. Invariant 2 (the
-// Anthropic Messages API rules on tool_use, tool_result and roles):
-// ToolUseWithoutResult, ToolResultWithoutToolUse, DuplicateToolResult,
-// LateToolResult, DuplicateToolUse, ResultsNotFirst, FirstMessageNotUser.
-// Invariant 3 (distillation): DistillationDuringTurn,
-// DistillationDirtyHistory. And InvalidEvent for events that could not be
-// folded.
-const (
-	// RuleTurnUnknown: a turn.* event (other than turn.started) names a
-	// turn that never started.
-	RuleTurnUnknown Rule = "turn_unknown"
-	// RuleTurnAlreadyEnded: a turn event arrives for a turn that already
-	// ended (a second end, or a stage after the end).
-	RuleTurnAlreadyEnded Rule = "turn_already_ended"
-	// RuleTurnDuplicateStart: turn.started names a turn that already
-	// started.
-	RuleTurnDuplicateStart Rule = "turn_duplicate_start"
-	// RuleTurnWhilePaused: a turn started while the session was paused.
-	RuleTurnWhilePaused Rule = "turn_while_paused"
-
-	// RuleToolUseWithoutResult: the user message after a tool_use is
-	// complete without its tool_result (the tool_use is an orphan).
-	RuleToolUseWithoutResult Rule = "tool_use_without_result"
-	// RuleToolResultWithoutToolUse: a tool_result names no tool_use of the
-	// previous assistant message.
-	RuleToolResultWithoutToolUse Rule = "tool_result_without_tool_use"
-	// RuleDuplicateToolResult: a second tool_result for one tool_use.
-	RuleDuplicateToolResult Rule = "duplicate_tool_result"
-	// RuleLateToolResult: a tool_result for a tool_use already declared an
-	// orphan that does not repair it (not synthetic, or after a later
-	// assistant message).
-	RuleLateToolResult Rule = "late_tool_result"
-	// RuleDuplicateToolUse: a tool_use id that the history already holds
-	// (the API requires unique ids).
-	RuleDuplicateToolUse Rule = "duplicate_tool_use"
-	// RuleResultsNotFirst: a user message holds a block other than
-	// tool_result before a tool_result.
-	RuleResultsNotFirst Rule = "results_not_first"
-	// RuleFirstMessageNotUser: the history (at the session's start or
-	// after a distillation) starts with an assistant message.
-	RuleFirstMessageNotUser Rule = "first_message_not_user"
-
-	// RuleDistillationDuringTurn: a distillation started while a turn
-	// other than its own was in flight.
-	RuleDistillationDuringTurn Rule = "distillation_during_turn"
-	// RuleDistillationDirtyHistory: a distillation started over a history
-	// whose tail holds an unanswered tool_use, or that broke a history
-	// rule since the last distillation (resolved violations aside).
-	RuleDistillationDirtyHistory Rule = "distillation_dirty_history"
-
-	// RuleInvalidEvent: an event could not be folded (its Err was set, its
-	// payload did not decode, or it lacks what the fold needs).
-	RuleInvalidEvent Rule = "invalid_event"
-)
-
-// historyRules are the rules about the message history, in the order
-// Distillation.DirtyReasons lists them.
-var historyRules = []Rule{
-	RuleToolUseWithoutResult,
-	RuleToolResultWithoutToolUse,
-	RuleDuplicateToolResult,
-	RuleLateToolResult,
-	RuleDuplicateToolUse,
-	RuleResultsNotFirst,
-	RuleFirstMessageNotUser,
-}
-
-// Violation is one broken invariant, at the event where it arose.
-type Violation struct {
-	// Seq is the sequence of the event where it arose.
-	Seq uint64 `json:"seq"`
-	// Rule is the rule broken (a Rule constant).
-	Rule Rule `json:"rule"`
-	// Detail says what broke, for people.
-	Detail string `json:"detail"`
-	// ToolUseID and Turn name the tool_use and the turn concerned, when
-	// there is one.
-	ToolUseID string `json:"tool_use_id,omitempty"`
-	Turn      string `json:"turn,omitempty"`
-	// Resolved is set when a later event fixed what broke: a repair of the
-	// orphan a tool_use_without_result names. ResolvedSeq is that event's
-	// sequence. A resolved violation stays in the list but no longer
-	// counts for Status or for a distillation's history check.
-	Resolved    bool   `json:"resolved,omitempty"`
-	ResolvedSeq uint64 `json:"resolved_seq,omitempty"`
-	// Time is the time attribute of the event where it arose (zero when
-	// the event had none).
-	Time time.Time `json:"time,omitzero"`
-}
-
-// The reason DirtyReasons lists when the history's tail holds a tool_use
-// without result; the other reasons are the history Rules broken since the
-// last distillation.
-const DirtyUnansweredToolUse = "unanswered_tool_use"
-
-// Distillation is one distillation (compaction) of the history, from its
-// request to its end.
-type Distillation struct {
-	// RequestedSeq, StartedSeq, CompletedSeq and SkippedSeq are the
-	// sequences of its events (0 when not seen).
-	RequestedSeq uint64 `json:"requested_seq,omitempty"`
-	StartedSeq   uint64 `json:"started_seq,omitempty"`
-	CompletedSeq uint64 `json:"completed_seq,omitempty"`
-	SkippedSeq   uint64 `json:"skipped_seq,omitempty"`
-	// RequestReason is why it was requested ("auto: context 92% full").
-	RequestReason string `json:"request_reason,omitempty"`
-	// Skipped is why it did not run ("turn_in_flight"), when it did not.
-	Skipped string `json:"skipped,omitempty"`
-	// FromSeq..ToSeq (inclusive) are the events it covers: the event's
-	// own range, or else from the previous distillation's end + 1 (or the
-	// session's first sequence) to the sequence before it.
-	FromSeq uint64 `json:"from_seq,omitempty"`
-	ToSeq   uint64 `json:"to_seq,omitempty"`
-	// TokensBefore and TokensAfter are the history's size in tokens.
-	TokensBefore int64 `json:"tokens_before,omitempty"`
-	TokensAfter  int64 `json:"tokens_after,omitempty"`
-	// Trigger is "auto" or "manual".
-	Trigger string `json:"trigger,omitempty"`
-	// Turn is the envelope's turn: the turn that compacts inline.
-	Turn string `json:"turn,omitempty"`
-	// Clean is true when it started in no foreign turn and over a clean
-	// history; DirtyReasons say what was wrong otherwise. Both are set
-	// once it started (or completed without a started event).
-	Clean        bool     `json:"clean"`
-	DirtyReasons []string `json:"dirty_reasons,omitempty"`
-}
-
-// open reports whether the distillation has neither completed nor been
-// skipped.
-func (d *Distillation) open() bool {
-	return d.CompletedSeq == 0 && d.Skipped == "" && d.SkippedSeq == 0
-}
-
-// ErrorStats counts the session's errors: error.recorded events and the
-// errors of failed turns.
-type ErrorStats struct {
-	// Total is how many errors were recorded.
-	Total int `json:"total"`
-	// Last is the latest error, if any.
-	Last *ErrorRecord `json:"last,omitempty"`
-	// Streak is the run of identical errors in a row (invariant 4: the
-	// same error N times in a row is a loop, not progress).
-	Streak Streak `json:"streak"`
-}
-
-// ErrorRecord is one error as the state keeps it.
-type ErrorRecord struct {
-	// Error is the error, its message and stack shortened.
-	Error events.ErrorInfo `json:"error"`
-	// Seq is the sequence of the event that carried it.
-	Seq uint64 `json:"seq"`
-	// Turn and Stage are the turn and stage it happened in, when known.
-	Turn  string       `json:"turn,omitempty"`
-	Stage events.Stage `json:"stage,omitempty"`
-	// Consecutive is error.recorded's own count of this error in a row.
-	Consecutive int `json:"consecutive,omitempty"`
-}
-
-// Streak is a run of identical errors. Two errors are identical when they
-// have the same Key: their kind, code, HTTP status and a hash of their
-// normalized message (lower case, digits folded, spaces collapsed). The
-// streak restarts at 1 when a different error arrives and resets to zero
-// when a turn completes.
-type Streak struct {
-	// Key is the ErrorKey of the streak's error (empty when Count is 0).
-	Key string `json:"key,omitempty"`
-	// Count is how many times in a row it arrived.
-	Count int `json:"count"`
-	// FirstSeq is the sequence of the streak's first error.
-	FirstSeq uint64 `json:"first_seq,omitempty"`
-}
-
-// InvalidEvent is an event the fold could not apply.
-type InvalidEvent struct {
-	// Seq, ID and Type are the event's sequence, id and type, as far as
-	// they are known.
-	Seq  uint64      `json:"seq"`
-	ID   string      `json:"id,omitempty"`
-	Type events.Type `json:"type,omitempty"`
-	// Error says why (shortened).
-	Error string `json:"error"`
-}
-
-// UnknownType counts the events of one type this version does not know.
-type UnknownType struct {
-	// Type is the unknown type.
-	Type events.Type `json:"type"`
-	// Count is how many events of it were folded.
-	Count int `json:"count"`
-	// FirstSeq is the sequence of the first one.
-	FirstSeq uint64 `json:"first_seq"`
-}
-
-// The session statuses Status returns, in precedence order.
-const (
-	StatusPaused = "paused"
-	StatusInTurn = "in_turn"
-	StatusBroken = "broken"
-	StatusIdle   = "idle"
-)
-
-// Status is the session's status in one word: "paused" while paused, else
-// "in_turn" while a turn is in flight, else "broken" when a violation
-// that is not resolved arose since the current history began (the
-// session's start or the last distillation; orphans are violations too),
-// else "idle".
-func (s *Session) Status() string {
-	switch {
-	case s.Paused:
-		return StatusPaused
-	case len(s.InFlight) > 0:
-		return StatusInTurn
-	case s.Totals.Violations-s.HistoryStart.Violations > s.Totals.Resolved-s.HistoryStart.Resolved:
-		return StatusBroken
+// Clone returns a deep copy of the state, made through its JSON form (which
+// holds everything the fold needs; see Session).
+func (s *Session) Clone() *Session {
+	b, err := json.Marshal(s)
+	if err != nil {
+		return &Session{}
 	}
-	return StatusIdle
+	c := &Session{}
+	if err := json.Unmarshal(b, c); err != nil {
+		return &Session{}
+	}
+	return c
 }
 
-// FirstAnomaly returns the earliest violation the state keeps, resolved
-// or not, or nil when it keeps none (Violations keeps the latest
-// KeepAnomalies: in a long session, older ones are gone). The pointer is
-// into the state: read it, do not keep it across Apply.
-func (s *Session) FirstAnomaly() *Violation {
-	if len(s.Violations) == 0 {
+// Fold is FoldLog, under the name it had before rewinds: it folds a
+// session's events, in stream order, into a new Session and returns it.
+func Fold(evs []events.Event) *Session { return FoldLog(evs) }
+
+// Apply folds one event into the state and returns the violations it gave
+// rise to (nil for none), in the order they arose; orphans show as
+// tool_use_without_result violations naming the tool_use, invalid events
+// as invalid_event ones. The returned slice shares the state's memory:
+// read it before the next Apply and do not change it. A caller that replays
+// a session event by event (`engine replay`) flags each returned violation
+// at ev.
+//
+// Apply never panics and never stops: an event whose Err is set, whose
+// payload does not decode, that lacks what the fold needs (a turn id on a
+// turn event, a message role) or that belongs to another session becomes
+// an InvalidEvent and an invalid_event violation; an event of an unknown
+// type is counted in UnknownTypes. Either way the fold goes on.
+//
+// An event whose Seq is not above LastSeq (already folded: a redelivery,
+// or a tail that overlaps a snapshot) is ignored; events with Seq 0 are
+// always folded. Apply uses no clock: times come from the events.
+//
+// A session.rewound that undoes events the state holds sets NeedsRefold:
+// call Refold or RefoldLog before the next Apply (see rewind.go).
+func (s *Session) Apply(ev events.Event) []Violation {
+	if ev.Seq != 0 && ev.Seq <= s.LastSeq {
 		return nil
 	}
-	return &s.Violations[0]
-}
-
-// Anomalous reports whether the session has something for `engine
-// incidents` to show: a violation ever (orphans and invalid events are
-// violations too; resolved ones count), a flaky-suspected tool run ever,
-// a failed or abandoned turn, a parked command or a command whose
-// outcome is events.OutcomeFailed among those the state keeps (see
-// KeepTurns, KeepCommands), or a loop: DefaultLoopLimit or more
-// identical assistant outputs (Outputs) or identical errors
-// (Errors.Streak) in a row.
-func (s *Session) Anomalous() bool {
-	if s.Totals.Violations > 0 || s.Totals.Orphans > 0 || s.Totals.InvalidEvents > 0 || s.Totals.Flaky > 0 ||
-		s.Outputs.Count >= DefaultLoopLimit || s.Errors.Streak.Count >= DefaultLoopLimit {
-		return true
-	}
-	for i := range s.Turns {
-		if st := s.Turns[i].Status; st == TurnFailed || st == TurnAbandoned {
-			return true
-		}
-	}
-	for i := range s.Commands {
-		if c := &s.Commands[i]; c.Parked || c.Outcome == events.OutcomeFailed {
-			return true
-		}
-	}
-	return false
-}
-
-// InFlightTurn returns the oldest turn in flight (the one most likely past
-// its deadline), or nil when none is. The pointer is into the state: read
-// it, do not keep it across Apply.
-func (s *Session) InFlightTurn() *Turn {
-	if len(s.InFlight) == 0 {
+	before := s.Totals.Violations
+	s.Version = Version
+	s.track(ev)
+	s.apply(ev)
+	s.trim()
+	n := s.Totals.Violations - before
+	if n == 0 {
 		return nil
 	}
-	return s.turn(s.InFlight[0])
+	if n > len(s.Violations) {
+		n = len(s.Violations)
+	}
+	v := s.Violations[len(s.Violations)-n:]
+	return v[:n:n]
 }
 
-// Turn returns the turn with id, or nil when the state holds none. The
-// pointer is into the state: read it, do not keep it across Apply.
-func (s *Session) Turn(id string) *Turn { return s.turn(id) }
-
-// ToolCall returns the latest tool call with tool_use id, or nil. The
-// pointer is into the state: read it, do not keep it across Apply.
-func (s *Session) ToolCall(id string) *ToolCall { return s.toolCall(id) }
-
-// OrphanedToolUseIDs returns the ids of the orphans of the current history
-// (declared since the last distillation reset it) that no repair answered,
-// in the order they were declared: the tool_use blocks a repair would
-// answer. Orphans holds the older and the repaired ones too.
-func (s *Session) OrphanedToolUseIDs() []string {
-	var ids []string
-	for _, o := range s.Orphans[since(s.HistoryStart.Orphans, s.Totals.Orphans, len(s.Orphans)):] {
-		if !o.Repaired {
-			ids = append(ids, o.ToolUseID)
+// track updates the identity, counters and positions every event moves.
+func (s *Session) track(ev events.Event) {
+	s.Events++
+	if s.FirstSeq == 0 {
+		s.FirstSeq = ev.Seq
+	}
+	if !ev.Time.IsZero() {
+		t := ev.Time.Round(0)
+		if s.FirstTime.IsZero() || t.Before(s.FirstTime) {
+			s.FirstTime = t
+		}
+		if t.After(s.LastTime) {
+			s.LastTime = t
 		}
 	}
-	return ids
+	if s.Tenant == "" && s.Session == "" {
+		s.Tenant, s.Session = ev.Tenant, ev.Session
+	}
+}
+
+// apply dispatches ev to its type's rule. s.LastSeq still holds the
+// sequence of the previous event while it runs.
+func (s *Session) apply(ev events.Event) {
+	defer func() {
+		if ev.Seq != 0 {
+			s.LastSeq = ev.Seq
+		}
+	}()
+	if ev.Err != nil {
+		s.invalid(ev, ev.Err.Error())
+		return
+	}
+	if ev.Tenant != s.Tenant || ev.Session != s.Session {
+		s.invalid(ev, fmt.Sprintf("event of session %s/%s folded into %s/%s", ev.Tenant, ev.Session, s.Tenant, s.Session))
+		return
+	}
+	p, err := ev.Payload()
+	if errors.Is(err, events.ErrUnknownType) {
+		s.unknown(ev)
+		return
+	}
+	if err != nil {
+		s.invalid(ev, err.Error())
+		return
+	}
+	turn := validKey(ev.Turn)
+	switch p := p.(type) {
+	case *events.SessionStarted:
+		s.sessionStarted(p)
+	case *events.SessionPaused:
+		s.Paused, s.PauseReason, s.PausedSeq = true, p.Reason, ev.Seq
+	case *events.SessionResumed:
+		s.Paused, s.PauseReason, s.PausedSeq = false, "", 0
+	case *events.TurnStarted:
+		if turn == "" {
+			s.invalid(ev, "turn.started without a turn id")
+			return
+		}
+		s.turnStarted(ev, turn, p)
+	case *events.TurnStageCompleted:
+		if t := s.turnEvent(ev, turn); t != nil {
+			t.LastStage = p.Stage
+		}
+	case *events.TurnCompleted:
+		if t := s.turnEvent(ev, turn); t != nil {
+			reason := p.Reason
+			if reason == "" {
+				reason = "end_turn"
+			}
+			s.endTurn(ev, t, TurnCompleted, reason, p.DurationMS)
+			s.Errors.Streak = Streak{}
+		}
+	case *events.TurnFailed:
+		if t := s.turnEvent(ev, turn); t != nil {
+			info := shortError(p.Error)
+			t.FailedStage, t.Error = p.Stage, &info
+			s.endTurn(ev, t, TurnFailed, "", 0)
+			s.recordError(ev, turn, p.Stage, p.Error, 0)
+		}
+	case *events.TurnAbandoned:
+		if t := s.turnEvent(ev, turn); t != nil {
+			if p.LastStage != "" {
+				t.LastStage = p.LastStage
+			}
+			s.endTurn(ev, t, TurnAbandoned, p.Reason, 0)
+		}
+	case *events.MessageAppended:
+		if p.Role != events.RoleUser && p.Role != events.RoleAssistant {
+			s.invalid(ev, fmt.Sprintf("message role %q is neither user nor assistant", p.Role))
+			return
+		}
+		s.appendMessage(ev, turn, p)
+	case *events.ToolCallStarted:
+		if tc := s.toolCallEvent(ev, turn, p.ToolUseID, p.Name); tc != nil && tc.StartedSeq == 0 {
+			tc.StartedSeq = ev.Seq
+		}
+	case *events.ToolCallCompleted:
+		if tc := s.toolCallEvent(ev, turn, p.ToolUseID, p.Name); tc != nil {
+			tc.CompletedSeq, tc.DurationMS = ev.Seq, p.DurationMS
+			tc.IsError = tc.IsError || p.IsError
+		}
+	case *events.ErrorRecorded:
+		s.recordError(ev, turn, p.Stage, p.ErrorInfo, p.Consecutive)
+		if t := s.turn(turn); t != nil {
+			t.FailedAttempts++
+		}
+	case *events.DistillationRequested:
+		s.distillationRequested(ev, turn, p)
+	case *events.DistillationStarted:
+		s.distillationStarted(ev, turn, p)
+	case *events.DistillationCompleted:
+		s.distillationCompleted(ev, turn, p)
+	case *events.DistillationSkipped:
+		d := s.openDistillation(turn, anyDistillation)
+		d.SkippedSeq, d.Skipped = ev.Seq, p.Reason
+	case *events.SnapshotTaken:
+		s.LastSnapshotSeq = p.CoversSeq
+	case *events.SessionRewound:
+		s.sessionRewound(ev, p)
+	case *events.SessionForked:
+		s.sessionForked(ev, p)
+	case *events.RecoveryAttempted:
+		s.recoveryAttempted(ev, p)
+	case *events.RecoveryCompleted:
+		s.recoveryCompleted(ev, p)
+	case *events.RecoveryParked:
+		s.recoveryParked(ev, p)
+	case *events.BreakerChanged:
+		s.breakerChanged(ev, p)
+	default:
+		s.invalid(ev, fmt.Sprintf("no rule for %s events", ev.Type))
+	}
+}
+
+// trim drops the oldest entries of the lists over their Keep bound. It
+// runs only when a list is a quarter over its bound, so that its cost is
+// spread over many events; the result depends only on the state, so a
+// restored state trims exactly like the original.
+func (s *Session) trim() {
+	var n int
+	if s.Turns, n = trimFront(s.Turns, KeepTurns, func(t *Turn) bool { return t.Ended() }); n > 0 {
+		s.idx = nil
+	}
+	if s.ToolCalls, n = trimFront(s.ToolCalls, KeepToolCalls, func(tc *ToolCall) bool { return tc.Status != ToolPending }); n > 0 {
+		s.idx = nil
+	}
+	all := func(*Violation) bool { return true }
+	s.Violations, _ = trimFront(s.Violations, KeepAnomalies, all)
+	s.Orphans, _ = trimFront(s.Orphans, KeepAnomalies, func(*Orphan) bool { return true })
+	s.UnmatchedResults, _ = trimFront(s.UnmatchedResults, KeepAnomalies, func(*UnmatchedResult) bool { return true })
+	s.InvalidEvents, _ = trimFront(s.InvalidEvents, KeepAnomalies, func(*InvalidEvent) bool { return true })
+	s.Flaky, _ = trimFront(s.Flaky, KeepAnomalies, func(*Flaky) bool { return true })
+	s.Distillations, _ = trimFront(s.Distillations, KeepDistillations, func(d *Distillation) bool { return !d.open() })
+	if s.Commands, n = trimFront(s.Commands, KeepCommands, func(c *CommandRecord) bool { return c.Done() }); n > 0 {
+		s.idx = nil
+	}
+	s.Rewinds, _ = trimFront(s.Rewinds, KeepRewinds, func(*Rewind) bool { return true })
+	s.Forks, _ = trimFront(s.Forks, KeepRewinds, func(*Fork) bool { return true })
+}
+
+// trimFront returns xs without its oldest removable entries once xs is a
+// quarter over keep, down to keep entries (fewer are dropped when too few
+// are removable), in a new slice; and how many it dropped.
+func trimFront[T any](xs []T, keep int, removable func(*T) bool) ([]T, int) {
+	if len(xs) <= keep+keep/4 {
+		return xs, 0
+	}
+	drop := len(xs) - keep
+	out := make([]T, 0, keep+keep/4+1)
+	dropped := 0
+	for i := range xs {
+		if dropped < drop && removable(&xs[i]) {
+			dropped++
+			continue
+		}
+		out = append(out, xs[i])
+	}
+	return out, dropped
 }
 
 // since returns the index in a list of n kept entries (out of total ever

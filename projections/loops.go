@@ -144,9 +144,6 @@ func InputHash(input json.RawMessage) string {
 	return hex.EncodeToString(sum[:8])
 }
 
-// compactJSON returns raw with the white space outside strings removed.
-func compactJSON(raw json.RawMessage) string { return compactPrefix(raw, len(raw)) }
-
 // countOutput counts assistant message m, now complete, in the output
 // streak, unless it counted already.
 func (s *Session) countOutput(m *Message) {

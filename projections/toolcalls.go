@@ -1,10 +1,8 @@
 package projections
 
 import (
-	"encoding/json"
 	"fmt"
 	"slices"
-	"strings"
 
 	"github.com/turnstone-dev/turnstone/events"
 )
@@ -44,13 +42,153 @@ import (
 //     merged like any other. Any other result for an orphan, or a
 //     synthetic one after a later assistant message, is late.
 
+// Message is one message of the history in the model API's view: one or
+// more consecutive message.appended records of one role, merged.
+type Message struct {
+	// Index is the message's number in the session, from 1, counting the
+	// messages distillations removed.
+	Index int `json:"index"`
+	// Role is user or assistant.
+	Role events.Role `json:"role"`
+	// Seqs are the sequences of the records merged into it, in order.
+	Seqs []uint64 `json:"seqs"`
+	// Turn is the turn of its first record.
+	Turn string `json:"turn,omitempty"`
+	// Blocks digest its content blocks, in order.
+	Blocks []Block `json:"blocks"`
+	// StopReason is the latest record's stop_reason (assistant messages).
+	StopReason string `json:"stop_reason,omitempty"`
+	// Meta is true when a record of it was added by the runtime (command
+	// output, a compaction summary); Synthetic when one was written by
+	// Turnstone (a repaired tool_result).
+	Meta      bool `json:"meta,omitempty"`
+	Synthetic bool `json:"synthetic,omitempty"`
+	// Hash is an assistant message's output hash: OutputHash of the
+	// content blocks of all its records, in order (empty for user
+	// messages). The OutputStreak compares it.
+	Hash string `json:"hash,omitempty"`
+}
+
+// Block is a digest of one content block; the full content stays in the
+// log.
+type Block struct {
+	// Type is the block's type ("text", "tool_use", "tool_result", ...).
+	Type string `json:"type"`
+	// ID and Name are a tool_use block's id and tool name.
+	ID   string `json:"id,omitempty"`
+	Name string `json:"name,omitempty"`
+	// ToolUseID and IsError are a tool_result block's.
+	ToolUseID string `json:"tool_use_id,omitempty"`
+	IsError   bool   `json:"is_error,omitempty"`
+	// Text is a preview (PreviewRunes runes) of the text, the thinking,
+	// the tool_result's text content, or the tool_use's input as compact
+	// JSON.
+	Text string `json:"text,omitempty"`
+	// Size is the size, in bytes, of the original content (text,
+	// thinking, input, result content, data or source).
+	Size int `json:"size"`
+}
+
+// ToolStatus is where a tool_use stands.
+type ToolStatus string
+
+// The tool call statuses.
+const (
+	// ToolPending: no tool_result yet, and the user message that must hold
+	// it is not complete: the tool is running.
+	ToolPending ToolStatus = "pending"
+	// ToolAnswered: exactly one tool_result answered it in the next user
+	// message.
+	ToolAnswered ToolStatus = "answered"
+	// ToolOrphaned: the user message that had to hold its tool_result is
+	// complete without it.
+	ToolOrphaned ToolStatus = "orphaned"
+	// ToolRepaired: it was orphaned, then a synthetic tool_result (written
+	// by a repair_orphans command) answered it while its assistant message
+	// was still the history's latest, so the history is valid again.
+	ToolRepaired ToolStatus = "repaired"
+)
+
 // CallOnly is the ToolCall status while only tool_call.* events named the
 // id: no tool_use block of the history holds it (yet).
 const CallOnly ToolStatus = "call_only"
 
-// The reason Distillation.DirtyReasons lists when a turn other than the
-// distillation's own was in flight.
-const DirtyTurnInFlight = "turn_in_flight"
+// ToolCall is one tool_use of the current history paired with its
+// tool_result, and the tool_call.* events that tell its execution.
+type ToolCall struct {
+	// ToolUseID is the tool_use block's id ("toolu_..."); Name the tool's
+	// name.
+	ToolUseID string `json:"tool_use_id"`
+	Name      string `json:"name"`
+	// Turn is the turn of the event that holds the tool_use.
+	Turn string `json:"turn,omitempty"`
+	// Message is the Index of the assistant message that holds the
+	// tool_use; 0 when only tool_call.* events named the id so far.
+	Message int `json:"message"`
+	// UseSeq is the sequence of the record holding the tool_use; ResultSeq
+	// the one holding its tool_result (0 until answered).
+	UseSeq    uint64 `json:"use_seq"`
+	ResultSeq uint64 `json:"result_seq,omitempty"`
+	// IsError is true when the tool_result or tool_call.completed reported
+	// a failure.
+	IsError bool `json:"is_error,omitempty"`
+	// Status is pending, answered, orphaned, repaired, or CallOnly.
+	Status ToolStatus `json:"status"`
+	// StartedSeq, CompletedSeq and DurationMS (milliseconds) come from
+	// tool_call.started and tool_call.completed, when the runtime sends
+	// them.
+	StartedSeq   uint64 `json:"started_seq,omitempty"`
+	CompletedSeq uint64 `json:"completed_seq,omitempty"`
+	DurationMS   int64  `json:"duration_ms,omitempty"`
+}
+
+// Orphan is a tool_use judged to have no tool_result: the user message
+// that had to hold it was complete without it.
+type Orphan struct {
+	// ToolUseID and Name are the tool_use block's id and tool name.
+	ToolUseID string `json:"tool_use_id"`
+	Name      string `json:"name"`
+	// Seq is the sequence of the assistant record holding the tool_use.
+	Seq uint64 `json:"seq"`
+	// Turn is the turn of that record.
+	Turn string `json:"turn,omitempty"`
+	// DeclaredSeq is the sequence of the event that completed the user
+	// message without the result.
+	DeclaredSeq uint64 `json:"declared_seq"`
+	// LateResultSeq is the sequence of a tool_result that arrived after
+	// the orphan was declared and could not repair it (the orphan is kept;
+	// the result is unmatched).
+	LateResultSeq uint64 `json:"late_result_seq,omitempty"`
+	// Repaired is set when a synthetic tool_result repaired it (see
+	// ToolRepaired); RepairedSeq is the sequence of the record holding it.
+	// A repaired orphan leaves OrphanedToolUseIDs.
+	Repaired    bool   `json:"repaired,omitempty"`
+	RepairedSeq uint64 `json:"repaired_seq,omitempty"`
+}
+
+// The reasons of an UnmatchedResult.
+const (
+	// UnmatchedUnknown: no tool_use with that id is in the history.
+	UnmatchedUnknown = "unknown_tool_use"
+	// UnmatchedNotPrevious: the tool_use is in an earlier message, not the
+	// previous assistant message.
+	UnmatchedNotPrevious = "not_in_previous_message"
+	// UnmatchedDuplicate: the tool_use was already answered.
+	UnmatchedDuplicate = "duplicate"
+	// UnmatchedLate: the tool_use was already declared an orphan.
+	UnmatchedLate = "late_result"
+)
+
+// UnmatchedResult is a tool_result that answers no open tool_use of the
+// previous assistant message.
+type UnmatchedResult struct {
+	// ToolUseID is the id the tool_result names.
+	ToolUseID string `json:"tool_use_id"`
+	// Seq is the sequence of the user record holding it.
+	Seq uint64 `json:"seq"`
+	// Reason is one of the Unmatched constants.
+	Reason string `json:"reason"`
+}
 
 // appendMessage folds one message.appended record into the history.
 func (s *Session) appendMessage(ev events.Event, turn string, p *events.MessageAppended) {
@@ -216,6 +354,22 @@ func (s *Session) newToolCall(id string) *ToolCall {
 	return &s.ToolCalls[i]
 }
 
+// toolCallEvent returns the tool call a tool_call.* event names, creating
+// it (status CallOnly) when no tool_use block named it yet.
+func (s *Session) toolCallEvent(ev events.Event, turn, id, name string) *ToolCall {
+	id = validKey(id)
+	if id == "" {
+		s.invalid(ev, string(ev.Type)+" without tool_use_id")
+		return nil
+	}
+	tc := s.toolCall(id)
+	if tc == nil {
+		tc = s.newToolCall(id)
+		tc.Name, tc.Turn = name, turn
+	}
+	return tc
+}
+
 // answer pairs a tool_result block with its tool_use, or records why it
 // answers none. A result that pairs and is not synthetic is the tool's run:
 // it may be a failed attempt of the tool_use's turn, or a flaky-suspected
@@ -359,341 +513,4 @@ func (s *Session) judgeWhere(ev events.Event, why string, due func(*ToolCall) bo
 	if len(s.Pending) == 0 {
 		s.Pending = nil
 	}
-}
-
-// toolCallEvent returns the tool call a tool_call.* event names, creating
-// it (status CallOnly) when no tool_use block named it yet.
-func (s *Session) toolCallEvent(ev events.Event, turn, id, name string) *ToolCall {
-	id = validKey(id)
-	if id == "" {
-		s.invalid(ev, string(ev.Type)+" without tool_use_id")
-		return nil
-	}
-	tc := s.toolCall(id)
-	if tc == nil {
-		tc = s.newToolCall(id)
-		tc.Name, tc.Turn = name, turn
-	}
-	return tc
-}
-
-// distillationRequested records a request; a request while an earlier one
-// has not started yet is the same request.
-func (s *Session) distillationRequested(ev events.Event, turn string, p *events.DistillationRequested) {
-	d := s.openDistillation(turn, notStarted)
-	if d.RequestedSeq == 0 {
-		d.RequestedSeq, d.RequestReason = ev.Seq, p.Reason
-	}
-}
-
-// distillationStarted records a start and checks invariant 3. The user
-// message after the latest assistant message is complete: pending
-// tool_use blocks are judged first, so they show as unanswered.
-func (s *Session) distillationStarted(ev events.Event, turn string, p *events.DistillationStarted) {
-	d := s.openDistillation(turn, notStarted)
-	d.StartedSeq = ev.Seq
-	if turn != "" {
-		d.Turn = turn
-	}
-	s.cover(d, p.FromSeq, p.ToSeq)
-	s.judge(ev, "", "a distillation started")
-	s.completeOutput(nil)
-	s.checkDistillation(ev, d)
-}
-
-// distillationCompleted records the end of a distillation, checks
-// invariant 3 if no start was seen, and resets the history (and the output
-// streak, which compared its messages): the runtime appends the summary as
-// the next message.
-func (s *Session) distillationCompleted(ev events.Event, turn string, p *events.DistillationCompleted) {
-	d := s.openDistillation(turn, anyDistillation)
-	started := d.StartedSeq != 0
-	d.CompletedSeq = ev.Seq
-	if d.Turn == "" {
-		d.Turn = turn
-	}
-	d.TokensBefore, d.TokensAfter, d.Trigger = p.TokensBefore, p.TokensAfter, p.Trigger
-	s.cover(d, p.FromSeq, p.ToSeq)
-	s.judge(ev, "", "a distillation completed")
-	if !started {
-		s.checkDistillation(ev, d)
-	}
-	s.Messages, s.Pending, s.ToolCalls, s.idx = nil, nil, nil, nil
-	s.Outputs = OutputStreak{}
-	s.HistoryStart = HistoryMark{Seq: ev.Seq, Violations: s.Totals.Violations, Orphans: s.Totals.Orphans, Resolved: s.Totals.Resolved}
-}
-
-// PendingDistillation returns the request for a distillation that has not
-// run yet, or nil: the latest distillation that was requested
-// (RequestedSeq != 0) and has neither started nor completed, provided no
-// distillation started or completed after it (one that ran since answers
-// it). A skipped request is still pending: the reconciler defers it and
-// runs it once the history is clean (see DistillationDeferred). The
-// pointer is into the state: read it, do not keep it across Apply.
-func (s *Session) PendingDistillation() *Distillation {
-	for i := len(s.Distillations) - 1; i >= 0; i-- {
-		d := &s.Distillations[i]
-		switch {
-		case d.StartedSeq != 0 || d.CompletedSeq != 0:
-			return nil
-		case d.RequestedSeq != 0:
-			return d
-		}
-	}
-	return nil
-}
-
-// DistillationDeferred reports whether the pending distillation request
-// (PendingDistillation) was skipped: it waits for a clean history.
-func (s *Session) DistillationDeferred() bool {
-	d := s.PendingDistillation()
-	return d != nil && (d.SkippedSeq != 0 || d.Skipped != "")
-}
-
-func notStarted(d *Distillation) bool      { return d.StartedSeq == 0 }
-func anyDistillation(d *Distillation) bool { return true }
-
-// openDistillation returns the latest distillation if it is open and
-// match accepts it, else a new one for turn.
-func (s *Session) openDistillation(turn string, match func(*Distillation) bool) *Distillation {
-	if n := len(s.Distillations); n > 0 {
-		if d := &s.Distillations[n-1]; d.open() && match(d) {
-			return d
-		}
-	}
-	s.Distillations = append(s.Distillations, Distillation{Turn: turn})
-	s.Totals.Distillations++
-	return &s.Distillations[len(s.Distillations)-1]
-}
-
-// cover sets the range of events d covers: from and to when the event gave
-// them; else, where d has none yet, from the previous distillation's end + 1
-// (or the session's first sequence) to the sequence before this event.
-func (s *Session) cover(d *Distillation, from, to uint64) {
-	if from != 0 {
-		d.FromSeq = from
-	}
-	if to != 0 {
-		d.ToSeq = to
-	}
-	if d.FromSeq == 0 {
-		d.FromSeq = s.FirstSeq
-		for i := len(s.Distillations) - 1; i >= 0; i-- {
-			if p := &s.Distillations[i]; p != d && p.CompletedSeq != 0 && p.ToSeq != 0 {
-				d.FromSeq = p.ToSeq + 1
-				break
-			}
-		}
-	}
-	if d.ToSeq == 0 {
-		d.ToSeq = s.LastSeq
-	}
-}
-
-// checkDistillation applies invariant 3 at the start of d (or at its
-// completion when no start was seen): no turn other than d's own in
-// flight, and a clean history.
-func (s *Session) checkDistillation(ev events.Event, d *Distillation) {
-	d.Clean, d.DirtyReasons = true, nil
-	for _, id := range s.InFlight {
-		if id == d.Turn {
-			continue
-		}
-		if d.Clean {
-			d.DirtyReasons = append(d.DirtyReasons, DirtyTurnInFlight)
-		}
-		d.Clean = false
-		s.violate(ev, RuleDistillationDuringTurn, fmt.Sprintf("distillation started while turn %s is in flight", id), "", id)
-	}
-
-	reasons := s.historyReasons()
-	if len(reasons) == 0 {
-		return
-	}
-	d.Clean = false
-	d.DirtyReasons = append(d.DirtyReasons, reasons...)
-	s.violate(ev, RuleDistillationDirtyHistory, "distillation over a dirty history: "+strings.Join(reasons, ", "), "", d.Turn)
-}
-
-// DirtyReasons returns why a distillation that started now, run by turn
-// (the turn that compacts inline; "" for none), would not be clean
-// (invariant 3), in the order Distillation.DirtyReasons lists them:
-// DirtyTurnInFlight when a turn other than turn is in flight,
-// DirtyUnansweredToolUse when the latest assistant message holds a
-// tool_use without its tool_result (pending, or orphaned and not
-// repaired), then each history Rule broken since the last distillation by
-// a violation that is not resolved. It returns nil when the distillation
-// would be clean. A runtime or the reconciler asks it before distilling.
-func (s *Session) DirtyReasons(turn string) []string {
-	var reasons []string
-	for _, id := range s.InFlight {
-		if id != turn {
-			reasons = append(reasons, DirtyTurnInFlight)
-			break
-		}
-	}
-	return append(reasons, s.historyReasons()...)
-}
-
-// historyReasons returns the history's part of DirtyReasons.
-func (s *Session) historyReasons() []string {
-	var reasons []string
-	if s.tailUnanswered() {
-		reasons = append(reasons, DirtyUnansweredToolUse)
-	}
-	var broken [16]bool // by index in historyRules
-	for _, v := range s.Violations[since(s.HistoryStart.Violations, s.Totals.Violations, len(s.Violations)):] {
-		if v.Resolved {
-			continue
-		}
-		for i, r := range historyRules {
-			if v.Rule == r {
-				broken[i] = true
-			}
-		}
-	}
-	for i, r := range historyRules {
-		if broken[i] {
-			reasons = append(reasons, string(r))
-		}
-	}
-	return reasons
-}
-
-// tailUnanswered reports whether the latest assistant message holds a
-// tool_use without its tool_result (pending or orphaned, not repaired).
-func (s *Session) tailUnanswered() bool {
-	m := s.lastAssistant()
-	if m == nil {
-		return false
-	}
-	for _, b := range m.Blocks {
-		if b.Type != events.BlockToolUse {
-			continue
-		}
-		if tc := s.toolCall(b.ID); tc != nil && tc.Message == m.Index && tc.Status != ToolAnswered && tc.Status != ToolRepaired {
-			return true
-		}
-	}
-	return false
-}
-
-// rawPrefix is how much of a raw JSON value the previews read: enough for
-// PreviewRunes runes even if each is a 12-byte escaped surrogate pair.
-const rawPrefix = 12*PreviewRunes + 64
-
-// digest returns the Block for a content block.
-func digest(cb *events.ContentBlock) Block {
-	b := Block{Type: cb.Type}
-	switch cb.Type {
-	case events.BlockText:
-		b.Text, b.Size = preview(cb.Text, PreviewRunes), len(cb.Text)
-	case events.BlockThinking:
-		b.Text, b.Size = preview(cb.Thinking, PreviewRunes), len(cb.Thinking)
-	case events.BlockToolUse:
-		b.ID, b.Name = validKey(cb.ID), cb.Name
-		b.Text, b.Size = preview(compactPrefix(cb.Input, rawPrefix), PreviewRunes), len(cb.Input)
-	case events.BlockToolResult:
-		b.ToolUseID, b.IsError = validKey(cb.ToolUseID), cb.IsError
-		b.Text, b.Size = preview(resultText(cb.Content), PreviewRunes), len(cb.Content)
-	default:
-		b.Text = preview(cb.Text, PreviewRunes)
-		b.Size = len(cb.Text) + len(cb.Thinking) + len(cb.Data) + len(cb.Input) + len(cb.Content) + len(cb.Source)
-	}
-	return b
-}
-
-// compactPrefix returns about the first max bytes of the JSON value raw
-// with the white space outside strings removed, without reading further.
-func compactPrefix(raw []byte, max int) string {
-	var b strings.Builder
-	inString, escaped := false, false
-	for _, c := range raw {
-		if b.Len() >= max {
-			break
-		}
-		switch {
-		case inString:
-			switch {
-			case escaped:
-				escaped = false
-			case c == '\\':
-				escaped = true
-			case c == '"':
-				inString = false
-			}
-		case c == '"':
-			inString = true
-		case c == ' ' || c == '\t' || c == '\n' || c == '\r':
-			continue
-		}
-		b.WriteByte(c)
-	}
-	return b.String()
-}
-
-// resultText returns the start of a tool_result's content as text: the
-// string, or the text blocks of an array joined by newlines. Only the
-// first rawPrefix bytes of a string are decoded.
-func resultText(raw json.RawMessage) string {
-	raw = trimSpace(raw)
-	if len(raw) == 0 {
-		return ""
-	}
-	switch raw[0] {
-	case '"':
-		var s string
-		if err := json.Unmarshal(stringPrefix(raw, rawPrefix), &s); err != nil {
-			return ""
-		}
-		return s
-	case '[':
-		var blocks []struct {
-			Type string `json:"type"`
-			Text string `json:"text"`
-		}
-		if err := json.Unmarshal(raw, &blocks); err != nil {
-			return ""
-		}
-		var parts []string
-		for _, bl := range blocks {
-			if bl.Type == events.BlockText && bl.Text != "" {
-				parts = append(parts, bl.Text)
-			}
-		}
-		return strings.Join(parts, "\n")
-	}
-	return ""
-}
-
-// stringPrefix returns the JSON string raw cut, at a character boundary of
-// the encoding, after about max bytes, and closed with a quote.
-func stringPrefix(raw []byte, max int) []byte {
-	if len(raw) <= max {
-		return raw
-	}
-	i := 1
-	for i < max && i < len(raw)-1 {
-		switch {
-		case raw[i] == '\\' && i+1 < len(raw) && raw[i+1] == 'u':
-			i += 6
-		case raw[i] == '\\':
-			i += 2
-		default:
-			i++
-		}
-	}
-	if i > len(raw)-1 {
-		return raw
-	}
-	out := make([]byte, 0, i+1)
-	out = append(out, raw[:i]...)
-	return append(out, '"')
-}
-
-func trimSpace(b []byte) []byte {
-	for len(b) > 0 && (b[0] == ' ' || b[0] == '\t' || b[0] == '\n' || b[0] == '\r') {
-		b = b[1:]
-	}
-	return b
 }

@@ -1,0 +1,138 @@
+package projections
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/turnstone-dev/turnstone/events"
+)
+
+// TurnStatus is where a turn is in its life.
+type TurnStatus string
+
+// The turn statuses. Every turn.started ends in exactly one of completed,
+// failed or abandoned (invariant 1).
+const (
+	TurnInFlight  TurnStatus = "in_flight"
+	TurnCompleted TurnStatus = "completed"
+	TurnFailed    TurnStatus = "failed"
+	TurnAbandoned TurnStatus = "abandoned"
+)
+
+// Turn is one turn of the session.
+type Turn struct {
+	// ID is the turn's id (the envelope's turn attribute).
+	ID string `json:"id"`
+	// Index is the turn's number in the session, from 1.
+	Index int `json:"index"`
+	// Status is in_flight until one end event arrives.
+	Status TurnStatus `json:"status"`
+	// Reason is turn.completed's stop reason ("end_turn", "interrupted")
+	// or turn.abandoned's reason.
+	Reason string `json:"reason,omitempty"`
+	// Prompt is a preview (PreviewRunes runes) of what started the turn;
+	// Trigger is what kind of thing started it.
+	Prompt  string `json:"prompt,omitempty"`
+	Trigger string `json:"trigger,omitempty"`
+	// DeadlineMS is how long the turn may run, in milliseconds (0: no
+	// deadline was given).
+	DeadlineMS int64 `json:"deadline_ms,omitempty"`
+	// StartedSeq and EndedSeq are the sequences of turn.started and of the
+	// event that ended the turn (0 while in flight).
+	StartedSeq uint64 `json:"started_seq"`
+	EndedSeq   uint64 `json:"ended_seq,omitempty"`
+	// StartedAt and EndedAt are those events' times.
+	StartedAt time.Time `json:"started_at,omitzero"`
+	EndedAt   time.Time `json:"ended_at,omitzero"`
+	// LastStage is the last stage the turn completed.
+	LastStage events.Stage `json:"last_stage,omitempty"`
+	// FailedStage and Error are set on a failed turn: the stage that threw
+	// and what it threw (message and stack shortened).
+	FailedStage events.Stage      `json:"failed_stage,omitempty"`
+	Error       *events.ErrorInfo `json:"error,omitempty"`
+	// DurationMS is the turn's wall time in milliseconds: turn.completed's
+	// duration_ms when given, else EndedAt - StartedAt.
+	DurationMS int64 `json:"duration_ms,omitempty"`
+	// FailedAttempts is the implementation budget the turn spent
+	// (invariant 4): its failed attempts. It counts the tool_result blocks
+	// with is_error set that answer a tool_use block of the turn (results
+	// that pair with their tool_use only; the synthetic results a repair
+	// writes do not count, nor does tool_call.completed's is_error), plus
+	// the error.recorded events that carry the turn, whether or not it is
+	// still in flight. The turn.failed that ends a turn is its outcome,
+	// not an attempt. The limit is the reconciler's policy.
+	FailedAttempts int `json:"failed_attempts,omitempty"`
+}
+
+// Ended reports whether the turn has ended (completed, failed or
+// abandoned).
+func (t *Turn) Ended() bool { return t.Status != TurnInFlight }
+
+// turnStarted opens a turn. A turn that starts while another is in flight
+// is tracked beside it (a second message mid-turn), and the tools that
+// turn is running stay pending; pending tool_use blocks of turns that have
+// ended, or of no turn, are judged.
+func (s *Session) turnStarted(ev events.Event, id string, p *events.TurnStarted) {
+	if t := s.turn(id); t != nil {
+		s.violate(ev, RuleTurnDuplicateStart, fmt.Sprintf("turn %s started again (first at seq %d)", id, t.StartedSeq), "", id)
+		return
+	}
+	if s.Paused {
+		s.violate(ev, RuleTurnWhilePaused, fmt.Sprintf("turn %s started while the session is paused (%s)", id, s.PauseReason), "", id)
+	}
+	s.judgeStale(ev, "a new turn started")
+	s.Totals.Turns++
+	s.Turns = append(s.Turns, Turn{
+		ID:         id,
+		Index:      s.Totals.Turns,
+		Status:     TurnInFlight,
+		Prompt:     preview(p.Prompt, PreviewRunes),
+		Trigger:    p.Trigger,
+		DeadlineMS: p.DeadlineMS,
+		StartedSeq: ev.Seq,
+		StartedAt:  ev.Time.Round(0),
+	})
+	s.index().turns[id] = len(s.Turns) - 1
+	s.InFlight = append(s.InFlight, id)
+}
+
+// turnEvent returns the in-flight turn a turn event names, or records why
+// there is none (turn_unknown, turn_already_ended) and returns nil.
+func (s *Session) turnEvent(ev events.Event, id string) *Turn {
+	if id == "" {
+		s.invalid(ev, string(ev.Type)+" without a turn id")
+		return nil
+	}
+	t := s.turn(id)
+	if t == nil {
+		s.violate(ev, RuleTurnUnknown, fmt.Sprintf("%s for turn %s, which never started", ev.Type, id), "", id)
+		return nil
+	}
+	if t.Ended() {
+		s.violate(ev, RuleTurnAlreadyEnded, fmt.Sprintf("%s for turn %s, which already ended (%s at seq %d)", ev.Type, id, t.Status, t.EndedSeq), "", id)
+		return nil
+	}
+	return t
+}
+
+// endTurn ends an in-flight turn and judges the pending tool_use blocks of
+// that turn: the user message that had to answer them is complete. The
+// history's latest message, when it is an assistant message of the turn
+// (or of no turn), is complete too: it counts in the output streak.
+func (s *Session) endTurn(ev events.Event, t *Turn, status TurnStatus, reason string, durationMS int64) {
+	t.Status, t.Reason = status, reason
+	t.EndedSeq, t.EndedAt = ev.Seq, ev.Time.Round(0)
+	t.DurationMS = durationMS
+	if t.DurationMS == 0 && !t.StartedAt.IsZero() && !t.EndedAt.IsZero() && t.EndedAt.After(t.StartedAt) {
+		t.DurationMS = t.EndedAt.Sub(t.StartedAt).Milliseconds()
+	}
+	id := t.ID
+	for i, f := range s.InFlight {
+		if f == id {
+			s.InFlight = append(s.InFlight[:i:i], s.InFlight[i+1:]...)
+			break
+		}
+	}
+	s.judge(ev, id, fmt.Sprintf("turn %s %s", id, status))
+	s.completeOutput(func(m *Message) bool { return m.Turn == id || m.Turn == "" })
+}
