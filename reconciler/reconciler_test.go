@@ -13,8 +13,8 @@ import (
 	"github.com/turnstone-dev/turnstone/projections"
 	"github.com/turnstone-dev/turnstone/reconciler"
 	"github.com/turnstone-dev/turnstone/recovery"
+	"github.com/turnstone-dev/turnstone/refruntime"
 	"github.com/turnstone-dev/turnstone/test/enginetest"
-	"github.com/turnstone-dev/turnstone/test/refruntime"
 )
 
 // env is an engine in a test (enginetest) with helpers for the tenant

@@ -8,8 +8,8 @@ import (
 
 	"github.com/turnstone-dev/turnstone/events"
 	"github.com/turnstone-dev/turnstone/projections"
+	"github.com/turnstone-dev/turnstone/refruntime"
 	"github.com/turnstone-dev/turnstone/test/enginetest"
-	"github.com/turnstone-dev/turnstone/test/refruntime"
 )
 
 // TestIncident20260219 replays the 2026-02-19 incident end to end: a turn

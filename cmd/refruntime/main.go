@@ -1,5 +1,5 @@
 // Command refruntime runs Turnstone's reference agent runtime
-// (test/refruntime) as a process: it records sessions of turns into the
+// (package refruntime) as a process: it records sessions of turns into the
 // event log of a NATS server, with a fault injected into the last turn of
 // each session, prints the session ids on stdout, one per line, and with
 // --serve keeps answering control requests until SIGINT or SIGTERM.

@@ -16,7 +16,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/turnstone-dev/turnstone/events"
-	"github.com/turnstone-dev/turnstone/test/refruntime"
+	"github.com/turnstone-dev/turnstone/refruntime"
 )
 
 // Main is the refruntime command: ParseFlags, then Run, then Close.

@@ -16,7 +16,7 @@ import (
 	"github.com/turnstone-dev/turnstone/projections"
 	"github.com/turnstone-dev/turnstone/reconciler"
 	"github.com/turnstone-dev/turnstone/recovery"
-	"github.com/turnstone-dev/turnstone/test/refruntime"
+	"github.com/turnstone-dev/turnstone/refruntime"
 )
 
 // Options change the engine a test starts; the zero value is the defaults.

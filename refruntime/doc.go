@@ -1,7 +1,8 @@
-// Package refruntime is a reference agent runtime for tests and demos: it
-// plays the part of a real runtime (a coding agent, a chat bot) that
-// records its turns into Turnstone's event log and obeys Turnstone's
-// runtime control requests, and it fails on demand.
+// Package refruntime is Turnstone's reference agent runtime, for tests,
+// demos and the image (cmd/refruntime ships it): it plays the part of a
+// real runtime (a coding agent, a chat bot) that records its turns into
+// Turnstone's event log and obeys Turnstone's runtime control requests,
+// and it fails on demand.
 //
 // Recording. Runtime.RunTurn runs one turn of a session and appends its
 // events with events.Log.Append, with the payloads of wire contract

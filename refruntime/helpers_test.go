@@ -12,7 +12,7 @@ import (
 	"github.com/turnstone-dev/turnstone/embedded/embeddedtest"
 	"github.com/turnstone-dev/turnstone/events"
 	"github.com/turnstone-dev/turnstone/recovery"
-	"github.com/turnstone-dev/turnstone/test/refruntime"
+	"github.com/turnstone-dev/turnstone/refruntime"
 )
 
 const tenant = "acme"

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/turnstone-dev/turnstone/events"
-	"github.com/turnstone-dev/turnstone/test/refruntime"
+	"github.com/turnstone-dev/turnstone/refruntime"
 )
 
 func TestConfigValidate(t *testing.T) {

@@ -12,7 +12,7 @@ import (
 	"github.com/turnstone-dev/turnstone/events"
 	"github.com/turnstone-dev/turnstone/projections"
 	"github.com/turnstone-dev/turnstone/recovery"
-	"github.com/turnstone-dev/turnstone/test/refruntime"
+	"github.com/turnstone-dev/turnstone/refruntime"
 )
 
 // opened is setup with the runtime answering control requests.

@@ -2,56 +2,12 @@ package refruntime
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"sync"
 	"time"
-
-	"github.com/nats-io/nats.go"
-	"github.com/rs/zerolog"
 
 	"github.com/turnstone-dev/turnstone/events"
 	"github.com/turnstone-dev/turnstone/recovery"
 )
-
-// Sentinel errors of the runtime. Match them with errors.Is.
-var (
-	// ErrClosed: the runtime was closed; it runs no more turns and
-	// answers no more requests.
-	ErrClosed = errors.New("refruntime: runtime closed")
-	// ErrAlreadyOpen: Open was called twice.
-	ErrAlreadyOpen = errors.New("refruntime: runtime already open")
-	// ErrInvalidTurn: a TurnSpec or session id breaks a rule (see
-	// TurnSpec).
-	ErrInvalidTurn = errors.New("refruntime: invalid turn")
-)
-
-// Runtime is a reference agent runtime for one tenant: it records turns
-// into the event log (RunTurn, StartTurnAsync) and, once open, answers
-// control requests for its sessions (Open). It is safe for concurrent use.
-// New starts nothing; Close stops everything it started.
-type Runtime struct {
-	nc     *nats.Conn
-	log    *events.Log
-	cfg    Config
-	l      zerolog.Logger
-	source string
-
-	ctx    context.Context // the runtime's lifetime: cancelled by Close
-	cancel context.CancelFunc
-	wg     sync.WaitGroup // owned goroutines: async turns, request queues
-
-	subMu sync.Mutex // serializes subscription changes (Open, SetMode, Close)
-
-	mu       sync.Mutex
-	closed   bool
-	opened   bool
-	sub      *nats.Subscription
-	mode     Mode
-	sessions map[string]*session
-	outages  map[string]outage
-	prompts  int // default prompts generated, for their numbers
-}
 
 // session is what the runtime remembers of one session. Guarded by
 // Runtime.mu.
@@ -76,45 +32,6 @@ type outage struct {
 	status     int
 	retryAfter time.Duration
 }
-
-// New returns a runtime that records into log and, once opened, answers
-// control requests over nc. cfg is validated after its defaults are
-// applied; logger may be nil (no logging). The errors are Config's
-// (see Config.Validate) and a nil nc or log.
-func New(nc *nats.Conn, log *events.Log, cfg Config, logger *zerolog.Logger) (*Runtime, error) {
-	cfg.setDefaults()
-	var errs []error
-	if nc == nil {
-		errs = append(errs, errors.New("nats connection: required"))
-	}
-	if log == nil {
-		errs = append(errs, errors.New("event log: required"))
-	}
-	if err := cfg.Validate(); err != nil {
-		errs = append(errs, err)
-	}
-	if err := errors.Join(errs...); err != nil {
-		return nil, fmt.Errorf("new refruntime: %w", err)
-	}
-	r := &Runtime{
-		nc:       nc,
-		log:      log,
-		cfg:      cfg,
-		l:        zerolog.Nop(),
-		source:   "urn:refruntime:" + cfg.Name,
-		mode:     ModeServe,
-		sessions: map[string]*session{},
-		outages:  map[string]outage{},
-	}
-	if logger != nil {
-		r.l = logger.With().Str("component", "refruntime").Str("tenant", cfg.Tenant).Logger()
-	}
-	r.ctx, r.cancel = context.WithCancel(context.Background())
-	return r, nil
-}
-
-// Config returns the runtime's configuration, defaults applied.
-func (r *Runtime) Config() Config { return r.cfg }
 
 // sessionLocked returns the state of session id, creating it (unknown)
 // when there is none. r.mu must be held.

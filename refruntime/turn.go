@@ -212,32 +212,6 @@ func (r *Runtime) StartTurnAsync(ctx context.Context, session string, spec TurnS
 	return a, nil
 }
 
-// goOwned runs fn on a goroutine Close waits for, unless the runtime is
-// closed (then it returns false and runs nothing).
-func (r *Runtime) goOwned(fn func()) bool {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.closed {
-		return false
-	}
-	r.wg.Add(1)
-	go func() {
-		defer r.wg.Done()
-		fn()
-	}()
-	return true
-}
-
-// turnContext returns ctx cancelled also when the runtime closes.
-func (r *Runtime) turnContext(ctx context.Context) (context.Context, context.CancelFunc) {
-	ctx, cancel := context.WithCancel(ctx)
-	stop := context.AfterFunc(r.ctx, cancel)
-	return ctx, func() {
-		stop()
-		cancel()
-	}
-}
-
 // turnRun is one turn in progress.
 type turnRun struct {
 	r        *Runtime
