@@ -27,6 +27,11 @@ const (
 	DefaultReadyWait  = 10 * time.Second
 )
 
+// DefaultURL is the client URL of a server on DefaultHost and DefaultPort:
+// where `engine serve` listens unless told otherwise, and so where the
+// CLI, the workers and the reference runtime connect when no URL is given.
+const DefaultURL = "nats://127.0.0.1:4222"
+
 // Config configures an embedded server. DataDir is required; the rest has
 // defaults.
 type Config struct {

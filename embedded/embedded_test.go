@@ -120,3 +120,12 @@ func TestTokenAuth(t *testing.T) {
 	}
 	inproc.Close()
 }
+
+// DefaultURL is a literal (a constant cannot format DefaultPort): keep it
+// on DefaultHost and DefaultPort.
+func TestDefaultURLMatchesDefaultAddress(t *testing.T) {
+	want := "nats://" + net.JoinHostPort(embedded.DefaultHost, strconv.Itoa(embedded.DefaultPort))
+	if embedded.DefaultURL != want {
+		t.Fatalf("DefaultURL = %q, want %q", embedded.DefaultURL, want)
+	}
+}

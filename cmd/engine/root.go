@@ -12,12 +12,9 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 	"github.com/spf13/cobra"
+	"github.com/turnstone-dev/turnstone/embedded"
 	"github.com/turnstone-dev/turnstone/events"
 )
-
-// defaultNATSURL is where `engine serve` listens by default, so the other
-// subcommands find a local engine without flags.
-const defaultNATSURL = "nats://127.0.0.1:4222"
 
 // globals are the flags every subcommand shares.
 type globals struct {
@@ -37,7 +34,7 @@ an agent runtime as an append-only JetStream event, rebuilds each session
 from the log, and checks its invariants.
 
 Start the engine with 'engine serve'; the other commands connect to it
-(--nats-url, or TURNSTONE_NATS_URL, default ` + defaultNATSURL + `).`,
+(--nats-url, or TURNSTONE_NATS_URL, default ` + embedded.DefaultURL + `).`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
@@ -45,7 +42,7 @@ Start the engine with 'engine serve'; the other commands connect to it
 	root.SetErr(stderr)
 	url := os.Getenv("TURNSTONE_NATS_URL")
 	if url == "" {
-		url = defaultNATSURL
+		url = embedded.DefaultURL
 	}
 	root.PersistentFlags().StringVar(&g.natsURL, "nats-url", url, "NATS server or cluster to use (env TURNSTONE_NATS_URL)")
 	root.PersistentFlags().StringVar(&g.logLevel, "log-level", "info", "log level: debug, info, warn, error")

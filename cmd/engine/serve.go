@@ -59,7 +59,7 @@ events.`,
 	cmd.Flags().StringVar(&f.policy, "policy", "", "reconciler policy file (YAML; docs/policy.md); default: the built-in defaults")
 	cmd.Flags().StringVar(&f.telemetry, "telemetry-listen", "127.0.0.1:9464", "address of /metrics and /healthz (empty: off)")
 	cmd.Flags().StringVar(&f.data, "data", data, "directory of the embedded server's JetStream store (env TURNSTONE_DATA)")
-	cmd.Flags().StringVar(&f.listen, "listen", "127.0.0.1:4222", "client address of the embedded server, HOST:PORT")
+	cmd.Flags().StringVar(&f.listen, "listen", net.JoinHostPort(embedded.DefaultHost, strconv.Itoa(embedded.DefaultPort)), "client address of the embedded server, HOST:PORT")
 	cmd.Flags().IntVar(&f.replicas, "replicas", 1, "stream replicas (3 on a 3-node JetStream cluster)")
 	cmd.Flags().IntVar(&f.partitions, "partitions", 0, "partitions of a new event stream (default 8; an existing stream keeps its count)")
 	cmd.Flags().IntVar(&f.snapshotEvery, "snapshot-every", 100, "snapshot a session's projection every N events")

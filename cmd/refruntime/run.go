@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
+	"github.com/turnstone-dev/turnstone/embedded"
 	"github.com/turnstone-dev/turnstone/events"
 	"github.com/turnstone-dev/turnstone/refruntime"
 )
@@ -56,7 +57,7 @@ func NewMain(stdout, stderr io.Writer) *Main {
 func (m *Main) ParseFlags(args []string) error {
 	fs := flag.NewFlagSet("refruntime", flag.ContinueOnError)
 	fs.SetOutput(m.stderr)
-	fs.StringVar(&m.natsURL, "nats-url", nats.DefaultURL, "NATS server URL")
+	fs.StringVar(&m.natsURL, "nats-url", embedded.DefaultURL, "NATS server URL")
 	fs.StringVar(&m.tenant, "tenant", "demo", "tenant to record under")
 	fs.StringVar(&m.name, "name", refruntime.DefaultName, "runtime name (session.started, event source)")
 	fs.IntVar(&m.sessions, "sessions", 1, "sessions to run")

@@ -20,6 +20,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 	"github.com/spf13/cobra"
+	"github.com/turnstone-dev/turnstone/embedded"
 	"github.com/turnstone-dev/turnstone/events"
 	"github.com/turnstone-dev/turnstone/recovery"
 	"github.com/turnstone-dev/turnstone/telemetry"
@@ -50,7 +51,7 @@ func newCommand(stderr io.Writer) *cobra.Command {
 	var f flags
 	url := os.Getenv("TURNSTONE_NATS_URL")
 	if url == "" {
-		url = "nats://127.0.0.1:4222"
+		url = embedded.DefaultURL
 	}
 	cmd := &cobra.Command{
 		Use:   "worker",
