@@ -12,8 +12,8 @@ import (
 // ImportChunk is how many events Import appends in one Store.Append call.
 const ImportChunk = 256
 
-// Store is where Import appends events: the event log, or anything that
-// stores events per session and can tell which it holds.
+// Store is where Import appends events: the event log (LogStore), or
+// anything that stores events per session and can tell which it holds.
 type Store interface {
 	// Append stores evs, all valid, in order. They may belong to several
 	// sessions of one tenant. A failed call may have stored a prefix of

@@ -6,7 +6,6 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
-	"errors"
 	"os"
 	"path/filepath"
 	"sort"
@@ -39,26 +38,6 @@ func transcripts(t testing.TB) []string {
 	return files
 }
 
-// logStore adapts events.Log to the importer's Store, as the CLI does.
-type logStore struct{ log *events.Log }
-
-func (s logStore) Append(ctx context.Context, evs []events.Event) error {
-	_, err := s.log.Append(ctx, evs)
-	return err
-}
-
-func (s logStore) EventIDs(ctx context.Context, tenant, session string) (map[string]struct{}, error) {
-	ids := map[string]struct{}{}
-	err := s.log.ReadSession(ctx, tenant, session, events.ReadOptions{}, func(ev events.Event) error {
-		ids[ev.ID] = struct{}{}
-		return nil
-	})
-	if errors.Is(err, events.ErrSessionNotFound) {
-		err = nil
-	}
-	return ids, err
-}
-
 type env struct {
 	log   *events.Log
 	js    jetstream.JetStream
@@ -82,7 +61,7 @@ func newEnv(t *testing.T) *env {
 
 func (e *env) importFiles(t *testing.T, tenant string, files ...string) *claudecode.Report {
 	t.Helper()
-	rep, err := claudecode.Import(context.Background(), logStore{e.log}, files, claudecode.Options{Tenant: tenant}, nil)
+	rep, err := claudecode.Import(context.Background(), claudecode.LogStore(e.log), files, claudecode.Options{Tenant: tenant}, nil)
 	if err != nil {
 		t.Fatalf("import: %v", err)
 	}

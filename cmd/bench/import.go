@@ -2,11 +2,9 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 
 	"github.com/turnstone-dev/turnstone/claudecode"
-	"github.com/turnstone-dev/turnstone/events"
 )
 
 // importFigure is figure 6: claudecode.Import of the shipped transcripts
@@ -34,7 +32,7 @@ func (r *runner) importFigure(ctx context.Context) error {
 			srv.close()
 			return err
 		}
-		rep, err := claudecode.Import(ctx, logStore{l}, files, claudecode.Options{Tenant: benchTenant}, nil)
+		rep, err := claudecode.Import(ctx, claudecode.LogStore(l), files, claudecode.Options{Tenant: benchTenant}, nil)
 		c.nc.Close()
 		srv.close()
 		if err != nil {
@@ -59,27 +57,4 @@ func (r *runner) importFigure(ctx context.Context) error {
 		})
 	}
 	return nil
-}
-
-// logStore adapts the event log to the importer's Store, as `engine
-// import` does.
-type logStore struct{ log *events.Log }
-
-func (s logStore) Append(ctx context.Context, evs []events.Event) error {
-	_, err := s.log.Append(ctx, evs)
-	return err
-}
-
-func (s logStore) EventIDs(ctx context.Context, tenant, session string) (map[string]struct{}, error) {
-	ids := map[string]struct{}{}
-	err := s.log.ReadSession(ctx, tenant, session, events.ReadOptions{}, func(ev events.Event) error {
-		if ev.ID != "" {
-			ids[ev.ID] = struct{}{}
-		}
-		return nil
-	})
-	if errors.Is(err, events.ErrSessionNotFound) {
-		return ids, nil
-	}
-	return ids, err
 }

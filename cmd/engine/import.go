@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"errors"
 	"fmt"
 
@@ -67,7 +66,7 @@ number and skipped; the rest of the file is imported.`,
 				}
 				_ = bar.Set64(int64(done))
 			}
-			rep, err := claudecode.Import(ctx, logStore{log}, files, claudecode.Options{Tenant: tenant}, progress)
+			rep, err := claudecode.Import(ctx, claudecode.LogStore(log), files, claudecode.Options{Tenant: tenant}, progress)
 			_ = bar.Finish()
 			if rep != nil {
 				printImportReport(g, rep)
@@ -89,26 +88,4 @@ func printImportReport(g *globals, rep *claudecode.Report) {
 	fmt.Fprintf(g.stdout, "imported %d files, %d sessions: %d records -> %d events (%d appended, %d already stored); %d lines skipped; %s, %.0f events/s\n",
 		rep.Files, rep.Sessions, rep.Records, rep.Events, rep.Appended, rep.Existing, len(rep.Diagnostics),
 		rep.Elapsed.Round(1e6), rep.EventsPerSecond())
-}
-
-// logStore adapts the event log to the importer's Store.
-type logStore struct{ log *events.Log }
-
-func (s logStore) Append(ctx context.Context, evs []events.Event) error {
-	_, err := s.log.Append(ctx, evs)
-	return err
-}
-
-func (s logStore) EventIDs(ctx context.Context, tenant, session string) (map[string]struct{}, error) {
-	ids := map[string]struct{}{}
-	err := s.log.ReadSession(ctx, tenant, session, events.ReadOptions{}, func(ev events.Event) error {
-		if ev.ID != "" {
-			ids[ev.ID] = struct{}{}
-		}
-		return nil
-	})
-	if errors.Is(err, events.ErrSessionNotFound) {
-		return ids, nil
-	}
-	return ids, err
 }
