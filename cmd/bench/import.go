@@ -13,10 +13,10 @@ import (
 func (r *runner) importFigure(ctx context.Context) error {
 	files, err := claudecode.Expand(r.sizes.ImportPaths)
 	if err != nil {
-		return fmt.Errorf("transcripts %v (run from the repository root, or set -transcripts): %w", r.sizes.ImportPaths, err)
+		return fmt.Errorf("transcripts %v (run from the repository root, or set --transcripts): %w", r.sizes.ImportPaths, err)
 	}
 	if len(files) == 0 {
-		return fmt.Errorf("no *.jsonl transcript in %v (run from the repository root, or set -transcripts)", r.sizes.ImportPaths)
+		return fmt.Errorf("no *.jsonl transcript in %v (run from the repository root, or set --transcripts)", r.sizes.ImportPaths)
 	}
 	modes := []bool{false}
 	if r.sizes.ImportSyncAlways {

@@ -4,7 +4,7 @@
 // to the baseline and its target, then a markdown table for BENCHMARKS.md
 // on stdout.
 //
-//	go run ./cmd/bench [-quick] [-only NAME,...] [-json FILE]
+//	go run ./cmd/bench [--quick] [--only NAME,...] [--json FILE]
 //
 // Ratios are what count: the machine is shared and noisy, so absolute
 // numbers vary from run to run.
@@ -27,11 +27,9 @@ func main() {
 		return
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	m := NewMain()
-	err := m.ParseFlags(os.Args[1:])
-	if err == nil {
-		_, err = m.Run(ctx)
-	}
+	cmd := NewMain().command()
+	cmd.SetArgs(os.Args[1:])
+	err := cmd.ExecuteContext(ctx)
 	stop()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)

@@ -121,13 +121,13 @@ func TestRunProducesEveryFigure(t *testing.T) {
 func TestParseFlags(t *testing.T) {
 	m := NewMain()
 	m.Stderr = &bytes.Buffer{}
-	if err := m.ParseFlags([]string{"-quick", "-only", "append,restore", "-json", "x.json"}); err != nil {
+	if err := m.ParseFlags([]string{"--quick", "--only", "append,restore", "--json", "x.json"}); err != nil {
 		t.Fatal(err)
 	}
 	if !m.Quick || m.Sizes.AppendEvents != QuickSizes().AppendEvents || len(m.Only) != 2 || m.JSONPath != "x.json" {
 		t.Fatalf("parsed %+v", m)
 	}
-	if err := NewMain().ParseFlags([]string{"-only", "nope"}); err == nil {
-		t.Fatal("-only nope: no error")
+	if err := NewMain().ParseFlags([]string{"--only", "nope"}); err == nil {
+		t.Fatal("--only nope: no error")
 	}
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -13,6 +12,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/spf13/cobra"
 )
 
 // Sizes are the sizes of one run. FullSizes is the run BENCHMARKS.md
@@ -87,7 +88,7 @@ func QuickSizes() Sizes {
 	}
 }
 
-// Benchmarks are the names -only takes, in the order they run.
+// Benchmarks are the names --only takes, in the order they run.
 var Benchmarks = []string{"append", "fold", "restore", "incident", "memory", "import", "sync", "durability"}
 
 // Row is one line of the results table.
@@ -132,7 +133,7 @@ type Machine struct {
 	OS        string `json:"os"`
 }
 
-// Main is the bench command: ParseFlags, then Run.
+// Main is the bench command: its command (or ParseFlags), then Run.
 type Main struct {
 	Stdout, Stderr io.Writer
 	Quick          bool
@@ -147,6 +148,7 @@ type Main struct {
 	Sizes Sizes
 
 	transcripts string
+	only        string // --only, split into Only
 }
 
 // NewMain returns a Main writing to os.Stdout and os.Stderr, with FullSizes.
@@ -154,35 +156,63 @@ func NewMain() *Main {
 	return &Main{Stdout: os.Stdout, Stderr: os.Stderr, Sizes: FullSizes()}
 }
 
-// ParseFlags reads the command line.
-func (m *Main) ParseFlags(args []string) error {
-	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
-	fs.SetOutput(m.Stderr)
-	fs.Usage = func() {
-		fmt.Fprintf(m.Stderr, "usage: go run ./cmd/bench [-quick] [-only NAME,...] [-json FILE]\n\nbenchmarks: %s\n\n", strings.Join(Benchmarks, ", "))
-		fs.PrintDefaults()
+// command returns the bench command: its flags set m's fields, and
+// running it checks them (check) and runs m (Run).
+func (m *Main) command() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "bench [--quick] [--only NAME,...] [--json FILE]",
+		Short: "Measure Turnstone against raw JetStream",
+		Long: `Measure Turnstone against raw JetStream on this machine, in one run, and
+print each figure, its ratio to the baseline and its target, then a markdown
+table for BENCHMARKS.md on stdout.
+
+benchmarks: ` + strings.Join(Benchmarks, ", "),
+		Args:          cobra.NoArgs,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		PreRunE:       func(*cobra.Command, []string) error { return m.check() },
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			_, err := m.Run(cmd.Context())
+			return err
+		},
 	}
-	only := fs.String("only", "", "run only these benchmarks (comma-separated): "+strings.Join(Benchmarks, ", "))
+	cmd.SetOut(m.Stdout)
+	cmd.SetErr(m.Stderr)
+	fs := cmd.Flags()
+	fs.StringVar(&m.only, "only", "", "run only these benchmarks (comma-separated): "+strings.Join(Benchmarks, ", "))
 	fs.BoolVar(&m.Quick, "quick", false, "smaller sizes: finishes in under a minute")
 	fs.StringVar(&m.JSONPath, "json", "", "also write the report as JSON to FILE")
 	fs.StringVar(&m.CPUProfile, "cpuprofile", "", "write a CPU profile of the run to FILE")
 	fs.StringVar(&m.MemProfile, "memprofile", "", "write a heap profile, taken when the memory figure measures, to FILE")
 	fs.StringVar(&m.transcripts, "transcripts", DefaultTranscripts, "Claude Code transcripts (file or directory) to import")
-	if err := fs.Parse(args); err != nil {
+	return cmd
+}
+
+// ParseFlags reads the command line (without the program name) as the
+// command does, without running it. It returns pflag.ErrHelp for -h and
+// --help.
+func (m *Main) ParseFlags(args []string) error {
+	cmd := m.command()
+	if err := cmd.ParseFlags(args); err != nil {
 		return err
 	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("unexpected arguments %q", fs.Args())
+	if err := cmd.ValidateArgs(cmd.Flags().Args()); err != nil {
+		return err
 	}
+	return m.check()
+}
+
+// check validates the flags and sets the fields derived from them.
+func (m *Main) check() error {
 	if m.Quick {
 		m.Sizes = QuickSizes()
 	}
 	m.Sizes.ImportPaths = []string{m.transcripts}
-	if *only != "" {
-		for _, name := range strings.Split(*only, ",") {
+	if m.only != "" {
+		for _, name := range strings.Split(m.only, ",") {
 			name = strings.TrimSpace(name)
 			if !slices.Contains(Benchmarks, name) {
-				return fmt.Errorf("-only %q: not one of %s", name, strings.Join(Benchmarks, ", "))
+				return fmt.Errorf("--only %q: not one of %s", name, strings.Join(Benchmarks, ", "))
 			}
 			m.Only = append(m.Only, name)
 		}

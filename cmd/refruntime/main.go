@@ -18,7 +18,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -37,23 +36,28 @@ func main() {
 	os.Exit(code)
 }
 
-// run parses args, runs the command and returns the exit status.
+// run runs the command with args (without the program name) and returns
+// the exit status.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	m := NewMain(stdout, stderr)
-	if err := m.ParseFlags(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		fmt.Fprintln(stderr, "refruntime:", err)
-		return 2
+	cmd := m.command()
+	if args == nil {
+		args = []string{} // not nil: cobra would read os.Args
 	}
-	err := m.Run(ctx)
+	cmd.SetArgs(args)
+	err := cmd.ExecuteContext(ctx)
 	if cerr := m.Close(); err == nil {
 		err = cerr
 	}
-	if err != nil {
+	var usage usageError
+	switch {
+	case err == nil:
+		return 0
+	case errors.As(err, &usage):
+		fmt.Fprintln(stderr, "refruntime:", err)
+		return 2
+	default:
 		fmt.Fprintln(stderr, "refruntime:", err)
 		return 1
 	}
-	return 0
 }

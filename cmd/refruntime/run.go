@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -14,13 +13,15 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
+	"github.com/spf13/cobra"
 
 	"github.com/turnstone-dev/turnstone/embedded"
 	"github.com/turnstone-dev/turnstone/events"
 	"github.com/turnstone-dev/turnstone/refruntime"
 )
 
-// Main is the refruntime command: ParseFlags, then Run, then Close.
+// Main is the refruntime command: its command (or ParseFlags), then Run,
+// then Close.
 type Main struct {
 	stdout, stderr io.Writer
 	// exit ends the process; tests replace it.
@@ -42,6 +43,10 @@ type Main struct {
 	stageDelay  time.Duration
 	verbose     bool
 
+	// faultFlag and providersFlag are --fault and --providers as given,
+	// parsed into fault and providers by check.
+	faultFlag, providersFlag string
+
 	nc *nats.Conn
 	rt *refruntime.Runtime
 }
@@ -52,34 +57,80 @@ func NewMain(stdout, stderr io.Writer) *Main {
 	return &Main{stdout: stdout, stderr: stderr, exit: os.Exit}
 }
 
-// ParseFlags reads the command line (without the program name). It
-// returns flag.ErrHelp for -h and an error for a bad flag or combination.
-func (m *Main) ParseFlags(args []string) error {
-	fs := flag.NewFlagSet("refruntime", flag.ContinueOnError)
-	fs.SetOutput(m.stderr)
+// command returns the refruntime command: its flags set m's fields, and
+// running it checks them (check) and runs m (Run). Its errors for bad
+// flags, arguments or combinations are usageErrors.
+func (m *Main) command() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "refruntime",
+		Short: "Run Turnstone's reference agent runtime",
+		Long: `Record sessions of turns into the event log of a NATS server, with a fault
+injected into the last turn of each session, and print the session ids on
+stdout, one per line; with --serve, keep answering control requests until
+SIGINT or SIGTERM.`,
+		Args: func(_ *cobra.Command, args []string) error {
+			if len(args) > 0 {
+				return usageError{fmt.Errorf("unexpected arguments %q", args)}
+			}
+			return nil
+		},
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		PreRunE: func(*cobra.Command, []string) error {
+			if err := m.check(); err != nil {
+				return usageError{err}
+			}
+			return nil
+		},
+		RunE: func(cmd *cobra.Command, _ []string) error { return m.Run(cmd.Context()) },
+	}
+	cmd.SetOut(m.stdout)
+	cmd.SetErr(m.stderr)
+	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
+	fs := cmd.Flags()
 	fs.StringVar(&m.natsURL, "nats-url", embedded.DefaultURL, "NATS server URL")
 	fs.StringVar(&m.tenant, "tenant", "demo", "tenant to record under")
 	fs.StringVar(&m.name, "name", refruntime.DefaultName, "runtime name (session.started, event source)")
 	fs.IntVar(&m.sessions, "sessions", 1, "sessions to run")
 	fs.IntVar(&m.turns, "turns", 1, "turns per session")
 	fs.IntVar(&m.tools, "tools", 1, "tool calls per turn")
-	faultFlag := fs.String("fault", "", "fault of the last turn of each session: crash-mid-tool, stage-throws:<stage>, provider:<status>[:<retry after>], hang")
+	fs.StringVar(&m.faultFlag, "fault", "", "fault of the last turn of each session: crash-mid-tool, stage-throws:<stage>, provider:<status>[:<retry after>], hang")
 	fs.BoolVar(&m.exitOnCrash, "exit-on-crash", false, fmt.Sprintf("with --fault crash-mid-tool: exit with status %d right after the tool_use is stored", ExitCrash))
 	fs.BoolVar(&m.serve, "serve", false, "answer control requests until SIGINT or SIGTERM")
 	fs.BoolVar(&m.adopt, "adopt", false, "answer control requests for sessions another process ran (read back from the log)")
 	fs.StringVar(&m.prefix, "session-prefix", "rt", "prefix of the session ids (<prefix>-<ULID>)")
-	providers := fs.String("providers", "anthropic,bedrock,vertex", "providers in switch order, comma-separated; the first is the default")
+	fs.StringVar(&m.providersFlag, "providers", "anthropic,bedrock,vertex", "providers in switch order, comma-separated; the first is the default")
 	fs.StringVar(&m.model, "model", refruntime.DefaultModel, "model the assistant messages name")
 	fs.DurationVar(&m.stageDelay, "stage-delay", 0, "how long each stage and tool takes")
 	fs.BoolVar(&m.verbose, "verbose", false, "debug logs")
-	if err := fs.Parse(args); err != nil {
+	return cmd
+}
+
+// usageError is a bad flag, argument or combination of flags: exit
+// status 2.
+type usageError struct{ err error }
+
+func (e usageError) Error() string { return e.err.Error() }
+func (e usageError) Unwrap() error { return e.err }
+
+// ParseFlags reads the command line (without the program name) as the
+// command does, without running it. It returns pflag.ErrHelp for -h and
+// --help and an error for a bad flag or combination.
+func (m *Main) ParseFlags(args []string) error {
+	cmd := m.command()
+	if err := cmd.ParseFlags(args); err != nil {
 		return err
 	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("unexpected arguments %q", fs.Args())
+	if err := cmd.ValidateArgs(cmd.Flags().Args()); err != nil {
+		return err
 	}
+	return m.check()
+}
+
+// check validates the flags and sets the fields derived from them.
+func (m *Main) check() error {
 	var errs []error
-	f, err := refruntime.ParseFault(*faultFlag)
+	f, err := refruntime.ParseFault(m.faultFlag)
 	if err != nil {
 		errs = append(errs, fmt.Errorf("--fault: %w", err))
 	}
@@ -94,7 +145,7 @@ func (m *Main) ParseFlags(args []string) error {
 		errs = append(errs, fmt.Errorf("--session-prefix: %q must be 1-%d characters of [A-Za-z0-9_-]", m.prefix, events.MaxTokenLen-27))
 	}
 	m.providers = nil
-	for _, p := range strings.Split(*providers, ",") {
+	for _, p := range strings.Split(m.providersFlag, ",") {
 		if p = strings.TrimSpace(p); p != "" {
 			m.providers = append(m.providers, p)
 		}
