@@ -201,8 +201,8 @@ func checkSession(t testing.TB, s Session) []string {
 	return probs
 }
 
-// historyProblems applies the message-history invariant of DESIGN.md to a
-// session's message.appended events, after merging consecutive records of
+// historyProblems applies the message-history invariant of docs/design.md
+// to a session's message.appended events, after merging consecutive records of
 // one role: every tool_use gets exactly one tool_result in the next (user)
 // message, which puts its results first; every tool_result answers a
 // tool_use of the previous assistant message. A distillation.completed

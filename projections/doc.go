@@ -1,13 +1,13 @@
 // Package projections folds a session's events into its state and checks
-// the invariants of DESIGN.md ("Invariants the projections check"): every
-// turn ends exactly once (1); the message history follows the Anthropic
-// Messages API rules for tool_use and tool_result blocks and for roles (2);
-// no distillation runs during a foreign turn or over a dirty history (3);
-// the same error, or the same assistant output, in a row is counted as a
-// streak, and each turn's failed attempts as its budget spent (4). It also
-// keeps the recovery side's record of the session: the recovery commands
-// run on it (recovery.*), its rewinds and forks, and the circuit breakers
-// (breaker.changed).
+// the invariants of docs/design.md ("Invariants the projections check"):
+// every turn ends exactly once (1); the message history follows the
+// Anthropic Messages API rules for tool_use and tool_result blocks and for
+// roles (2); no distillation runs during a foreign turn or over a dirty
+// history (3); the same error, or the same assistant output, in a row is
+// counted as a streak, and each turn's failed attempts as its budget spent
+// (4). It also keeps the recovery side's record of the session: the
+// recovery commands run on it (recovery.*), its rewinds and forks, and the
+// circuit breakers (breaker.changed).
 //
 // The fold (Session.Apply) is pure: no I/O, no clock (time only comes from
 // the events), no map iteration order in its results. Folding the same

@@ -9,10 +9,10 @@ import (
 	"github.com/turnstone-dev/turnstone/events"
 )
 
-// Invariant 4 (DESIGN.md): a turn's implementation budget is bounded; the
-// same error N times in a row, or the same output hash N times in a row,
-// is a loop, not progress. The fold only counts; the limits are the
-// reconciler's policy.
+// Invariant 4 (docs/design.md): a turn's implementation budget is
+// bounded; the same error N times in a row, or the same output hash N
+// times in a row, is a loop, not progress. The fold only counts; the
+// limits are the reconciler's policy.
 //
 //   - Errors.Streak: identical errors in a row (ErrorKey).
 //   - Outputs: identical assistant outputs in a row (OutputStreak,

@@ -1,6 +1,6 @@
 // Package reconciler is the engine's control loop: it compares each
 // session's projected state with the invariants and deadlines of
-// DESIGN.md, and issues recovery commands (idempotent ids) or answers
+// docs/design.md, and issues recovery commands (idempotent ids) or answers
 // (distillation.skipped). It decides; the recovery workers execute.
 //
 // It hangs off the projector (projections.Projector.OnApply), so every
