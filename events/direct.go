@@ -101,7 +101,8 @@ func (l *Log) directBatch(ctx context.Context, sub *nats.Subscription, last uint
 		if seq > last {
 			continue // drain the batch
 		}
-		if err := fn(DecodeStored(msg.Header.Get("Nats-Subject"), seq, msg.Data)); err != nil {
+		stored, _ := time.Parse(time.RFC3339Nano, msg.Header.Get("Nats-Time-Stamp"))
+		if err := fn(DecodeStoredAt(msg.Header.Get("Nats-Subject"), seq, stored, msg.Data)); err != nil {
 			return 0, err
 		}
 	}

@@ -29,8 +29,12 @@ const DefaultSource = "urn:turnstone"
 // optional and names the turn the event belongs to. Data holds the payload
 // for Type, a JSON object; use Payload to decode it.
 //
-// Seq and Subject are set on events read from the log (the stream sequence
-// and the stored, partitioned subject); they are not part of the body. Err
+// Seq, Subject and Stored are set on events read from the log (the stream
+// sequence, the stored, partitioned subject, and JetStream's store time);
+// they are not part of the body. Stored is the log's own clock: unlike
+// Time, which the publisher chose, it is when the event reached the
+// stream, so deadlines and recency count from it (zero when the reader
+// did not have it). Err
 // is set on an event read from the log whose body could not be decoded or
 // breaks the contract (an *EventError naming its session and sequence);
 // such an event still carries Seq, Subject, Tenant and Session (from the
@@ -46,9 +50,10 @@ type Event struct {
 	Turn        string          `json:"turn,omitempty"`
 	Data        json.RawMessage `json:"data"`
 
-	Seq     uint64 `json:"-"`
-	Subject string `json:"-"`
-	Err     error  `json:"-"`
+	Seq     uint64    `json:"-"`
+	Subject string    `json:"-"`
+	Stored  time.Time `json:"-"`
+	Err     error     `json:"-"`
 }
 
 // New builds an event for tenant and session carrying payload p, with a new

@@ -69,7 +69,7 @@ func (l *Log) Follow(ctx context.Context, opts FollowOptions, fn func(Event)) (*
 		if err != nil {
 			return
 		}
-		fn(DecodeStored(msg.Subject(), meta.Sequence.Stream, msg.Data()))
+		fn(DecodeStoredAt(msg.Subject(), meta.Sequence.Stream, meta.Timestamp, msg.Data()))
 	})
 	if err != nil {
 		return nil, fmt.Errorf("follow: %w", unavailable(err))

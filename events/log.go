@@ -477,8 +477,17 @@ func (l *Log) ReadAll(ctx context.Context, opts ReadOptions, fn func(Event) erro
 // DecodeStored turns a message stored at stream sequence seq under subject
 // into an Event, for consumers of AGENT_EVENTS of their own. It sets Err (an
 // *EventError) when the body is malformed, breaks the contract, or names
-// another session than its subject.
+// another session than its subject. Tenant and Session always come from
+// the subject (the stored subject is the truth; a body that names another
+// session is an invalid event of the subject's session). Set Stored from
+// the message's store time (DecodeStoredAt does).
 func DecodeStored(subject string, seq uint64, body []byte) Event {
+	return DecodeStoredAt(subject, seq, time.Time{}, body)
+}
+
+// DecodeStoredAt is DecodeStored with the message's store time (JetStream
+// metadata Timestamp, or the Nats-Time-Stamp header of a direct get).
+func DecodeStoredAt(subject string, seq uint64, stored time.Time, body []byte) Event {
 	tenant, session := subjectTokens(subject)
 	ev, err := Decode(body)
 	if err == nil {
@@ -488,15 +497,15 @@ func DecodeStored(subject string, seq uint64, body []byte) Event {
 		err = fmt.Errorf("%w: body names %s/%s, stored under subject %s", ErrInvalid, ev.Tenant, ev.Session, subject)
 	}
 	if err != nil {
-		if ev.Tenant == "" || ev.Session == "" {
-			ev.Tenant, ev.Session = tenant, session
-		}
 		if ev.Data == nil {
 			ev.Data = append([]byte(nil), body...)
 		}
 		ev.Err = &EventError{Tenant: tenant, Session: session, Seq: seq, ID: ev.ID, Err: err}
 	}
-	ev.Seq, ev.Subject = seq, subject
+	if tenant != "" || session != "" {
+		ev.Tenant, ev.Session = tenant, session
+	}
+	ev.Seq, ev.Subject, ev.Stored = seq, subject, stored
 	return ev
 }
 

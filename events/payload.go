@@ -150,7 +150,11 @@ func (k ErrorKind) valid() bool {
 // ParentSession and ParentToolUseID link a sidechain (a subagent's session)
 // to the session and the tool call that started it. Kind is "main" (the
 // default), "subagent" or "compaction". Labels are free-form metadata (cwd,
-// git branch); their values are masked.
+// git branch); their values are masked. History marks a session recorded
+// after the fact (an import of a transcript file): its events are history,
+// not a runtime at work, and the reconciler never acts on it. A later
+// session.started of the same session may change any of these (a followed
+// transcript that was first imported as history sends History false).
 type SessionStarted struct {
 	// ForkedFrom and ForkSeq record a fork's lineage: the session it was
 	// forked from and the last stream sequence of that session's prefix
@@ -164,12 +168,43 @@ type SessionStarted struct {
 	ParentSession   string            `json:"parent_session,omitempty"`
 	ParentToolUseID string            `json:"parent_tool_use_id,omitempty"`
 	Labels          map[string]string `json:"labels,omitempty"`
+	History         bool              `json:"history,omitempty"`
 }
 
+// PauseCause says, for machines, why a session was paused; Reason says it
+// for people.
+type PauseCause string
+
+// The pause causes. A session paused for runtime_unavailable is resumed by
+// the engine when its runtime is present again (docs/control.md).
+const (
+	// CauseRuntimeUnavailable: a command needed the agent runtime and no
+	// runtime answered (NATS no responders).
+	CauseRuntimeUnavailable PauseCause = "runtime_unavailable"
+	// CauseNeedsPerson: a strategy chain ended in pause (authentication,
+	// a spent retry chain) and a person must act, then resume.
+	CauseNeedsPerson PauseCause = "needs_person"
+	// CauseParked: a command failed on every delivery and was parked.
+	CauseParked PauseCause = "parked"
+	// CauseLoop: the reconciler saw a loop (the same output or error in a
+	// row).
+	CauseLoop PauseCause = "loop"
+	// CauseAborted: abort_session gave up on the session.
+	CauseAborted PauseCause = "aborted"
+	// CauseManual: a person (or a pause_session command issued by hand)
+	// paused it.
+	CauseManual PauseCause = "manual"
+)
+
 // SessionPaused records that the session must not run new turns until it is
-// resumed; Reason says why.
+// resumed; Reason says why, for people. Cause, when set, says why for
+// machines (a PauseCause; empty from older writers); CommandID and Kind name
+// the recovery command that paused it or that could not run, when one did.
 type SessionPaused struct {
-	Reason string `json:"reason"`
+	Reason    string     `json:"reason"`
+	Cause     PauseCause `json:"cause,omitempty"`
+	CommandID string     `json:"command_id,omitempty"`
+	Kind      string     `json:"kind,omitempty"`
 }
 
 // SessionResumed ends a pause; Reason says who or what resumed it.

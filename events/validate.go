@@ -232,7 +232,14 @@ func (p *SessionStarted) validate(v *validator) {
 	}
 }
 
-func (p *SessionPaused) validate(v *validator)  { v.required("reason", p.Reason) }
+func (p *SessionPaused) validate(v *validator) {
+	v.required("reason", p.Reason)
+	switch p.Cause {
+	case "", CauseRuntimeUnavailable, CauseNeedsPerson, CauseParked, CauseLoop, CauseAborted, CauseManual:
+	default:
+		v.add("cause", "must be one of runtime_unavailable, needs_person, parked, loop, aborted, manual", string(p.Cause))
+	}
+}
 func (p *SessionResumed) validate(v *validator) {}
 
 func (p *TurnStarted) validate(v *validator) { v.nonNegative("deadline_ms", p.DeadlineMS) }

@@ -163,7 +163,7 @@ func (p *Projector) Open(ctx context.Context) error {
 			_ = msg.Term()
 			return
 		}
-		p.apply(runCtx, events.DecodeStored(msg.Subject(), meta.Sequence.Stream, msg.Data()))
+		p.apply(runCtx, events.DecodeStoredAt(msg.Subject(), meta.Sequence.Stream, meta.Timestamp, msg.Data()))
 		_ = msg.Ack()
 	})
 	if err != nil {

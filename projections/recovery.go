@@ -245,6 +245,7 @@ func (s *Session) sessionStarted(p *events.SessionStarted) {
 	set(&s.ParentSession, p.ParentSession)
 	set(&s.ParentToolUseID, p.ParentToolUseID)
 	set(&s.Model, p.Model)
+	s.History = p.History
 	if len(p.Labels) > 0 {
 		s.Labels = make(map[string]string, len(p.Labels))
 		for k, v := range p.Labels {

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/turnstone-dev/turnstone/events"
@@ -18,7 +19,16 @@ import (
 //
 // Version 3: invariant 4's counts (the output streak and message hashes,
 // turns' failed attempts, flaky-suspected tool runs) and violation times.
-const Version = 3
+//
+// Version 4: the log's own clock (FirstStored, LastStored, LastLiveStored,
+// Turn.SeenAt), History, the pause's cause and command, and clock_skew.
+const Version = 4
+
+// MaxClockSkew is how far an event's own time may lie ahead of its store
+// time (Event.Stored, JetStream's clock) before the fold flags it with a
+// clock_skew violation. Times in the past are not flagged: a publisher may
+// send late (a buffer flushed after an outage) and an import is history.
+const MaxClockSkew = 5 * time.Minute
 
 // Retention bounds: the state keeps the latest entries of the lists that
 // grow with a session's length, so that a snapshot stays small whatever
@@ -101,6 +111,20 @@ type Session struct {
 	// they are a minimum and a maximum, not the first and last events'.
 	FirstTime time.Time `json:"first_time,omitzero"`
 	LastTime  time.Time `json:"last_time,omitzero"`
+	// FirstStored and LastStored are the earliest and the latest store
+	// time (JetStream's clock, Event.Stored) of the events folded: the
+	// trusted times, unlike the publishers' FirstTime and LastTime. Zero
+	// when the events carried none (a fold of events not read from the
+	// log).
+	FirstStored time.Time `json:"first_stored,omitzero"`
+	LastStored  time.Time `json:"last_stored,omitzero"`
+	// LastLiveStored is the latest store time of an event folded while
+	// the session was not History: what the live horizon counts from.
+	LastLiveStored time.Time `json:"last_live_stored,omitzero"`
+	// History is set when the latest session.started said the session is
+	// history (recorded after the fact, such as an imported transcript):
+	// the reconciler never acts on it.
+	History bool `json:"history,omitempty"`
 	// Totals counts every entry ever made in the lists the state keeps
 	// only the latest entries of.
 	Totals Totals `json:"totals"`
@@ -153,10 +177,15 @@ type Session struct {
 	Flaky []Flaky `json:"flaky,omitempty"`
 
 	// Paused is true between session.paused and session.resumed;
-	// PauseReason and PausedSeq tell why and since when.
-	Paused      bool   `json:"paused"`
-	PauseReason string `json:"pause_reason,omitempty"`
-	PausedSeq   uint64 `json:"paused_seq,omitempty"`
+	// PauseReason and PausedSeq tell why and since when; PauseCause,
+	// PauseCommand and PauseKind are the pause's cause, and the command
+	// that paused it or could not run (see events.SessionPaused).
+	Paused       bool              `json:"paused"`
+	PauseReason  string            `json:"pause_reason,omitempty"`
+	PauseCause   events.PauseCause `json:"pause_cause,omitempty"`
+	PauseCommand string            `json:"pause_command,omitempty"`
+	PauseKind    string            `json:"pause_kind,omitempty"`
+	PausedSeq    uint64            `json:"paused_seq,omitempty"`
 	// LastSnapshotSeq is the covers_seq of the latest snapshot.taken.
 	LastSnapshotSeq uint64 `json:"last_snapshot_seq,omitempty"`
 
@@ -276,6 +305,7 @@ func (s *Session) Apply(ev events.Event) []Violation {
 	s.Version = Version
 	s.track(ev)
 	s.apply(ev)
+	s.stored(ev)
 	s.trim()
 	n := s.Totals.Violations - before
 	if n == 0 {
@@ -306,6 +336,46 @@ func (s *Session) track(ev events.Event) {
 	if s.Tenant == "" && s.Session == "" {
 		s.Tenant, s.Session = ev.Tenant, ev.Session
 	}
+}
+
+// stored moves the log's clock (Event.Stored), after the event's rule ran
+// (so that a session.started that marks the session history already
+// counts), and flags an event time too far ahead of it.
+func (s *Session) stored(ev events.Event) {
+	if ev.Stored.IsZero() {
+		return
+	}
+	at := ev.Stored.Round(0)
+	if s.FirstStored.IsZero() || at.Before(s.FirstStored) {
+		s.FirstStored = at
+	}
+	if at.After(s.LastStored) {
+		s.LastStored = at
+	}
+	if !s.History && runtimeActivity(ev) && at.After(s.LastLiveStored) {
+		s.LastLiveStored = at
+	}
+	if ahead := ev.Time.Sub(at); ev.Err == nil && ahead > MaxClockSkew {
+		s.violate(ev, RuleClockSkew, fmt.Sprintf("event time %s is %s ahead of the time it was stored (%s); the log's time is used",
+			ev.Time.UTC().Format(time.RFC3339), ahead.Round(time.Second), at.UTC().Format(time.RFC3339)), "", ev.Turn)
+	}
+}
+
+// runtimeActivity reports whether ev is the agent runtime at work (what
+// makes a session live), not Turnstone's own bookkeeping: the types a
+// runtime publishes, from a source that is not one of Turnstone's writers
+// ("urn:turnstone:worker:…", "urn:turnstone:reconciler").
+func runtimeActivity(ev events.Event) bool {
+	if ev.Err != nil || strings.HasPrefix(ev.Source, "urn:turnstone:") {
+		return false
+	}
+	switch ev.Type {
+	case events.TypeSnapshotTaken, events.TypeBreakerChanged, events.TypeSessionPaused, events.TypeSessionResumed,
+		events.TypeSessionRewound, events.TypeSessionForked, events.TypeDistillationSkipped,
+		events.TypeRecoveryAttempted, events.TypeRecoveryCompleted, events.TypeRecoveryParked:
+		return false
+	}
+	return true
 }
 
 // apply dispatches ev to its type's rule. s.LastSeq still holds the
@@ -339,8 +409,10 @@ func (s *Session) apply(ev events.Event) {
 		s.sessionStarted(p)
 	case *events.SessionPaused:
 		s.Paused, s.PauseReason, s.PausedSeq = true, p.Reason, ev.Seq
+		s.PauseCause, s.PauseCommand, s.PauseKind = p.Cause, p.CommandID, p.Kind
 	case *events.SessionResumed:
 		s.Paused, s.PauseReason, s.PausedSeq = false, "", 0
+		s.PauseCause, s.PauseCommand, s.PauseKind = "", "", ""
 	case *events.TurnStarted:
 		if turn == "" {
 			s.invalid(ev, "turn.started without a turn id")

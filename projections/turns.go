@@ -43,7 +43,11 @@ type Turn struct {
 	EndedSeq   uint64 `json:"ended_seq,omitempty"`
 	// StartedAt and EndedAt are those events' times.
 	StartedAt time.Time `json:"started_at,omitzero"`
-	EndedAt   time.Time `json:"ended_at,omitzero"`
+	// SeenAt is when the log stored turn.started (Event.Stored, the
+	// log's clock): what the turn's deadline counts from. Zero when the
+	// event carried no store time.
+	SeenAt  time.Time `json:"seen_at,omitzero"`
+	EndedAt time.Time `json:"ended_at,omitzero"`
 	// LastStage is the last stage the turn completed.
 	LastStage events.Stage `json:"last_stage,omitempty"`
 	// FailedStage and Error are set on a failed turn: the stage that threw
@@ -91,6 +95,7 @@ func (s *Session) turnStarted(ev events.Event, id string, p *events.TurnStarted)
 		DeadlineMS: p.DeadlineMS,
 		StartedSeq: ev.Seq,
 		StartedAt:  ev.Time.Round(0),
+		SeenAt:     ev.Stored.Round(0),
 	})
 	s.index().turns[id] = len(s.Turns) - 1
 	s.InFlight = append(s.InFlight, id)

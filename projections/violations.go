@@ -15,8 +15,8 @@ type Rule string
 // ToolUseWithoutResult, ToolResultWithoutToolUse, DuplicateToolResult,
 // LateToolResult, DuplicateToolUse, ResultsNotFirst, FirstMessageNotUser.
 // Invariant 3 (distillation): DistillationDuringTurn,
-// DistillationDirtyHistory. And InvalidEvent for events that could not be
-// folded.
+// DistillationDirtyHistory. And ClockSkew for an event time the log's
+// clock contradicts, InvalidEvent for events that could not be folded.
 const (
 	// RuleTurnUnknown: a turn.* event (other than turn.started) names a
 	// turn that never started.
@@ -59,6 +59,10 @@ const (
 	// whose tail holds an unanswered tool_use, or that broke a history
 	// rule since the last distillation (resolved violations aside).
 	RuleDistillationDirtyHistory Rule = "distillation_dirty_history"
+
+	// RuleClockSkew: the event's own time lies more than MaxClockSkew
+	// ahead of the time the log stored it.
+	RuleClockSkew Rule = "clock_skew"
 
 	// RuleInvalidEvent: an event could not be folded (its Err was set, its
 	// payload did not decode, or it lacks what the fold needs).
