@@ -44,6 +44,11 @@ type CommandRecord struct {
 	Parked     bool   `json:"parked,omitempty"`
 	ParkReason string `json:"park_reason,omitempty"`
 	Deliveries int    `json:"deliveries,omitempty"`
+	// PauseCause is the cause of the session.paused that named this
+	// command (events.SessionPaused.CommandID), when one did: a command
+	// that paused the session for runtime_unavailable is issued again when
+	// the runtime is back.
+	PauseCause events.PauseCause `json:"pause_cause,omitempty"`
 	// FirstSeq and LastSeq are the sequences of its first and latest
 	// recovery.* events.
 	FirstSeq uint64 `json:"first_seq"`

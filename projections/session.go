@@ -410,6 +410,9 @@ func (s *Session) apply(ev events.Event) {
 	case *events.SessionPaused:
 		s.Paused, s.PauseReason, s.PausedSeq = true, p.Reason, ev.Seq
 		s.PauseCause, s.PauseCommand, s.PauseKind = p.Cause, p.CommandID, p.Kind
+		if c := s.Command(p.CommandID); c != nil && p.Cause != "" {
+			c.PauseCause = p.Cause
+		}
 	case *events.SessionResumed:
 		s.Paused, s.PauseReason, s.PausedSeq = false, "", 0
 		s.PauseCause, s.PauseCommand, s.PauseKind = "", "", ""

@@ -27,8 +27,11 @@ type Action struct {
 // Input is what Decide looks at: the session's projected state, the time
 // now, the tenant's policy, when the reconciler first saw each pending
 // distillation request (by its RequestedSeq) and each turn in flight (by
-// its id; zero time: just now), and whether turns in flight are to be
-// abandoned at once (the restart policy).
+// its id, for turns whose turn.started carried no store time; zero time:
+// just now), whether turns in flight are to be abandoned at once (the
+// restart policy), whether the session is live (see Live; Decide issues
+// nothing for a session that is not), and whether a runtime serving it is
+// present (package presence).
 type Input struct {
 	State          *projections.Session
 	Now            time.Time
@@ -36,7 +39,28 @@ type Input struct {
 	RequestSeenAt  func(seq uint64) time.Time
 	TurnSeenAt     func(turn string) time.Time
 	RestartAbandon bool
+	Live           bool
+	RuntimePresent bool
 }
+
+// Live reports whether the reconciler acts on session s at now
+// (docs/policy.md, "Live sessions"): s is not history, and either a
+// runtime serving it is present or its latest runtime activity was stored
+// within the policy's live horizon (projections.Session.LastLiveStored,
+// the log's clock).
+func Live(s *projections.Session, now time.Time, p *Policy, runtimePresent bool) bool {
+	if s == nil || s.History {
+		return false
+	}
+	if runtimePresent {
+		return true
+	}
+	return !s.LastLiveStored.IsZero() && now.Sub(s.LastLiveStored) <= time.Duration(p.Live.Horizon)
+}
+
+// maxIssue bounds how many times one detection is issued again after its
+// runtime came back (each return issues it once more).
+const maxIssue = 20
 
 // transientClasses are the error classes the transient policy covers.
 var transientClasses = []recovery.Class{
@@ -52,16 +76,38 @@ var transientClasses = []recovery.Class{
 // tick, a restart, a second engine) issues nothing new.
 func Decide(in Input) []Action {
 	s, p := in.State, in.Policy
-	if s == nil || s.Session == "" || strings.HasPrefix(s.Session, "_") {
+	if s == nil || s.Session == "" || strings.HasPrefix(s.Session, "_") || !in.Live {
 		return nil
 	}
 	var out []Action
 	cmd := func(kind recovery.Kind, turn, reason string, evidence []uint64, params recovery.Params) {
 		c := recovery.NewCommand(kind, s.Tenant, s.Session, turn, reason, evidence)
+		// A detection whose command could not reach the runtime (it
+		// failed runtime_unavailable and paused the session) is issued
+		// again, once, after the session was resumed for the runtime's
+		// return: a new issue, a new id.
+		for c.Issue < maxIssue && !s.Paused && in.RuntimePresent {
+			rec := s.Command(c.ID)
+			if rec == nil || !rec.Done() || rec.PauseCause != events.CauseRuntimeUnavailable {
+				break
+			}
+			c.Issue++
+			c.ID = recovery.CommandID(kind, s.Tenant, s.Session, turn, evidence, c.Issue)
+		}
+		if rec := s.Command(c.ID); rec != nil && rec.Done() {
+			return // decided before, and carried out: nothing new
+		}
 		c.IssuedAt = in.Now.UTC()
-		c.IssuedBy = "reconciler"
+		c.IssuedBy = recovery.IssuerReconciler
 		c.Params = params
 		out = append(out, Action{Key: c.ID, Command: &c, Why: reason})
+	}
+
+	// A session paused because no runtime answered resumes when its
+	// runtime is back; what needed the runtime is then issued again.
+	if s.Paused && s.PauseCause == events.CauseRuntimeUnavailable && in.RuntimePresent {
+		cmd(recovery.KindResumeSession, "", fmt.Sprintf("the runtime of %s/%s is back (paused at seq %d: %s)", s.Tenant, s.Session, s.PausedSeq, oneLine(s.PauseReason)),
+			[]uint64{s.PausedSeq}, recovery.Params{})
 	}
 
 	// Invariant 2: an orphaned tool_use is repaired before anything else.
@@ -81,10 +127,10 @@ func Decide(in Input) []Action {
 	}
 
 	// Invariant 1: every turn ends; one without an outcome past its
-	// deadline is abandoned. The deadline runs from the later of the turn's
-	// own start time and the moment the reconciler first saw it in flight:
-	// an imported or replayed turn that started long ago is not abandoned
-	// before the events that end it are folded.
+	// deadline is abandoned. The deadline runs from when the log stored
+	// its turn.started (Turn.SeenAt, the log's clock: a publisher's clock,
+	// or a time in year 9999, changes nothing), or, for a state without
+	// store times, from when the reconciler first saw it in flight.
 	for _, t := range s.Turns {
 		if t.Status != projections.TurnInFlight {
 			continue
@@ -100,7 +146,7 @@ func Decide(in Input) []Action {
 		switch {
 		case in.RestartAbandon:
 			cmd(recovery.KindAbandonTurn, t.ID, fmt.Sprintf("in flight when the engine restarted; last stage: %s", last), []uint64{t.StartedSeq}, recovery.Params{})
-		case !t.StartedAt.IsZero() && in.Now.Sub(later(t.StartedAt, seenAt(in.TurnSeenAt, t.ID, in.Now))) >= deadline:
+		case in.Now.Sub(turnSeen(t, in.TurnSeenAt, in.Now)) >= deadline:
 			cmd(recovery.KindAbandonTurn, t.ID, fmt.Sprintf("no outcome within %s of its start; last stage: %s", deadline, last), []uint64{t.StartedSeq}, recovery.Params{})
 		}
 	}
@@ -207,9 +253,11 @@ func seenAt(f func(string) time.Time, id string, now time.Time) time.Time {
 	return now
 }
 
-func later(a, b time.Time) time.Time {
-	if b.After(a) {
-		return b
+// turnSeen is when the deadline of turn t starts: its SeenAt, else when
+// the reconciler first saw it.
+func turnSeen(t projections.Turn, f func(string) time.Time, now time.Time) time.Time {
+	if !t.SeenAt.IsZero() {
+		return t.SeenAt
 	}
-	return a
+	return seenAt(f, t.ID, now)
 }

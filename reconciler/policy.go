@@ -62,6 +62,8 @@ type Policy struct {
 	Distillation DistillationPolicy `yaml:"distillation"`
 	// Orphans sets what happens to an orphaned tool_use.
 	Orphans OrphanPolicy `yaml:"orphans"`
+	// Live says which sessions the reconciler acts on.
+	Live LivePolicy `yaml:"live"`
 	// Tenants holds per-tenant overrides: any of the keys above.
 	Tenants map[string]yaml.Node `yaml:"tenants"`
 
@@ -104,6 +106,15 @@ type TransientPolicy struct {
 type DistillationPolicy struct {
 	Guard *bool    `yaml:"guard"`
 	Grace Duration `yaml:"grace"`
+}
+
+// LivePolicy: the reconciler acts only on live sessions (docs/policy.md,
+// "Live sessions"): not history (an import), and either served by a
+// runtime that is present (package presence) or with runtime activity
+// stored within Horizon (the log's clock; default 30m). A person can
+// still issue any command on any session by hand.
+type LivePolicy struct {
+	Horizon Duration `yaml:"horizon"`
 }
 
 // OrphanPolicy: Repair issues repair_orphans for every orphaned tool_use
@@ -158,6 +169,9 @@ func (p *Policy) setDefaults() {
 		t := true
 		p.Orphans.Repair = &t
 	}
+	if p.Live.Horizon == 0 {
+		p.Live.Horizon = Duration(30 * time.Minute)
+	}
 }
 
 // validate reports every bad key, each named with prefix ("tenants.acme.").
@@ -189,6 +203,9 @@ func (p *Policy) validate(prefix string) []error {
 		if _, err := recovery.ParseChain(chain); err != nil {
 			bad(key, "%v", err)
 		}
+	}
+	if p.Live.Horizon <= 0 {
+		bad("live.horizon", "must be positive, got %s", time.Duration(p.Live.Horizon))
 	}
 	if p.Distillation.Grace < 0 {
 		bad("distillation.grace", "must not be negative, got %s", time.Duration(p.Distillation.Grace))

@@ -44,6 +44,19 @@ type Config struct {
 	// OnFailClosed, when set, is called when the reconciler fails closed
 	// (err set) or opens again (err nil).
 	OnFailClosed func(err error)
+	// Presence tells which runtimes are present (nil: none is ever
+	// present; sessions are live by the live horizon only). A
+	// *presence.Tracker implements it.
+	Presence Presence
+}
+
+// Presence is what the reconciler asks of the runtimes' presence:
+// whether a runtime serving a session is present, and to keep an eye on a
+// tenant whose session waits for its runtime. *presence.Tracker
+// implements it.
+type Presence interface {
+	Present(tenant, session string) bool
+	Watch(tenant string)
 }
 
 func (c *Config) setDefaults() {
@@ -180,8 +193,14 @@ func (r *Reconciler) judge(s *projections.Session) {
 	}
 	k := key(s.Tenant, s.Session)
 	now := r.cfg.Clock.Now()
+	policy := r.cfg.Policy.For(s.Tenant)
+	present := r.cfg.Presence != nil && r.cfg.Presence.Present(s.Tenant, s.Session)
+	waiting := s.Paused && s.PauseCause == events.CauseRuntimeUnavailable && !s.History
+	if waiting && r.cfg.Presence != nil {
+		r.cfg.Presence.Watch(s.Tenant)
+	}
 	r.mu.Lock()
-	if len(s.InFlight) > 0 || s.PendingDistillation() != nil {
+	if len(s.InFlight) > 0 || s.PendingDistillation() != nil || waiting {
 		if _, ok := r.watch[k]; !ok {
 			r.watch[k] = now
 		}
@@ -208,7 +227,7 @@ func (r *Reconciler) judge(s *projections.Session) {
 	}
 	r.mu.Unlock()
 	actions := Decide(Input{
-		State: s, Now: now, Policy: r.cfg.Policy.For(s.Tenant),
+		State: s, Now: now, Policy: policy, Live: Live(s, now, policy, present), RuntimePresent: present,
 		RequestSeenAt: func(seq uint64) time.Time {
 			r.mu.Lock()
 			defer r.mu.Unlock()
@@ -257,8 +276,10 @@ func (r *Reconciler) scan(ctx context.Context, restart bool) error {
 		if restart && len(s.InFlight) > 0 {
 			r.l.Info().Str("session", key(ref.Tenant, ref.Session)).Strs("turns", s.InFlight).
 				Str("policy", r.cfg.Policy.For(ref.Tenant).Restart.InFlightTurns).Msg("turns in flight at start")
-			if r.cfg.Policy.For(ref.Tenant).Restart.InFlightTurns == "abandon" {
-				r.enqueue(Decide(Input{State: s, Now: r.cfg.Clock.Now(), Policy: r.cfg.Policy.For(ref.Tenant), RestartAbandon: true}))
+			if p := r.cfg.Policy.For(ref.Tenant); p.Restart.InFlightTurns == "abandon" {
+				now := r.cfg.Clock.Now()
+				present := r.cfg.Presence != nil && r.cfg.Presence.Present(s.Tenant, s.Session)
+				r.enqueue(Decide(Input{State: s, Now: now, Policy: p, RestartAbandon: true, Live: Live(s, now, p, present), RuntimePresent: present}))
 			}
 		}
 		r.judge(s)

@@ -308,3 +308,81 @@ func TestFailsClosedWhileTheLogIsFullAndCarriesOn(t *testing.T) {
 		t.Fatalf("still failed closed: %v", err)
 	}
 }
+
+// The runtime is away when a distillation is due: the distill command
+// meets no responders and pauses the session for runtime_unavailable. When
+// the runtime announces itself again, the engine resumes the session and
+// the distillation runs, exactly once.
+func TestSessionPausedForAnAbsentRuntimeResumesWhenItReturns(t *testing.T) {
+	e := newEnv(t, "", events.Config{})
+	ctx := context.Background()
+	if _, err := e.rt.RunTurn(ctx, "away", refruntime.TurnSpec{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.rt.SetMode(ctx, refruntime.ModeDown); err != nil {
+		t.Fatal(err)
+	}
+	e.append("away", "", &events.DistillationRequested{Reason: "context 90% full"})
+	s := e.eventually("paused for the absent runtime", 500*time.Millisecond, func(s *projections.Session) bool {
+		return s.Paused
+	}, "away")
+	if s.PauseCause != events.CauseRuntimeUnavailable || s.PauseKind != string(recovery.KindDistill) {
+		t.Fatalf("paused with cause %q kind %q (%s), want runtime_unavailable for distill", s.PauseCause, s.PauseKind, s.PauseReason)
+	}
+	if n := len(e.rt.Requests("away")); n != 0 {
+		t.Fatalf("the absent runtime got %d requests", n)
+	}
+	// Nothing happens while it stays away, however long.
+	e.clock.Advance(10 * time.Minute)
+	time.Sleep(600 * time.Millisecond)
+	if s := e.state("away"); !s.Paused {
+		t.Fatal("resumed while the runtime is still away")
+	}
+
+	if err := e.rt.SetMode(ctx, refruntime.ModeServe); err != nil {
+		t.Fatal(err)
+	}
+	s = e.eventually("resumed and distilled", 500*time.Millisecond, func(s *projections.Session) bool {
+		d := s.Distillations[len(s.Distillations)-1]
+		return !s.Paused && d.CompletedSeq != 0
+	}, "away")
+	// A few more judgements change nothing: one distillation, one re-issue.
+	e.clock.Advance(5 * time.Second)
+	time.Sleep(600 * time.Millisecond)
+	distills := 0
+	for _, q := range e.rt.Requests("away") {
+		if q.Action == recovery.ActionDistill {
+			distills++
+		}
+	}
+	if distills != 1 {
+		t.Fatalf("the runtime was asked to distil %d times, want 1", distills)
+	}
+	if got := strings.Join(e.commands("away"), " "); strings.Count(got, "distill") != 2 || strings.Count(got, "resume_session") != 1 {
+		t.Fatalf("commands %q: want distill, resume_session, distill", got)
+	}
+	if got := e.state("away").Totals.Distillations; got != 1 {
+		t.Fatalf("%d distillations, want 1", got)
+	}
+}
+
+// A session marked history (an import) gets no command, whatever it
+// breaks; a person can still issue one by hand.
+func TestHistorySessionsGetNoCommand(t *testing.T) {
+	e := newEnv(t, "turn_deadline: 1s", events.Config{})
+	e.append("old", "", &events.SessionStarted{History: true})
+	e.append("old", "t1", &events.TurnStarted{Prompt: "hello"})
+	e.append("old", "t1", &events.MessageAppended{Role: events.RoleAssistant, Content: []events.ContentBlock{
+		{Type: events.BlockToolUse, ID: "toolu_old", Name: "Bash", Input: json.RawMessage(`{}`)}}})
+	e.append("old", "t1", &events.TurnFailed{Stage: events.StageExecute, Error: events.ErrorInfo{Message: "overloaded", HTTPStatus: 529, Kind: events.KindTransient}})
+	for i := 0; i < 5; i++ {
+		e.clock.Advance(time.Minute)
+		time.Sleep(200 * time.Millisecond)
+	}
+	if got := e.commands("old"); len(got) != 0 {
+		t.Fatalf("history session got commands %v", got)
+	}
+	if s := e.state("old"); len(s.OrphanedToolUseIDs()) != 1 || !s.History {
+		t.Fatalf("history session state: history %v, orphans %v", s.History, s.OrphanedToolUseIDs())
+	}
+}

@@ -178,6 +178,10 @@ func NewCommand(kind Kind, tenant, session, turn, reason string, evidence []uint
 	}
 }
 
+// IssuerReconciler is Command.IssuedBy on the commands the engine's
+// reconciler issues; commands issued by hand name their issuer otherwise.
+const IssuerReconciler = "reconciler"
+
 // ErrInvalidCommand wraps every rule a command breaks.
 var ErrInvalidCommand = errors.New("invalid command")
 

@@ -53,7 +53,11 @@ func (w *Worker) plan(cmd Command, state *projections.Session) ([]events.Event, 
 		if state.Paused {
 			return nil, events.OutcomeRecovered, "already paused"
 		}
-		return []events.Event{w.event(cmd, cmd.Session, "", "pause", &events.SessionPaused{Reason: cmd.Reason})},
+		cause := events.CauseManual
+		if cmd.IssuedBy == IssuerReconciler {
+			cause = events.CauseLoop
+		}
+		return []events.Event{w.event(cmd, cmd.Session, "", "pause", &events.SessionPaused{Reason: cmd.Reason, Cause: cause, CommandID: cmd.ID, Kind: string(cmd.Kind)})},
 			events.OutcomeRecovered, "paused: " + cmd.Reason
 	case KindForkSession:
 		return nil, events.OutcomeFailed, "fork_session runs through forkEffect"

@@ -43,6 +43,18 @@ func (w *Worker) runtimeEffect(ctx context.Context, cmd Command, state *projecti
 	}
 	chain := w.chainFor(cmd, state)
 	var appendErr error
+	var lastFailed Class // the class of the latest failed attempt
+	pauseFor := func() (events.PauseCause, string) {
+		if lastFailed == ClassRuntimeUnavailable {
+			return events.CauseRuntimeUnavailable, fmt.Sprintf("%s: no runtime answers for %s/%s; the session resumes, and the command runs again, when its runtime is back",
+				cmd.Kind, cmd.Tenant, cmd.Session)
+		}
+		why := fmt.Sprintf("%s needs a person: %s", cmd.Kind, cmd.Reason)
+		if cmd.Params.Recommendation != "" {
+			why += "; recommended: " + cmd.Params.Recommendation
+		}
+		return events.CauseNeedsPerson, why
+	}
 	record := func(evs ...events.Event) {
 		if appendErr != nil {
 			return
@@ -56,6 +68,9 @@ func (w *Worker) runtimeEffect(ctx context.Context, cmd Command, state *projecti
 		Breaker:       w.breakers.Get(cmd.Tenant, provider),
 		AttemptOffset: offset,
 		OnAttempt: func(r AttemptRecord) {
+			if r.Result != AttemptOK {
+				lastFailed = r.Class
+			}
 			record(w.attempted(cmd, r.Attempt, r.Strategy, r.Result, string(r.Class), r.Err, r.Duration))
 		},
 	}
@@ -65,16 +80,13 @@ func (w *Worker) runtimeEffect(ctx context.Context, cmd Command, state *projecti
 		}
 		switch s.Action {
 		case ActionPause:
-			why := fmt.Sprintf("%s needs a person: %s", cmd.Kind, cmd.Reason)
-			if cmd.Params.Recommendation != "" {
-				why += "; recommended: " + cmd.Params.Recommendation
-			}
-			if err := w.pauseSession(ctx, cmd, why); err != nil {
+			cause, why := pauseFor()
+			if err := w.pauseSession(ctx, cmd, cause, why); err != nil {
 				return AttemptResult{Err: &events.ErrorInfo{Message: err.Error(), Kind: events.KindTransient}, Class: ClassResource}
 			}
 			return AttemptResult{OK: true, Detail: "session paused"}
 		case ActionAbort:
-			if err := w.pauseSession(ctx, cmd, fmt.Sprintf("aborted by %s: %s", cmd.ID, cmd.Reason)); err != nil {
+			if err := w.pauseSession(ctx, cmd, events.CauseAborted, fmt.Sprintf("aborted by %s: %s", cmd.ID, cmd.Reason)); err != nil {
 				return AttemptResult{Err: &events.ErrorInfo{Message: err.Error(), Kind: events.KindTransient}, Class: ClassResource}
 			}
 			return AttemptResult{OK: true, Detail: "session aborted"}
@@ -96,7 +108,8 @@ func (w *Worker) runtimeEffect(ctx context.Context, cmd Command, state *projecti
 		return "", 0, err
 	}
 	if res.Outcome == events.OutcomeFailed {
-		if err := w.pauseSession(ctx, cmd, fmt.Sprintf("recovery %s failed: %s", cmd.ID, res.Detail)); err != nil {
+		cause, _ := pauseFor()
+		if err := w.pauseSession(ctx, cmd, cause, fmt.Sprintf("recovery %s failed: %s", cmd.ID, res.Detail)); err != nil {
 			return "", 0, err
 		}
 	}
@@ -222,7 +235,8 @@ func (w *Worker) logThenNotice(ctx context.Context, cmd Command, state *projecti
 		d := cmd.Diagnostics
 		detail = fmt.Sprintf("aborted: %s; tried: %s; config: %s", d.Failed, strings.Join(d.Tried, ", "), configLine(d.Config))
 		notice = detail
-		evs = append(evs, w.event(cmd, cmd.Session, "", "abort", &events.SessionPaused{Reason: events.MaskString("aborted: " + d.Failed)}))
+		evs = append(evs, w.event(cmd, cmd.Session, "", "abort", &events.SessionPaused{Reason: events.MaskString("aborted: " + d.Failed),
+			Cause: events.CauseAborted, CommandID: cmd.ID, Kind: string(cmd.Kind)}))
 	}
 	n := offset + 1
 	if len(evs) > 0 {
@@ -271,8 +285,9 @@ func configLine(c map[string]string) string {
 	return events.MaskString(strings.Join(parts, " "))
 }
 
-// pauseSession appends session.paused unless the session is paused.
-func (w *Worker) pauseSession(ctx context.Context, cmd Command, reason string) error {
+// pauseSession appends session.paused, with its cause and cmd as the
+// command concerned, unless the session is paused.
+func (w *Worker) pauseSession(ctx context.Context, cmd Command, cause events.PauseCause, reason string) error {
 	state, err := w.restore(ctx, cmd.Tenant, cmd.Session)
 	if err != nil {
 		return err
@@ -280,7 +295,8 @@ func (w *Worker) pauseSession(ctx context.Context, cmd Command, reason string) e
 	if state.Paused {
 		return nil
 	}
-	_, err = w.log.Append(ctx, []events.Event{w.event(cmd, cmd.Session, "", "pause/"+reasonKey(reason), &events.SessionPaused{Reason: events.MaskString(reason)})})
+	_, err = w.log.Append(ctx, []events.Event{w.event(cmd, cmd.Session, "", "pause/"+reasonKey(reason),
+		&events.SessionPaused{Reason: events.MaskString(reason), Cause: cause, CommandID: cmd.ID, Kind: string(cmd.Kind)})})
 	return err
 }
 

@@ -379,6 +379,7 @@ func (w *Worker) park(ctx context.Context, cmd Command, meta *jetstream.MsgMetad
 	if !state.Paused {
 		evs = append(evs, w.event(cmd, cmd.Session, "", "parked/pause", &events.SessionPaused{
 			Reason: fmt.Sprintf("command %s (%s) parked: %s", cmd.ID, cmd.Kind, reason),
+			Cause:  events.CauseParked, CommandID: cmd.ID, Kind: string(cmd.Kind),
 		}))
 	}
 	if _, err := w.log.Append(ctx, evs); err != nil {

@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/turnstone-dev/turnstone/events"
+	"github.com/turnstone-dev/turnstone/presence"
 	"github.com/turnstone-dev/turnstone/recovery"
 )
 
@@ -141,6 +142,12 @@ func (r *Runtime) receive(m *nats.Msg) {
 	if err := json.Unmarshal(m.Data, &req); err != nil {
 		r.l.Warn().Err(err).Str("subject", m.Subject).Msg("malformed control request")
 		r.respond(m, rejected("malformed control request: "+err.Error()))
+		return
+	}
+	if session == presence.PingSession || req.Action == presence.ActionPing {
+		// The engine's presence check (docs/control.md): answer at once,
+		// in every mode but down (then nothing is subscribed).
+		r.respond(m, recovery.ControlReply{Outcome: recovery.ReplyOK, Detail: "refruntime " + r.cfg.Name + " present"})
 		return
 	}
 	r.mu.Lock()

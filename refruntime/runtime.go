@@ -7,9 +7,11 @@ import (
 	"sync"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/micro"
 	"github.com/rs/zerolog"
 
 	"github.com/turnstone-dev/turnstone/events"
+	"github.com/turnstone-dev/turnstone/presence"
 	"github.com/turnstone-dev/turnstone/recovery"
 )
 
@@ -46,6 +48,7 @@ type Runtime struct {
 	closed   bool
 	opened   bool
 	sub      *nats.Subscription
+	svc      micro.Service // the presence announcement, while subscribed
 	mode     Mode
 	sessions map[string]*session
 	outages  map[string]outage
@@ -170,12 +173,12 @@ func (r *Runtime) Close(ctx context.Context) error {
 		return nil
 	}
 	r.closed = true
-	sub := r.sub
-	r.sub = nil
+	sub, svc := r.sub, r.svc
+	r.sub, r.svc = nil, nil
 	r.mu.Unlock()
 	var err error
 	if sub != nil {
-		if err = sub.Unsubscribe(); err == nil {
+		if err = unsubscribe(sub, svc); err == nil {
 			err = r.flush(ctx)
 		}
 	}
@@ -240,9 +243,9 @@ func (r *Runtime) SetMode(ctx context.Context, mode Mode) error {
 		return ErrClosed
 	}
 	r.mode = mode
-	opened, sub := r.opened, r.sub
+	opened, sub, svc := r.opened, r.sub, r.svc
 	if mode == ModeDown {
-		r.sub = nil
+		r.sub, r.svc = nil, nil
 	}
 	r.mu.Unlock()
 	r.l.Info().Str("mode", string(mode)).Msg("control mode changed")
@@ -250,7 +253,7 @@ func (r *Runtime) SetMode(ctx context.Context, mode Mode) error {
 	case !opened:
 		return nil
 	case mode == ModeDown && sub != nil:
-		if err := sub.Unsubscribe(); err != nil {
+		if err := unsubscribe(sub, svc); err != nil {
 			return fmt.Errorf("set mode %s: unsubscribe: %w", mode, err)
 		}
 		if err := r.flush(ctx); err != nil {
@@ -271,14 +274,40 @@ func (r *Runtime) subscribe(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("subscribe to control requests: %w", err)
 	}
+	// Announce the runtime the way NATS services do (docs/control.md,
+	// "Presence"): the engine resumes sessions that waited for it.
+	svc, err := micro.AddService(r.nc, micro.Config{
+		Name:        presence.ServiceName,
+		Version:     "1.0.0",
+		Description: "Turnstone reference agent runtime " + r.cfg.Name,
+		Metadata:    map[string]string{presence.MetaTenant: r.cfg.Tenant, presence.MetaSessions: "*", "runtime": r.cfg.Name},
+	})
+	if err != nil {
+		_ = sub.Unsubscribe()
+		return fmt.Errorf("announce the runtime: %w", err)
+	}
 	if err := r.flush(ctx); err != nil {
 		_ = sub.Unsubscribe()
+		_ = svc.Stop()
 		return err
 	}
 	r.mu.Lock()
-	r.sub = sub
+	r.sub, r.svc = sub, svc
 	r.mu.Unlock()
 	return nil
+}
+
+// unsubscribe stops answering and announcing; sub and svc are what
+// subscribe set (either may be nil).
+func unsubscribe(sub *nats.Subscription, svc micro.Service) error {
+	var errs []error
+	if svc != nil {
+		errs = append(errs, svc.Stop())
+	}
+	if sub != nil {
+		errs = append(errs, sub.Unsubscribe())
+	}
+	return errors.Join(errs...)
 }
 
 // flush waits until the server has processed what the connection sent.

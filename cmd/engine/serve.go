@@ -14,6 +14,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/turnstone-dev/turnstone/embedded"
 	"github.com/turnstone-dev/turnstone/events"
+	"github.com/turnstone-dev/turnstone/presence"
 	"github.com/turnstone-dev/turnstone/projections"
 	"github.com/turnstone-dev/turnstone/reconciler"
 	"github.com/turnstone-dev/turnstone/recovery"
@@ -191,9 +192,17 @@ func startEngine(ctx context.Context, log *events.Log, f serveFlags, policy *rec
 			m.ObserveViolation(string(v.Rule))
 		}
 	}
+	tracker, err := presence.New(log.JetStream().Conn(), presence.Config{}, &logger)
+	if err != nil {
+		return nil, err
+	}
+	if err := tracker.Open(ctx); err != nil {
+		return nil, err
+	}
 	rec := reconciler.New(log, p, reconciler.Config{
-		Policy:  policy,
-		OnIssue: func(c recovery.Command) { m.CommandIssued(string(c.Kind)) },
+		Policy:   policy,
+		Presence: tracker,
+		OnIssue:  func(c recovery.Command) { m.CommandIssued(string(c.Kind)) },
 		OnFailClosed: func(err error) {
 			if err != nil {
 				m.SetFailClosed(true, err.Error())
@@ -218,5 +227,6 @@ func startEngine(ctx context.Context, log *events.Log, f serveFlags, policy *rec
 		if err := p.Close(cctx); err != nil {
 			logger.Warn().Err(err).Msg("projector close")
 		}
+		_ = tracker.Close(cctx)
 	}, nil
 }

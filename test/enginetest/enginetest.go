@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/turnstone-dev/turnstone/embedded/embeddedtest"
 	"github.com/turnstone-dev/turnstone/events"
+	"github.com/turnstone-dev/turnstone/presence"
 	"github.com/turnstone-dev/turnstone/projections"
 	"github.com/turnstone-dev/turnstone/reconciler"
 	"github.com/turnstone-dev/turnstone/recovery"
@@ -40,6 +41,9 @@ type Engine struct {
 	// once.
 	Clock   *recovery.FakeClock
 	Runtime *refruntime.Runtime
+	// Presence is the engine's runtime presence tracker (a round every
+	// 200 ms).
+	Presence *presence.Tracker
 }
 
 // Start starts the engine and stops it in tb.Cleanup.
@@ -65,7 +69,14 @@ func Start(tb testing.TB, o Options) *Engine {
 		tb.Fatal(err)
 	}
 	clock := recovery.NewFakeClock(time.Now())
-	rec := reconciler.New(log, proj, reconciler.Config{Policy: policy, Clock: clock}, nil)
+	tracker, err := presence.New(nc, presence.Config{Interval: 200 * time.Millisecond, Wait: 200 * time.Millisecond}, nil)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if err := tracker.Open(ctx); err != nil {
+		tb.Fatal(err)
+	}
+	rec := reconciler.New(log, proj, reconciler.Config{Policy: policy, Clock: clock, Presence: tracker}, nil)
 	rec.Attach()
 	if err := proj.Open(ctx); err != nil {
 		tb.Fatal(err)
@@ -108,9 +119,10 @@ func Start(tb testing.TB, o Options) *Engine {
 		_ = w.Close(c)
 		_ = rec.Close(c)
 		_ = proj.Close(c)
+		_ = tracker.Close(c)
 		_ = nc
 	})
-	return &Engine{URL: srv.ClientURL(), JS: js, Log: log, Projector: proj, Reconciler: rec, Clock: clock, Runtime: rt}
+	return &Engine{URL: srv.ClientURL(), JS: js, Log: log, Projector: proj, Reconciler: rec, Clock: clock, Runtime: rt, Presence: tracker}
 }
 
 // State restores a session of the runtime's tenant from the log.

@@ -1,0 +1,76 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"text/tabwriter"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/spf13/cobra"
+	"github.com/turnstone-dev/turnstone/presence"
+)
+
+func newRuntimesCommand(g *globals) *cobra.Command {
+	var (
+		wait   time.Duration
+		asJSON bool
+	)
+	cmd := &cobra.Command{
+		Use:   "runtimes",
+		Short: "The agent runtimes present on NATS, with the tenant and sessions each serves",
+		Long: `List the agent runtimes that announce themselves as the nats.go/micro
+service "turnstone-runtime" (docs/control.md, "Presence"), each with its
+tenant and the sessions it serves, and whether it answered a control ping
+on its tenant's subjects (verified): only a verified runtime makes its
+sessions live and resumes the sessions that waited for it.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx := cmd.Context()
+			nc, err := nats.Connect(g.natsURL, nats.Name("turnstone-cli"), nats.Timeout(5*time.Second))
+			if err != nil {
+				return fmt.Errorf("connect to %s: %w (is `engine serve` running? set --nats-url or TURNSTONE_NATS_URL)", g.natsURL, err)
+			}
+			defer nc.Close()
+			found, err := presence.Discover(ctx, nc, wait)
+			if err != nil {
+				return err
+			}
+			verified := map[string]bool{}
+			for i := range found {
+				t := found[i].Tenant
+				if _, ok := verified[t]; !ok {
+					verified[t] = presence.Ping(ctx, nc, t, wait) == nil
+				}
+				found[i].Verified = verified[t]
+			}
+			return renderRuntimes(cmd.OutOrStdout(), found, asJSON)
+		},
+	}
+	cmd.Flags().DurationVar(&wait, "wait", time.Second, "how long to wait for the runtimes' answers")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print a JSON array (fields as in docs/cli.md)")
+	return cmd
+}
+
+// renderRuntimes prints the runtimes as a table, or as a JSON array.
+func renderRuntimes(w io.Writer, rs []presence.Runtime, asJSON bool) error {
+	if asJSON {
+		if rs == nil {
+			rs = []presence.Runtime{}
+		}
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		return enc.Encode(rs)
+	}
+	if len(rs) == 0 {
+		_, err := fmt.Fprintln(w, "no runtime present (a runtime announces itself as the micro service \"turnstone-runtime\"; see docs/control.md)")
+		return err
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "TENANT\tSESSIONS\tVERIFIED\tID\tVERSION\tRUNTIME")
+	for _, r := range rs {
+		fmt.Fprintf(tw, "%s\t%s\t%v\t%s\t%s\t%s\n", r.Tenant, r.Sessions, r.Verified, r.ID, r.Version, r.Metadata["runtime"])
+	}
+	return tw.Flush()
+}
