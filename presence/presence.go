@@ -222,7 +222,7 @@ type Tracker struct {
 	l   zerolog.Logger
 
 	mu        sync.Mutex
-	instances map[string]*Runtime // by instance id
+	instances map[string]*Runtime  // by instance id
 	answered  map[string]time.Time // tenant -> last ping answered
 	present   map[string]bool      // tenant -> present at the last round
 	watched   map[string]bool
