@@ -49,6 +49,17 @@ type Config struct {
 	// Timeout bounds each call that does I/O when the caller's context has
 	// no deadline. Default 5 seconds.
 	Timeout time.Duration
+	// UpdateStreams lets Open change the settings of existing streams
+	// that this config sets and that differ from theirs (Replicas,
+	// MaxBytes, MaxEventBytes, DuplicateWindow, SnapshotsPerSession).
+	// Without it such a difference is an error (ErrSettingsDiffer): a
+	// setting is never changed by a flag's default, or by accident.
+	// Settings the config leaves unset always keep the stream's.
+	UpdateStreams bool
+	// UseExisting makes Open create and update nothing: the streams must
+	// exist (an operator made them: engine setup). For processes whose
+	// NATS permissions do not allow stream changes.
+	UseExisting bool
 }
 
 func (c *Config) setDefaults() {

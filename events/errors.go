@@ -32,6 +32,12 @@ var (
 	ErrLogUnavailable = errors.New("event log unavailable")
 	// ErrSessionNotFound: no event of the session is in the log.
 	ErrSessionNotFound = errors.New("session not found")
+	// ErrSettingsDiffer: the config asks for a stream setting that
+	// differs from the existing stream's, without Config.UpdateStreams.
+	ErrSettingsDiffer = errors.New("stream settings differ")
+	// ErrNoStream: a stream the log needs does not exist and
+	// Config.UseExisting forbids creating it.
+	ErrNoStream = errors.New("stream missing")
 )
 
 // FieldError is one broken rule: Field is the path of the offending field

@@ -29,14 +29,22 @@ type Log struct {
 	log        zerolog.Logger
 }
 
-// Open creates or updates the streams idempotently and returns a Log that
+// Open creates the streams when they are missing and returns a Log that
 // appends to and reads from them. An existing AGENT_EVENTS keeps its
-// partition count (see Config.Partitions); other settings that differ are
-// updated in place. logger may be nil (no logging).
+// partition count (see Config.Partitions), and every setting the config
+// leaves unset (zero) keeps the stream's: a client (the CLI, a worker)
+// never downgrades what the engine set up, and a restart without a flag
+// changes nothing. A setting the config does set and that differs from
+// the stream's is an error (ErrSettingsDiffer, naming each) unless
+// Config.UpdateStreams; the settings of this version's wire contract
+// (deny delete, direct get, atomic publish, discard new) are brought up to
+// date. With Config.UseExisting nothing is created or updated. Open logs
+// the streams' effective durability (storage, replicas). logger may be
+// nil (no logging).
 //
 // Errors: a Config that fails Validate; a partition count that conflicts
-// with the existing stream's; ErrLogUnavailable when JetStream does not
-// answer.
+// with the existing stream's; ErrSettingsDiffer; ErrNoStream;
+// ErrLogUnavailable when JetStream does not answer.
 func Open(ctx context.Context, js jetstream.JetStream, cfg Config, logger *zerolog.Logger) (*Log, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("open event log: %w", err)
@@ -53,6 +61,8 @@ func Open(ctx context.Context, js jetstream.JetStream, cfg Config, logger *zerol
 	partitions := cfg.Partitions
 	existing, err := js.Stream(ctx, EventsStream)
 	switch {
+	case errors.Is(err, jetstream.ErrStreamNotFound) && requested.UseExisting:
+		return nil, fmt.Errorf("open event log: %w: %s (an operator creates it: engine setup)", ErrNoStream, EventsStream)
 	case errors.Is(err, jetstream.ErrStreamNotFound):
 		if partitions == 0 {
 			partitions = DefaultPartitions
@@ -62,40 +72,105 @@ func Open(ctx context.Context, js jetstream.JetStream, cfg Config, logger *zerol
 			return nil, fmt.Errorf("open event log: create %s: %w", EventsStream, unavailable(err))
 		}
 		if err != nil { // created concurrently by another process: adopt it
-			return Open(ctx, js, cfg, logger)
+			return Open(ctx, js, requested, logger)
 		}
-		l.log.Info().Int("partitions", partitions).Msg("created stream " + EventsStream)
+		l.log.Info().Int("partitions", partitions).Int("replicas", cfg.Replicas).Str("storage", cfg.Storage.String()).Msg("created stream " + EventsStream)
 	case err != nil:
 		return nil, fmt.Errorf("open event log: %w", unavailable(err))
 	default:
-		have, perr := partitionsOf(existing.CachedInfo().Config)
+		have := existing.CachedInfo().Config
+		hp, perr := partitionsOf(have)
 		if perr != nil {
 			return nil, fmt.Errorf("open event log: %w", perr)
 		}
-		if partitions != 0 && partitions != have {
-			return nil, fmt.Errorf("open event log: stream %s has %d partitions, config asks for %d: the partition count is fixed when the stream is created", EventsStream, have, partitions)
+		if partitions != 0 && partitions != hp {
+			return nil, fmt.Errorf("open event log: stream %s has %d partitions, config asks for %d: the partition count is fixed when the stream is created", EventsStream, hp, partitions)
 		}
-		partitions = have
-		// Settings the caller left unset keep the stream's: a client (the
-		// CLI, a worker) never downgrades what the engine set up.
-		cfg = adopt(requested, existing.CachedInfo().Config)
+		partitions = hp
+		if !requested.UpdateStreams {
+			if diffs := explicitDiffs(requested, have); len(diffs) > 0 {
+				return nil, fmt.Errorf("open event log: %w: stream %s has %s; pass --update-streams (Config.UpdateStreams) to change it",
+					ErrSettingsDiffer, EventsStream, strings.Join(diffs, ", "))
+			}
+		}
+		cfg = adopt(requested, have)
 		l.cfg = cfg
 		want := EventsStreamConfig(cfg, partitions)
-		if differs(existing.CachedInfo().Config, want) {
+		if differs(have, want) && !requested.UseExisting {
 			if l.events, err = js.UpdateStream(ctx, want); err != nil {
 				return nil, fmt.Errorf("open event log: update %s: %w", EventsStream, unavailable(err))
 			}
-			l.log.Info().Msg("updated stream " + EventsStream)
+			l.log.Info().Int("replicas", want.Replicas).Msg("updated stream " + EventsStream)
 		} else {
 			l.events = existing
 		}
+		l.log.Info().Int("partitions", partitions).Int("replicas", have.Replicas).Str("storage", have.Storage.String()).
+			Msg("stream " + EventsStream + ": effective durability")
 	}
 	l.partitions = partitions
 
-	if _, err := js.CreateOrUpdateStream(ctx, SnapshotsStreamConfig(cfg)); err != nil {
-		return nil, fmt.Errorf("open event log: %s: %w", SnapshotsStream, unavailable(err))
+	if err := l.openSnapshots(ctx, requested); err != nil {
+		return nil, fmt.Errorf("open event log: %w", err)
 	}
 	return l, nil
+}
+
+// openSnapshots creates AGENT_SNAPSHOTS when it is missing, or checks and
+// (when allowed) updates it like AGENT_EVENTS.
+func (l *Log) openSnapshots(ctx context.Context, requested Config) error {
+	want := SnapshotsStreamConfig(l.cfg)
+	st, err := l.js.Stream(ctx, SnapshotsStream)
+	switch {
+	case errors.Is(err, jetstream.ErrStreamNotFound) && requested.UseExisting:
+		return fmt.Errorf("%w: %s (an operator creates it: engine setup)", ErrNoStream, SnapshotsStream)
+	case errors.Is(err, jetstream.ErrStreamNotFound):
+		if _, err := l.js.CreateStream(ctx, want); err != nil && !errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+			return fmt.Errorf("%s: %w", SnapshotsStream, unavailable(err))
+		}
+		return nil
+	case err != nil:
+		return fmt.Errorf("%s: %w", SnapshotsStream, unavailable(err))
+	}
+	have := st.CachedInfo().Config
+	if requested.UseExisting {
+		return nil
+	}
+	if have.Replicas == want.Replicas && have.MaxMsgsPerSubject == want.MaxMsgsPerSubject && have.AllowDirect == want.AllowDirect {
+		return nil
+	}
+	if !requested.UpdateStreams && (requested.SnapshotsPerSession != 0 && have.MaxMsgsPerSubject != want.MaxMsgsPerSubject) {
+		return fmt.Errorf("%w: stream %s keeps %d snapshots per session, config asks for %d; pass --update-streams to change it",
+			ErrSettingsDiffer, SnapshotsStream, have.MaxMsgsPerSubject, want.MaxMsgsPerSubject)
+	}
+	if requested.SnapshotsPerSession == 0 {
+		want.MaxMsgsPerSubject = have.MaxMsgsPerSubject
+	}
+	if _, err := l.js.UpdateStream(ctx, want); err != nil {
+		return fmt.Errorf("update %s: %w", SnapshotsStream, unavailable(err))
+	}
+	return nil
+}
+
+// explicitDiffs lists the settings req sets (non-zero) that differ from the
+// stream's, as "replicas 3 (config asks for 1)".
+func explicitDiffs(req Config, have jetstream.StreamConfig) []string {
+	var out []string
+	diff := func(name string, has, asks any) {
+		out = append(out, fmt.Sprintf("%s %v (config asks for %v)", name, has, asks))
+	}
+	if req.Replicas != 0 && req.Replicas != have.Replicas {
+		diff("replicas", have.Replicas, req.Replicas)
+	}
+	if req.DuplicateWindow != 0 && req.DuplicateWindow != have.Duplicates {
+		diff("duplicate window", have.Duplicates, req.DuplicateWindow)
+	}
+	if req.MaxEventBytes != 0 && int32(req.MaxEventBytes) != have.MaxMsgSize {
+		diff("max event bytes", have.MaxMsgSize, req.MaxEventBytes)
+	}
+	if req.MaxBytes != 0 && req.MaxBytes != have.MaxBytes {
+		diff("max bytes", have.MaxBytes, req.MaxBytes)
+	}
+	return out
 }
 
 // adopt fills the settings req leaves unset from the existing stream's

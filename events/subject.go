@@ -62,6 +62,12 @@ func StoredEventSubject(partition int, tenant, session string) string {
 	return EventSubjectPrefix + "." + p + "." + tenant + "." + session
 }
 
+// StoredPartitionFilter is the subject filter of the events stored in
+// partition p: agent.evt.<p>.>.
+func StoredPartitionFilter(p int) string {
+	return fmt.Sprintf("%s.%d.>", EventSubjectPrefix, p)
+}
+
 // SnapshotSubject is the subject of a session's snapshots:
 // agent.snap.<tenant>.<session>.
 func SnapshotSubject(tenant, session string) string {

@@ -5,6 +5,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sort"
+	"strconv"
 	"sync"
 	"time"
 
@@ -19,17 +21,38 @@ const (
 	DefaultDurable       = "turnstone-projector"
 	DefaultIdleEvict     = time.Minute
 	DefaultMaxSessions   = 10000
+	// DefaultProjectorGroup is the priority group the engines pull the
+	// projector consumers in: the pinned_client policy (ADR-42) delivers
+	// each partition to one engine at a time.
+	DefaultProjectorGroup = "engines"
+	// DefaultProjectorAckWait is how long an engine may hold an event
+	// unacknowledged before JetStream delivers it again.
+	DefaultProjectorAckWait = 30 * time.Second
+	// DefaultProjectorMaxAckPending bounds the events of one partition
+	// delivered and not yet acknowledged.
+	DefaultProjectorMaxAckPending = 1024
 )
 
 // ProjectorConfig configures a Projector. The zero value takes the
-// defaults.
+// defaults. The hooks are given here, at construction, and never change.
 type ProjectorConfig struct {
 	// SnapshotEvery is how many events of a session (snapshot.taken events
 	// not counted) pass between two of its snapshots. Default 100.
 	SnapshotEvery int
-	// Durable names the JetStream durable consumer that remembers the
-	// projector's position across restarts. Default "turnstone-projector".
+	// Durable prefixes the name of the durable consumer of each partition:
+	// "<Durable>-p<partition>", which remembers the engines' position
+	// across restarts and handovers. Default "turnstone-projector".
 	Durable string
+	// Group is the pinned_client priority group the consumers are pulled
+	// in. Default "engines".
+	Group string
+	// AckWait and MaxAckPending are the consumers' (see the defaults).
+	AckWait       time.Duration
+	MaxAckPending int
+	// Shared says the projector shares the partitions with other engines
+	// (a partition group drives Acquire and Release). When false, Open
+	// acquires every partition: the projector is the only one.
+	Shared bool
 	// IdleEvict is how long a session may go without an event before its
 	// state leaves memory. Default 1 minute.
 	IdleEvict time.Duration
@@ -38,6 +61,20 @@ type ProjectorConfig struct {
 	// restored (last snapshot + at most SnapshotEvery events) when its
 	// next event comes, so leaving writes nothing.
 	MaxSessions int
+	// OnAnomaly, when set, is called with each violation as the projector
+	// folds the event that broke it.
+	OnAnomaly func(Anomaly)
+	// OnApply, when set, is called after each event is folded, on the
+	// goroutine of the event's partition, with the session's state (read
+	// it there; do not keep it: the projector goes on changing it), the
+	// event, whether the fold applied it (false for a redelivery), and the
+	// violations it gave rise to. The reconciler and the metrics hang off
+	// it; it must not block for long, as the partition's next event waits
+	// for it. Calls for different partitions run concurrently.
+	OnApply func(s *Session, ev events.Event, applied bool, vs []Violation)
+	// OnRelease, when set, is called after a partition was released, with
+	// its number (the reconciler forgets that partition's sessions).
+	OnRelease func(partition int)
 }
 
 func (c *ProjectorConfig) setDefaults() {
@@ -46,6 +83,15 @@ func (c *ProjectorConfig) setDefaults() {
 	}
 	if c.Durable == "" {
 		c.Durable = DefaultDurable
+	}
+	if c.Group == "" {
+		c.Group = DefaultProjectorGroup
+	}
+	if c.AckWait == 0 {
+		c.AckWait = DefaultProjectorAckWait
+	}
+	if c.MaxAckPending == 0 {
+		c.MaxAckPending = DefaultProjectorMaxAckPending
 	}
 	if c.IdleEvict == 0 {
 		c.IdleEvict = DefaultIdleEvict
@@ -67,7 +113,101 @@ func (c *ProjectorConfig) Validate() error {
 	if c.MaxSessions < 0 {
 		errs = append(errs, fmt.Errorf("max sessions: must not be negative, got %d", c.MaxSessions))
 	}
+	if c.AckWait < 0 || c.MaxAckPending < 0 {
+		errs = append(errs, errors.New("ack wait, max ack pending: must not be negative"))
+	}
 	return errors.Join(errs...)
+}
+
+// ProjectorConsumerName is the durable consumer of partition p for a
+// projector whose Durable is durable: "<durable>-p<p>".
+func ProjectorConsumerName(durable string, p int) string {
+	if durable == "" {
+		durable = DefaultDurable
+	}
+	return durable + "-p" + strconv.Itoa(p)
+}
+
+// ProjectorConsumerConfig is the durable consumer of partition p: the
+// events stored under agent.evt.<p>.>, explicit acks, and the
+// pinned_client priority policy on the group (ADR-42), so that one engine
+// at a time receives the partition and another takes over when it stops
+// pulling (PinnedTTL) or is unpinned.
+func ProjectorConsumerConfig(cfg ProjectorConfig, p int) jetstream.ConsumerConfig {
+	cfg.setDefaults()
+	return jetstream.ConsumerConfig{
+		Durable:        ProjectorConsumerName(cfg.Durable, p),
+		Description:    fmt.Sprintf("Turnstone projector: the sessions of partition %d", p),
+		FilterSubject:  events.StoredPartitionFilter(p),
+		AckPolicy:      jetstream.AckExplicitPolicy,
+		AckWait:        cfg.AckWait,
+		MaxAckPending:  cfg.MaxAckPending,
+		DeliverPolicy:  jetstream.DeliverAllPolicy,
+		PriorityPolicy: jetstream.PriorityPolicyPinned,
+		PriorityGroups: []string{cfg.Group},
+		PinnedTTL:      10 * time.Second,
+	}
+}
+
+// EnsureProjectorConsumers creates or updates the durable consumer of
+// every partition (the engine's setup, or an operator's: engine setup).
+// The single consumer of earlier versions (Durable, without a partition)
+// is deleted when it exists.
+func EnsureProjectorConsumers(ctx context.Context, js jetstream.JetStream, cfg ProjectorConfig, partitions int) error {
+	cfg.setDefaults()
+	st, err := js.Stream(ctx, events.EventsStream)
+	if err != nil {
+		return fmt.Errorf("projector consumers: %w", err)
+	}
+	for p := 0; p < partitions; p++ {
+		if _, err := st.CreateOrUpdateConsumer(ctx, ProjectorConsumerConfig(cfg, p)); err != nil {
+			return fmt.Errorf("projector consumer %s: %w", ProjectorConsumerName(cfg.Durable, p), err)
+		}
+	}
+	if err := st.DeleteConsumer(ctx, cfg.Durable); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
+		return fmt.Errorf("delete the single projector consumer of earlier versions: %w", err)
+	}
+	return nil
+}
+
+// PartitionState is where the projector consumer of one partition stands:
+// the events not yet delivered (Pending: the partition's lag), delivered
+// and not yet acknowledged (AckPending), the stream sequence of the last
+// delivered, and the id of the pinned client ("" when none is pinned).
+type PartitionState struct {
+	Partition  int    `json:"partition"`
+	Pending    uint64 `json:"pending"`
+	AckPending int    `json:"ack_pending"`
+	Delivered  uint64 `json:"delivered_seq"`
+	PinnedID   string `json:"pinned_id,omitempty"`
+}
+
+// PartitionStates reads the state of the projector consumer of each of the
+// partitions (durable: ProjectorConfig.Durable, "" for the default).
+func PartitionStates(ctx context.Context, js jetstream.JetStream, durable string, partitions int) ([]PartitionState, error) {
+	st, err := js.Stream(ctx, events.EventsStream)
+	if err != nil {
+		return nil, fmt.Errorf("partition states: %w", err)
+	}
+	out := make([]PartitionState, 0, partitions)
+	for p := 0; p < partitions; p++ {
+		c, err := st.Consumer(ctx, ProjectorConsumerName(durable, p))
+		if err != nil {
+			return nil, fmt.Errorf("partition %d: %w", p, err)
+		}
+		ci, err := c.Info(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("partition %d: %w", p, err)
+		}
+		ps := PartitionState{Partition: p, Pending: ci.NumPending, AckPending: ci.NumAckPending, Delivered: ci.Delivered.Stream}
+		for _, g := range ci.PriorityGroups {
+			if g.PinnedClientID != "" {
+				ps.PinnedID = g.PinnedClientID
+			}
+		}
+		out = append(out, ps)
+	}
+	return out, nil
 }
 
 // Anomaly is a violation the projector saw arise, with the session it
@@ -77,12 +217,16 @@ type Anomaly struct {
 	Violation
 }
 
-// Projector follows the whole event log with a durable consumer, keeps the
-// state of each active session in memory, snapshots a session every
-// SnapshotEvery events (recording a snapshot.taken event in its log), and
-// reports each violation as it arises. A session it has not seen since it
-// started (or since it was evicted) is restored from its last snapshot plus
-// the events after it, so a restart costs one restore per active session,
+// Projector follows the event log, one durable consumer per partition,
+// keeps the state of each active session of the partitions it owns in
+// memory, snapshots a session every SnapshotEvery events (recording a
+// snapshot.taken event in its log), and reports each violation as it
+// arises. Each partition is folded on its own goroutine, so a slow or
+// huge session delays only its own partition.
+//
+// A session it does not hold (new to it since it acquired the partition,
+// or evicted) is restored from its last snapshot plus the events after
+// it, so a restart or a handover costs one restore per active session,
 // not a replay of the log. A session.rewound that undoes events makes it
 // refold the session from its log up to the rewind (from the latest
 // snapshot when the rewind leaves it intact) and snapshot it at once, so
@@ -94,28 +238,19 @@ type Projector struct {
 	cfg   ProjectorConfig
 	l     zerolog.Logger
 
-	// OnAnomaly, when set before Open, is called with each violation as the
-	// projector folds the event that broke it.
-	OnAnomaly func(Anomaly)
-	// OnApply, when set before Open, is called after each event is folded,
-	// on the projector's goroutine, with the session's state (read it
-	// there; do not keep it: the projector goes on changing it), the
-	// event, whether the fold applied it (false for a redelivery), and the
-	// violations it gave rise to. The reconciler and the metrics hang off
-	// it; it must not block for long, as the next event waits for it.
-	OnApply func(s *Session, ev events.Event, applied bool, vs []Violation)
-
 	mu       sync.Mutex
 	sessions map[string]*tracked
 	lru      *list.List // of *tracked, most recently active first
+	parts    map[int]jetstream.ConsumeContext
 
-	cc     jetstream.ConsumeContext
+	runCtx context.Context
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 }
 
 type tracked struct {
 	key       string
+	partition int
 	state     *Session
 	sinceSnap int
 	touched   time.Time
@@ -129,62 +264,135 @@ func NewProjector(log *events.Log, store *SnapshotStore, cfg ProjectorConfig, lo
 		return nil, fmt.Errorf("new projector: %w", err)
 	}
 	cfg.setDefaults()
-	p := &Projector{log: log, store: store, cfg: cfg, l: zerolog.Nop(), sessions: map[string]*tracked{}, lru: list.New()}
+	p := &Projector{log: log, store: store, cfg: cfg, l: zerolog.Nop(), sessions: map[string]*tracked{}, lru: list.New(),
+		parts: map[int]jetstream.ConsumeContext{}}
 	if logger != nil {
 		p.l = logger.With().Str("component", "projector").Logger()
 	}
 	return p, nil
 }
 
-// Open creates (or resumes) the durable consumer and starts folding events
-// on a goroutine the projector owns until Close.
+// Open starts the projector's housekeeping on a goroutine it owns until
+// Close, and, unless the projector is Shared, acquires every partition.
 func (p *Projector) Open(ctx context.Context) error {
+	p.runCtx, p.cancel = context.WithCancel(context.Background())
+	p.wg.Add(1)
+	go p.evictLoop(p.runCtx)
+	if p.cfg.Shared {
+		return nil
+	}
+	for part := 0; part < p.log.Partitions(); part++ {
+		if err := p.Acquire(ctx, part, false); err != nil {
+			p.cancel()
+			p.wg.Wait()
+			return fmt.Errorf("open projector: %w", err)
+		}
+	}
+	return nil
+}
+
+// Acquire starts folding partition part: it pulls the partition's durable
+// consumer (created with ProjectorConsumerConfig when it does not exist
+// yet) in the priority group. unpin asks the server to unpin the
+// consumer first (the previous owner is dead, so waiting for its pin to
+// expire would only delay). Acquiring a partition held is a no-op.
+func (p *Projector) Acquire(ctx context.Context, part int, unpin bool) error {
+	p.mu.Lock()
+	_, held := p.parts[part]
+	p.mu.Unlock()
+	if held {
+		return nil
+	}
 	js := p.log.JetStream()
 	st, err := js.Stream(ctx, events.EventsStream)
 	if err != nil {
-		return fmt.Errorf("open projector: %w", err)
+		return fmt.Errorf("acquire partition %d: %w", part, err)
 	}
-	cons, err := st.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{
-		Durable:       p.cfg.Durable,
-		Description:   "Turnstone projector: folds every session",
-		AckPolicy:     jetstream.AckExplicitPolicy,
-		AckWait:       time.Minute,
-		MaxAckPending: 4096,
-		FilterSubject: events.EventSubjectPrefix + ".>",
-	})
+	name := ProjectorConsumerName(p.cfg.Durable, part)
+	cons, err := st.Consumer(ctx, name)
+	if errors.Is(err, jetstream.ErrConsumerNotFound) {
+		cons, err = st.CreateConsumer(ctx, ProjectorConsumerConfig(p.cfg, part))
+	}
 	if err != nil {
-		return fmt.Errorf("open projector: consumer %s: %w", p.cfg.Durable, err)
+		return fmt.Errorf("acquire partition %d: consumer %s: %w", part, name, err)
 	}
-	runCtx, cancel := context.WithCancel(context.Background())
-	p.cancel = cancel
-	p.cc, err = cons.Consume(func(msg jetstream.Msg) {
+	if unpin {
+		if err := st.UnpinConsumer(ctx, name, p.cfg.Group); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
+			p.l.Debug().Err(err).Int("partition", part).Msg("unpin")
+		}
+	}
+	cc, err := cons.Consume(func(msg jetstream.Msg) {
 		meta, err := msg.Metadata()
 		if err != nil {
 			_ = msg.Term()
 			return
 		}
-		p.apply(runCtx, events.DecodeStoredAt(msg.Subject(), meta.Sequence.Stream, meta.Timestamp, msg.Data()))
+		p.apply(p.runCtx, part, events.DecodeStoredAt(msg.Subject(), meta.Sequence.Stream, meta.Timestamp, msg.Data()))
 		_ = msg.Ack()
-	})
+	}, jetstream.PullPriorityGroup(p.cfg.Group), jetstream.PullMaxMessages(256))
 	if err != nil {
-		cancel()
-		return fmt.Errorf("open projector: consume: %w", err)
+		return fmt.Errorf("acquire partition %d: consume: %w", part, err)
 	}
-	p.wg.Add(1)
-	go p.evictLoop(runCtx)
+	p.mu.Lock()
+	p.parts[part] = cc
+	p.mu.Unlock()
 	return nil
 }
 
-// Close stops consuming and waits for the projector's goroutines, or for
-// ctx to end. It writes no snapshot: a session is restored from its last
-// snapshot plus at most SnapshotEvery events, whenever it stopped.
-func (p *Projector) Close(ctx context.Context) error {
-	if p.cc != nil {
-		p.cc.Drain()
-		select {
-		case <-p.cc.Closed():
-		case <-ctx.Done():
+// Release stops folding partition part: it drains the partition's
+// consumer (the events delivered are folded and acknowledged), unpins it
+// so the next owner receives it at once, and forgets the partition's
+// session states. Releasing a partition not held is a no-op.
+func (p *Projector) Release(ctx context.Context, part int) {
+	p.mu.Lock()
+	cc, held := p.parts[part]
+	delete(p.parts, part)
+	p.mu.Unlock()
+	if !held {
+		return
+	}
+	cc.Drain()
+	select {
+	case <-cc.Closed():
+	case <-ctx.Done():
+		cc.Stop()
+	}
+	uctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if st, err := p.log.JetStream().Stream(uctx, events.EventsStream); err == nil {
+		_ = st.UnpinConsumer(uctx, ProjectorConsumerName(p.cfg.Durable, part), p.cfg.Group)
+	}
+	p.mu.Lock()
+	for _, t := range p.sessions {
+		if t.partition == part {
+			p.drop(t)
 		}
+	}
+	p.mu.Unlock()
+	if p.cfg.OnRelease != nil {
+		p.cfg.OnRelease(part)
+	}
+}
+
+// Partitions returns the partitions the projector folds now, in order.
+func (p *Projector) Partitions() []int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	out := make([]int, 0, len(p.parts))
+	for part := range p.parts {
+		out = append(out, part)
+	}
+	sort.Ints(out)
+	return out
+}
+
+// Close releases every partition (draining what was delivered) and waits
+// for the projector's goroutines, or for ctx to end. It writes no
+// snapshot: a session is restored from its last snapshot plus at most
+// SnapshotEvery events, whenever it stopped.
+func (p *Projector) Close(ctx context.Context) error {
+	for _, part := range p.Partitions() {
+		p.Release(ctx, part)
 	}
 	if p.cancel != nil {
 		p.cancel()
@@ -205,7 +413,10 @@ func (p *Projector) Session(tenant, session string) (*Session, bool) {
 	return t.state.Clone(), true
 }
 
-func (p *Projector) apply(ctx context.Context, ev events.Event) {
+// apply folds ev, an event of partition part, into its session's state.
+// Events of one partition come one at a time (its consumer's goroutine);
+// p.mu guards the map and the LRU, and a state while Session copies it.
+func (p *Projector) apply(ctx context.Context, part int, ev events.Event) {
 	key := ev.Tenant + "/" + ev.Session
 	p.mu.Lock()
 	t, ok := p.sessions[key]
@@ -218,7 +429,7 @@ func (p *Projector) apply(ctx context.Context, ev events.Event) {
 			p.l.Warn().Err(err).Str("session", key).Msg("restore failed; folding from this event")
 			state = &Session{}
 		}
-		t = &tracked{key: key, state: state}
+		t = &tracked{key: key, partition: part, state: state}
 		p.mu.Lock()
 		p.sessions[key] = t
 		t.elem = p.lru.PushFront(t)
@@ -261,8 +472,8 @@ func (p *Projector) apply(ctx context.Context, ev events.Event) {
 			}
 			p.mu.Unlock()
 			p.report(ev, vs)
-			if p.OnApply != nil {
-				p.OnApply(t.state, ev, applied, vs)
+			if p.cfg.OnApply != nil {
+				p.cfg.OnApply(t.state, ev, applied, vs)
 			}
 			return
 		}
@@ -280,8 +491,8 @@ func (p *Projector) apply(ctx context.Context, ev events.Event) {
 	p.mu.Unlock()
 
 	p.report(ev, vs)
-	if p.OnApply != nil {
-		p.OnApply(t.state, ev, applied, vs)
+	if p.cfg.OnApply != nil {
+		p.cfg.OnApply(t.state, ev, applied, vs)
 	}
 	if snap != nil {
 		p.snapshot(ctx, snap)
@@ -293,8 +504,8 @@ func (p *Projector) report(ev events.Event, vs []Violation) {
 	for _, v := range vs {
 		p.l.Warn().Str("tenant", ev.Tenant).Str("session", ev.Session).Uint64("seq", v.Seq).
 			Str("rule", string(v.Rule)).Str("tool_use_id", v.ToolUseID).Msg(v.Detail)
-		if p.OnAnomaly != nil {
-			p.OnAnomaly(Anomaly{Tenant: ev.Tenant, Session: ev.Session, Violation: v})
+		if p.cfg.OnAnomaly != nil {
+			p.cfg.OnAnomaly(Anomaly{Tenant: ev.Tenant, Session: ev.Session, Violation: v})
 		}
 	}
 }

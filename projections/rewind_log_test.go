@@ -184,16 +184,15 @@ func TestProjectorRewind(t *testing.T) {
 		t.Fatal(err)
 	}
 	store := newStore(t, js)
-	p, err := NewProjector(log, store, ProjectorConfig{SnapshotEvery: 4, Durable: "test-projector"}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
 	var mu sync.Mutex
 	var anomalies []string
-	p.OnAnomaly = func(a Anomaly) {
+	p, err := NewProjector(log, store, ProjectorConfig{SnapshotEvery: 4, Durable: "test-projector", OnAnomaly: func(a Anomaly) {
 		mu.Lock()
 		anomalies = append(anomalies, string(a.Rule)+":"+a.ToolUseID)
 		mu.Unlock()
+	}}, nil)
+	if err != nil {
+		t.Fatal(err)
 	}
 	if err := p.Open(ctx); err != nil {
 		t.Fatal(err)

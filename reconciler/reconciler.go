@@ -3,11 +3,11 @@
 // docs/design.md, and issues recovery commands (idempotent ids) or answers
 // (distillation.skipped). It decides; the recovery workers execute.
 //
-// It hangs off the projector (projections.Projector.OnApply), so every
-// event is judged as it is folded; a ticker catches deadlines that pass
-// while nothing happens; and at start it scans every session, so turns and
-// requests left in flight by a crash are resolved without waiting for new
-// events. When the log cannot be written it fails closed: it stops issuing,
+// It hangs off the projector (its OnApply calls Observe), so every event
+// is judged as it is folded; a ticker catches deadlines that pass while
+// nothing happens; and when the engine takes a partition it scans the
+// partition's sessions (Scan), so turns and requests left in flight by a
+// crash or a dead engine are resolved without waiting for new events. When the log cannot be written it fails closed: it stops issuing,
 // says why (logs, Healthy, metrics), keeps what it could not do, and
 // carries on once the log is writable again.
 package reconciler
@@ -16,6 +16,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -74,8 +75,8 @@ func (c *Config) setDefaults() {
 	}
 }
 
-// Reconciler is the control loop. Create it with New, attach it to the
-// projector with Attach, then Open; Close stops it.
+// Reconciler is the control loop. Create it with New, have the
+// projector's OnApply call Observe, then Open; Close stops it.
 type Reconciler struct {
 	log  *events.Log
 	js   jetstream.JetStream
@@ -92,8 +93,9 @@ type Reconciler struct {
 	failWrite bool                 // failErr came from a write, not the probe
 	probeKV   jetstream.KeyValue
 	failErr   error
-	rescan    bool
+	rescan    []int // partitions whose scan is to be done again
 	queue     chan Action
+	runCtx    context.Context
 	cancel    context.CancelFunc
 	wg        sync.WaitGroup
 }
@@ -113,48 +115,78 @@ func New(log *events.Log, proj *projections.Projector, cfg Config, logger *zerol
 	return r
 }
 
-// Attach sets the projector's OnApply to the reconciler's judge, chaining
-// any OnApply already set. Call it before the projector's Open.
-func (r *Reconciler) Attach() {
-	prev := r.proj.OnApply
-	r.proj.OnApply = func(s *projections.Session, ev events.Event, applied bool, vs []projections.Violation) {
-		if prev != nil {
-			prev(s, ev, applied, vs)
-		}
-		// Judge even when the fold did not apply the event: the first
-		// event of a session the projector restores is already in the
-		// restored state. Judging is idempotent.
-		r.judge(s)
-	}
+// Observe judges the session whose event the projector just folded; it is
+// the projector's OnApply (projections.ProjectorConfig). It is judged even
+// when the fold did not apply the event (the first event of a session the
+// projector restores is already in the restored state): judging is
+// idempotent. Safe for concurrent use.
+func (r *Reconciler) Observe(s *projections.Session, _ events.Event, _ bool, _ []projections.Violation) {
+	r.judge(s)
 }
 
-// Open sets up the recovery stream (idempotently), scans every session
-// once (restart recovery), and starts the loop on goroutines the
-// reconciler owns until Close.
+// Open starts the loop on goroutines the reconciler owns until Close. The
+// recovery stream and the probe bucket must exist (recovery.Setup and
+// EnsureProbeBucket, run by the engine's setup); without the bucket the
+// write probe is skipped.
 func (r *Reconciler) Open(ctx context.Context) error {
-	if _, err := recovery.Setup(ctx, r.log, recovery.DeliveryConfig{}); err != nil {
-		return fmt.Errorf("open reconciler: %w", err)
-	}
-	kv, err := r.js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
-		Bucket: ProbeBucket, Description: "Turnstone reconciler write probe", History: 1,
-		Storage: jetstream.FileStorage, Replicas: r.log.Config().Replicas, MaxBytes: 1 << 20,
-	})
-	if err != nil {
+	if kv, err := r.js.KeyValue(ctx, ProbeBucket); err == nil {
+		r.probeKV = kv
+	} else if !errors.Is(err, jetstream.ErrBucketNotFound) {
 		return fmt.Errorf("open reconciler: bucket %s: %w", ProbeBucket, err)
 	}
-	r.probeKV = kv
 	runCtx, cancel := context.WithCancel(context.Background())
-	r.cancel = cancel
+	r.runCtx, r.cancel = runCtx, cancel
 	r.wg.Add(2)
 	go r.executeLoop(runCtx)
 	go r.tickLoop(runCtx)
-	if err := r.scan(ctx, true); err != nil {
-		r.l.Warn().Err(err).Msg("start-up scan incomplete; it is retried")
-		r.mu.Lock()
-		r.rescan = true
-		r.mu.Unlock()
+	return nil
+}
+
+// EnsureProbeBucket creates or updates the key-value bucket the reconciler
+// writes to each tick (file storage, one small value, replicas replicas).
+func EnsureProbeBucket(ctx context.Context, js jetstream.JetStream, replicas int) error {
+	if replicas < 1 {
+		replicas = 1
+	}
+	_, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+		Bucket: ProbeBucket, Description: "Turnstone reconciler write probe", History: 1,
+		Storage: jetstream.FileStorage, Replicas: replicas, MaxBytes: 1 << 20,
+	})
+	if err != nil {
+		return fmt.Errorf("bucket %s: %w", ProbeBucket, err)
 	}
 	return nil
+}
+
+// Scan judges every session of the given partitions once, restored from
+// its snapshot and tail (restart recovery: turns and requests left in
+// flight by a crash or by a dead engine). With restart set, the policy's
+// restart rule applies to the turns found in flight. A scan that fails is
+// retried on the ticks that follow.
+func (r *Reconciler) Scan(ctx context.Context, partitions []int, restart bool) error {
+	if err := r.scan(ctx, partitions, restart); err != nil {
+		r.l.Warn().Err(err).Ints("partitions", partitions).Msg("scan incomplete; it is retried")
+		r.mu.Lock()
+		r.rescan = append(r.rescan, partitions...)
+		r.mu.Unlock()
+		return err
+	}
+	return nil
+}
+
+// Release forgets what the reconciler watches in partition p (another
+// engine owns it now).
+func (r *Reconciler) Release(p int) {
+	parts := r.log.Partitions()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for k := range r.watch {
+		tenant, session, _ := strings.Cut(k, "/")
+		if events.Partition(tenant, session, parts) == p {
+			delete(r.watch, k)
+		}
+	}
+	r.rescan = slices.DeleteFunc(r.rescan, func(x int) bool { return x == p })
 }
 
 // Close stops the loop and waits for it, or for ctx to end.
@@ -257,16 +289,18 @@ func (r *Reconciler) enqueue(actions []Action) {
 	}
 }
 
-// scan judges every session of the log, restored from its snapshot and
-// tail. At start (restart) the policy's restart rule applies to the turns
-// found in flight.
-func (r *Reconciler) scan(ctx context.Context, restart bool) error {
+// scan judges every session of the partitions. At start (restart) the
+// policy's restart rule applies to the turns found in flight.
+func (r *Reconciler) scan(ctx context.Context, partitions []int, restart bool) error {
+	if len(partitions) == 0 {
+		return nil
+	}
 	refs, err := r.log.Sessions(ctx, "")
 	if err != nil {
 		return err
 	}
 	for _, ref := range refs {
-		if strings.HasPrefix(ref.Session, "_") {
+		if strings.HasPrefix(ref.Session, "_") || !slices.Contains(partitions, ref.Partition) {
 			continue
 		}
 		s, err := r.state(ctx, ref.Tenant, ref.Session)
@@ -330,17 +364,19 @@ func (r *Reconciler) tick(ctx context.Context) {
 		r.openAgain() // a failed write clears only when a write succeeds
 	}
 	r.mu.Lock()
-	rescan := r.rescan && r.failErr == nil
-	r.rescan = false
+	var rescan []int
+	if r.failErr == nil {
+		rescan, r.rescan = r.rescan, nil
+	}
 	keys := make([]string, 0, len(r.watch))
 	for k := range r.watch {
 		keys = append(keys, k)
 	}
 	r.mu.Unlock()
-	if rescan {
-		if err := r.scan(ctx, false); err != nil {
+	if len(rescan) > 0 {
+		if err := r.scan(ctx, rescan, false); err != nil {
 			r.mu.Lock()
-			r.rescan = true
+			r.rescan = append(r.rescan, rescan...)
 			r.mu.Unlock()
 		}
 		return
@@ -480,7 +516,11 @@ func (r *Reconciler) failClosed(err error, byWrite bool) {
 	r.mu.Lock()
 	first := r.failErr == nil
 	r.failErr, r.failWrite = err, byWrite
-	r.rescan = true
+	if r.proj != nil {
+		// Judge everything again once the log is writable: what was
+		// decided meanwhile may have been dropped.
+		r.rescan = append(r.rescan, r.proj.Partitions()...)
+	}
 	r.mu.Unlock()
 	if first {
 		r.l.Error().Err(err).Msg("failed closed: the log cannot be written; no command is issued until it can")

@@ -122,17 +122,27 @@ func waitProjectorIdle(t testing.TB, js jetstream.JetStream) {
 		st, err := js.Stream(ctx, events.EventsStream)
 		if err == nil {
 			var info *jetstream.StreamInfo
-			var ci *jetstream.ConsumerInfo
-			var c jetstream.Consumer
+			var parts []projections.PartitionState
 			if info, err = st.Info(ctx); err == nil {
-				if c, err = st.Consumer(ctx, projections.DefaultDurable); err == nil {
-					ci, err = c.Info(ctx)
+				var log *events.Log
+				if log, err = events.Open(ctx, js, events.Config{UseExisting: true}, nil); err == nil {
+					parts, err = projections.PartitionStates(ctx, js, "", log.Partitions())
 				}
 			}
-			if err == nil && ci.NumPending == 0 && ci.Delivered.Stream == info.State.LastSeq {
-				state = fmt.Sprintf("log at seq %d, delivered %d, %d unacknowledged", info.State.LastSeq, ci.Delivered.Stream, ci.NumAckPending)
-			} else if err == nil {
-				state = fmt.Sprintf("log at seq %d, delivered %d, %d pending", info.State.LastSeq, ci.Delivered.Stream, ci.NumPending)
+			if err == nil {
+				var pending uint64
+				var acks int
+				var delivered uint64
+				for _, p := range parts {
+					pending += p.Pending
+					acks += p.AckPending
+					delivered = max(delivered, p.Delivered)
+				}
+				if pending == 0 && delivered == info.State.LastSeq {
+					state = fmt.Sprintf("log at seq %d, delivered %d, %d unacknowledged", info.State.LastSeq, delivered, acks)
+				} else {
+					state = fmt.Sprintf("log at seq %d, delivered %d, %d pending", info.State.LastSeq, delivered, pending)
+				}
 			}
 		}
 		if state != "" && state == last && strings.Contains(state, "unacknowledged") {

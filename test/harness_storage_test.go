@@ -128,7 +128,7 @@ func TestStreamFullFailsClosedAndLosesNothing(t *testing.T) {
 
 	_, js := connectRetrying(t, srv.ClientURL())
 	ctx := context.Background()
-	log, err := events.Open(ctx, js, events.Config{MaxBytes: 256 << 10}, nil)
+	log, err := events.Open(ctx, js, events.Config{MaxBytes: 256 << 10, UpdateStreams: true}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -157,7 +157,7 @@ func TestStreamFullFailsClosedAndLosesNothing(t *testing.T) {
 	body := waitHealth(t, eng, telemetry, http.StatusServiceUnavailable, "full")
 	t.Logf("/healthz while full: %s", strings.TrimSpace(body))
 
-	bigger, err := events.Open(ctx, js, events.Config{MaxBytes: 64 << 20}, nil)
+	bigger, err := events.Open(ctx, js, events.Config{MaxBytes: 64 << 20, UpdateStreams: true}, nil)
 	if err != nil {
 		t.Fatalf("raise the limit: %v", err)
 	}

@@ -10,10 +10,11 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/turnstone-dev/turnstone/engine"
+
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/turnstone-dev/turnstone/events"
 	"github.com/turnstone-dev/turnstone/projections"
-	"github.com/turnstone-dev/turnstone/reconciler"
 	"github.com/turnstone-dev/turnstone/recovery"
 )
 
@@ -38,36 +39,25 @@ func (r *runner) incidentFigure(ctx context.Context) error {
 		return err
 	}
 	defer ec.nc.Close()
-	store, err := projections.NewSnapshotStore(ec.js, projections.SnapshotConfig{})
-	if err != nil {
-		return err
-	}
-	proj, err := projections.NewProjector(l, store, projections.ProjectorConfig{}, nil)
-	if err != nil {
-		return err
-	}
 	var applied atomic.Int64
-	proj.OnApply = func(*projections.Session, events.Event, bool, []projections.Violation) { applied.Add(1) }
 	var issuedMu sync.Mutex
 	issued := map[string]int{}
-	rec := reconciler.New(l, proj, reconciler.Config{OnIssue: func(c recovery.Command) {
-		issuedMu.Lock()
-		issued[string(c.Kind)]++
-		issuedMu.Unlock()
-	}}, nil)
-	rec.Attach()
-	if err := proj.Open(ctx); err != nil {
+	eng, err := engine.Open(ctx, ec.nc, engine.Config{
+		OnApply: func(*projections.Session, events.Event, bool, []projections.Violation) { applied.Add(1) },
+		OnIssue: func(c recovery.Command) {
+			issuedMu.Lock()
+			issued[string(c.Kind)]++
+			issuedMu.Unlock()
+		},
+	}, nil)
+	if err != nil {
 		return err
 	}
 	defer func() {
 		cctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		_ = rec.Close(cctx)
-		_ = proj.Close(cctx)
+		_ = eng.Close(cctx)
 	}()
-	if err := rec.Open(ctx); err != nil {
-		return err
-	}
 
 	wc, wl, err := openLog(ctx, srv.url, "bench-worker")
 	if err != nil {

@@ -13,9 +13,10 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/turnstone-dev/turnstone/engine"
+
 	"github.com/turnstone-dev/turnstone/events"
 	"github.com/turnstone-dev/turnstone/projections"
-	"github.com/turnstone-dev/turnstone/reconciler"
 )
 
 // memoryFigure is figure 5: the engine's memory per tracked idle session.
@@ -113,39 +114,26 @@ func (r *runner) memoryInProcess(ctx context.Context, n int, holdAll bool) error
 	}
 	defer srv.close()
 
-	ec, l, err := openLog(ctx, srv.url, "bench-engine")
+	ec, _, err := openLog(ctx, srv.url, "bench-engine")
 	if err != nil {
 		return err
 	}
 	defer ec.nc.Close()
-	store, err := projections.NewSnapshotStore(ec.js, projections.SnapshotConfig{})
-	if err != nil {
-		return err
-	}
-	var pcfg projections.ProjectorConfig
-	if holdAll {
-		pcfg = projections.ProjectorConfig{MaxSessions: n + 1, IdleEvict: time.Hour}
-	}
-	proj, err := projections.NewProjector(l, store, pcfg, nil)
-	if err != nil {
-		return err
-	}
 	var applied atomic.Int64
-	proj.OnApply = func(*projections.Session, events.Event, bool, []projections.Violation) { applied.Add(1) }
-	rec := reconciler.New(l, proj, reconciler.Config{}, nil)
-	rec.Attach()
-	if err := proj.Open(ctx); err != nil {
+	ecfg := engine.Config{OnApply: func(*projections.Session, events.Event, bool, []projections.Violation) { applied.Add(1) }}
+	if holdAll {
+		ecfg.MaxSessions, ecfg.IdleEvict = n+1, time.Hour
+	}
+	eng, err := engine.Open(ctx, ec.nc, ecfg, nil)
+	if err != nil {
 		return err
 	}
 	defer func() {
 		cctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		_ = rec.Close(cctx)
-		_ = proj.Close(cctx)
+		_ = eng.Close(cctx)
 	}()
-	if err := rec.Open(ctx); err != nil {
-		return err
-	}
+	proj := eng.Projector
 
 	before := heap()
 	rssBefore, srvBefore := rssBytes(0), rssBytes(pid)

@@ -9,19 +9,19 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 	"github.com/spf13/cobra"
 	"github.com/turnstone-dev/turnstone/embedded"
+	"github.com/turnstone-dev/turnstone/engine"
 	"github.com/turnstone-dev/turnstone/events"
-	"github.com/turnstone-dev/turnstone/presence"
-	"github.com/turnstone-dev/turnstone/projections"
 	"github.com/turnstone-dev/turnstone/reconciler"
-	"github.com/turnstone-dev/turnstone/recovery"
 	"github.com/turnstone-dev/turnstone/telemetry"
 )
 
 type serveFlags struct {
+	name          string
+	updateStreams bool
+	useExisting   bool
 	policy        string
 	telemetry     string
 	data          string
@@ -30,6 +30,7 @@ type serveFlags struct {
 	replicas      int
 	snapshotEvery int
 	sync          string
+	syncSet       bool
 }
 
 func newServeCommand(g *globals) *cobra.Command {
@@ -50,6 +51,7 @@ events.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			external := cmd.Flags().Changed("nats-url") || os.Getenv("TURNSTONE_NATS_URL") != ""
+			f.syncSet = cmd.Flags().Changed("sync")
 			return runServe(cmd.Context(), g, f, external)
 		},
 	}
@@ -61,7 +63,10 @@ events.`,
 	cmd.Flags().StringVar(&f.telemetry, "telemetry-listen", "127.0.0.1:9464", "address of /metrics and /healthz (empty: off)")
 	cmd.Flags().StringVar(&f.data, "data", data, "directory of the embedded server's JetStream store (env TURNSTONE_DATA)")
 	cmd.Flags().StringVar(&f.listen, "listen", net.JoinHostPort(embedded.DefaultHost, strconv.Itoa(embedded.DefaultPort)), "client address of the embedded server, HOST:PORT")
-	cmd.Flags().IntVar(&f.replicas, "replicas", 1, "stream replicas (3 on a 3-node JetStream cluster)")
+	cmd.Flags().IntVar(&f.replicas, "replicas", 0, "stream replicas of new streams (3 on a 3-node JetStream cluster); existing streams keep theirs unless --update-streams")
+	cmd.Flags().BoolVar(&f.updateStreams, "update-streams", false, "change existing streams whose settings differ from the flags given (without it such a difference is an error)")
+	cmd.Flags().BoolVar(&f.useExisting, "use-existing", false, "create and change no stream, consumer or bucket: an operator set them up (engine setup); for an engine without those permissions")
+	cmd.Flags().StringVar(&f.name, "name", "", "the engine's name in its group (default: host-pid-random)")
 	cmd.Flags().IntVar(&f.partitions, "partitions", 0, "partitions of a new event stream (default 8; an existing stream keeps its count)")
 	cmd.Flags().IntVar(&f.snapshotEvery, "snapshot-every", 100, "snapshot a session's projection every N events")
 	cmd.Flags().StringVar(&f.sync, "sync", "always", `embedded server: fsync every write before its ack ("always"), or every DURATION such as "2m" (faster; an OS crash can lose acknowledged events)`)
@@ -85,6 +90,9 @@ func runServe(ctx context.Context, g *globals, f serveFlags, external bool) erro
 		srv *embedded.Server
 	)
 	if external {
+		if f.syncSet {
+			logger.Warn().Str("sync", f.sync).Msg("--sync applies to the embedded server only: with --nats-url, the server's own sync_interval decides (see the streams' effective durability below)")
+		}
 		nc, err = nats.Connect(g.natsURL, nats.Name("turnstone-engine"), nats.MaxReconnects(-1))
 		if err != nil {
 			return fmt.Errorf("connect to %s: %w", g.natsURL, err)
@@ -112,14 +120,6 @@ func runServe(ctx context.Context, g *globals, f serveFlags, external bool) erro
 		logger.Info().Str("url", srv.ClientURL()).Str("data", f.data).Str("sync", f.sync).Msg("embedded NATS server with JetStream started")
 	}
 	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return fmt.Errorf("jetstream: %w", err)
-	}
-	log, err := events.Open(ctx, js, events.Config{Partitions: f.partitions, Replicas: f.replicas}, &logger)
-	if err != nil {
-		return err
-	}
 	metrics := telemetry.NewMetrics(telemetry.Namespace)
 	health := telemetry.NewHealth()
 	health.Register("nats", func(context.Context) error {
@@ -141,12 +141,12 @@ func runServe(ctx context.Context, g *globals, f serveFlags, external bool) erro
 		}()
 		logger.Info().Str("addr", ts.Addr()).Msg("serving /metrics and /healthz")
 	}
-	stop, err := startEngine(ctx, log, f, policy, metrics, logger)
+	eng, stop, err := startEngine(ctx, nc, f, policy, metrics, logger)
 	if err != nil {
 		return err
 	}
 	defer stop()
-	logger.Info().Int("partitions", log.Partitions()).Msg("engine ready; Ctrl-C to stop")
+	logger.Info().Str("name", eng.Name()).Ints("partitions", eng.Partitions()).Int("of", eng.Log.Partitions()).Msg("engine ready; Ctrl-C to stop")
 	<-ctx.Done()
 	logger.Info().Msg("engine stopping")
 	return nil
@@ -175,58 +175,25 @@ func embeddedConfig(f serveFlags) (embedded.Config, error) {
 	return cfg, nil
 }
 
-// startEngine runs the projector, with the metrics and the reconciler
-// hanging off it, until the returned stop is called.
-func startEngine(ctx context.Context, log *events.Log, f serveFlags, policy *reconciler.Policy, m *telemetry.Metrics, logger zerolog.Logger) (func(), error) {
-	store, err := projections.NewSnapshotStore(log.JetStream(), projections.SnapshotConfig{})
-	if err != nil {
-		return nil, err
-	}
-	p, err := projections.NewProjector(log, store, projections.ProjectorConfig{SnapshotEvery: f.snapshotEvery}, &logger)
-	if err != nil {
-		return nil, err
-	}
-	p.OnApply = func(_ *projections.Session, ev events.Event, _ bool, vs []projections.Violation) {
-		m.ObserveEvent(ev)
-		for _, v := range vs {
-			m.ObserveViolation(string(v.Rule))
-		}
-	}
-	tracker, err := presence.New(log.JetStream().Conn(), presence.Config{}, &logger)
-	if err != nil {
-		return nil, err
-	}
-	if err := tracker.Open(ctx); err != nil {
-		return nil, err
-	}
-	rec := reconciler.New(log, p, reconciler.Config{
-		Policy:   policy,
-		Presence: tracker,
-		OnIssue:  func(c recovery.Command) { m.CommandIssued(string(c.Kind)) },
-		OnFailClosed: func(err error) {
-			if err != nil {
-				m.SetFailClosed(true, err.Error())
-			} else {
-				m.SetFailClosed(false, "")
-			}
-		},
+// startEngine runs an engine (package engine) on nc until the returned
+// stop is called.
+func startEngine(ctx context.Context, nc *nats.Conn, f serveFlags, policy *reconciler.Policy, m *telemetry.Metrics, logger zerolog.Logger) (*engine.Engine, func(), error) {
+	e, err := engine.Open(ctx, nc, engine.Config{
+		Name:          f.name,
+		Log:           events.Config{Partitions: f.partitions, Replicas: f.replicas, UpdateStreams: f.updateStreams},
+		Policy:        policy,
+		SnapshotEvery: f.snapshotEvery,
+		Metrics:       m,
+		UseExisting:   f.useExisting,
 	}, &logger)
-	rec.Attach()
-	if err := p.Open(ctx); err != nil {
-		return nil, err
+	if err != nil {
+		return nil, nil, err
 	}
-	if err := rec.Open(ctx); err != nil {
-		return nil, err
-	}
-	return func() {
-		cctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	return e, func() {
+		cctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 		defer cancel()
-		if err := rec.Close(cctx); err != nil {
-			logger.Warn().Err(err).Msg("reconciler close")
+		if err := e.Close(cctx); err != nil {
+			logger.Warn().Err(err).Msg("engine close")
 		}
-		if err := p.Close(cctx); err != nil {
-			logger.Warn().Err(err).Msg("projector close")
-		}
-		_ = tracker.Close(cctx)
 	}, nil
 }

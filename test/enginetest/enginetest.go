@@ -12,6 +12,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/turnstone-dev/turnstone/embedded/embeddedtest"
+	"github.com/turnstone-dev/turnstone/engine"
 	"github.com/turnstone-dev/turnstone/events"
 	"github.com/turnstone-dev/turnstone/presence"
 	"github.com/turnstone-dev/turnstone/projections"
@@ -44,6 +45,8 @@ type Engine struct {
 	// Presence is the engine's runtime presence tracker (a round every
 	// 200 ms).
 	Presence *presence.Tracker
+	// Engine is the engine itself.
+	Engine *engine.Engine
 }
 
 // Start starts the engine and stops it in tb.Cleanup.
@@ -52,38 +55,17 @@ func Start(tb testing.TB, o Options) *Engine {
 	ctx := context.Background()
 	srv := embeddedtest.Start(tb)
 	nc, js := embeddedtest.Connect(tb, srv)
-	log, err := events.Open(ctx, js, o.Log, nil)
-	if err != nil {
-		tb.Fatal(err)
-	}
 	policy, err := reconciler.ParsePolicy([]byte(o.Policy))
 	if err != nil {
 		tb.Fatal(err)
 	}
-	store, err := projections.NewSnapshotStore(js, projections.SnapshotConfig{})
-	if err != nil {
-		tb.Fatal(err)
-	}
-	proj, err := projections.NewProjector(log, store, projections.ProjectorConfig{}, nil)
-	if err != nil {
-		tb.Fatal(err)
-	}
 	clock := recovery.NewFakeClock(time.Now())
-	tracker, err := presence.New(nc, presence.Config{Interval: 200 * time.Millisecond, Wait: 200 * time.Millisecond}, nil)
+	eng, err := engine.Open(ctx, nc, engine.Config{Log: o.Log, Policy: policy, Clock: clock,
+		Presence: presence.Config{Interval: 200 * time.Millisecond, Wait: 200 * time.Millisecond}}, nil)
 	if err != nil {
 		tb.Fatal(err)
 	}
-	if err := tracker.Open(ctx); err != nil {
-		tb.Fatal(err)
-	}
-	rec := reconciler.New(log, proj, reconciler.Config{Policy: policy, Clock: clock, Presence: tracker}, nil)
-	rec.Attach()
-	if err := proj.Open(ctx); err != nil {
-		tb.Fatal(err)
-	}
-	if err := rec.Open(ctx); err != nil {
-		tb.Fatal(err)
-	}
+	log := eng.Log
 	wclock := recovery.NewFakeClock(time.Now())
 	wclock.SetAutoAdvance(true)
 	wnc, _ := embeddedtest.Connect(tb, srv)
@@ -117,12 +99,10 @@ func Start(tb testing.TB, o Options) *Engine {
 		defer cancel()
 		_ = rt.Close(c)
 		_ = w.Close(c)
-		_ = rec.Close(c)
-		_ = proj.Close(c)
-		_ = tracker.Close(c)
-		_ = nc
+		_ = eng.Close(c)
 	})
-	return &Engine{URL: srv.ClientURL(), JS: js, Log: log, Projector: proj, Reconciler: rec, Clock: clock, Runtime: rt, Presence: tracker}
+	return &Engine{URL: srv.ClientURL(), JS: js, Log: log, Projector: eng.Projector, Reconciler: eng.Reconciler, Clock: clock, Runtime: rt,
+		Presence: eng.Presence, Engine: eng}
 }
 
 // State restores a session of the runtime's tenant from the log.
