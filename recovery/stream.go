@@ -70,7 +70,7 @@ type DeliveryConfig struct {
 	// AckWait is how long a worker may hold a command without acking or
 	// signalling progress before it is redelivered. Workers signal
 	// progress while a command runs, so this bounds how long a dead
-	// worker's command waits. Default 30 seconds.
+	// worker's command waits. Default 10 seconds.
 	AckWait time.Duration
 	// MaxDeliver is how many times a command is delivered before it is
 	// parked. Default 5.
@@ -82,7 +82,7 @@ type DeliveryConfig struct {
 
 func (c *DeliveryConfig) setDefaults() {
 	if c.AckWait == 0 {
-		c.AckWait = 30 * time.Second
+		c.AckWait = 10 * time.Second
 	}
 	if c.MaxDeliver == 0 {
 		c.MaxDeliver = 5

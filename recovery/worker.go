@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 	"github.com/turnstone-dev/turnstone/events"
+	"github.com/turnstone-dev/turnstone/pgroup"
 	"github.com/turnstone-dev/turnstone/projections"
 )
 
@@ -37,6 +38,14 @@ type WorkerConfig struct {
 	Breaker BreakerConfig
 	// Clock is the time source of retries and breakers (nil: SystemClock).
 	Clock Clock
+	// Heartbeat and TTL configure the workers' partition group
+	// (pgroup.Config; zero: 1 s and 5 s): each worker consumes only the
+	// partitions it owns.
+	Heartbeat time.Duration
+	TTL       time.Duration
+	// UseExisting: create and update nothing (the recovery stream, its
+	// consumers and buckets must exist: an operator ran engine setup).
+	UseExisting bool
 	// OnCommand, when set, is called as each delivery of a command ends,
 	// with its kind, how it ended (an outcome; "skipped" when already done;
 	// "parked"; "invalid"; "redeliver" when it will come again) and how
@@ -90,7 +99,9 @@ type Worker struct {
 	follower *events.Follower
 
 	kv     jetstream.KeyValue
-	ccs    []jetstream.ConsumeContext
+	member *pgroup.Member
+	mu     sync.Mutex
+	ccs    map[int]jetstream.ConsumeContext
 	runCtx context.Context
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
@@ -107,7 +118,8 @@ func NewWorker(nc *nats.Conn, log *events.Log, cfg WorkerConfig, logger *zerolog
 	if err != nil {
 		return nil, fmt.Errorf("new worker: %w", err)
 	}
-	w := &Worker{nc: nc, log: log, store: store, cfg: cfg, l: zerolog.Nop(), chains: DefaultChains().Override(cfg.Chains)}
+	w := &Worker{nc: nc, log: log, store: store, cfg: cfg, l: zerolog.Nop(), chains: DefaultChains().Override(cfg.Chains),
+		ccs: map[int]jetstream.ConsumeContext{}}
 	if logger != nil {
 		w.l = logger.With().Str("worker", cfg.Name).Logger()
 	}
@@ -123,15 +135,24 @@ func NewWorker(nc *nats.Conn, log *events.Log, cfg WorkerConfig, logger *zerolog
 // Name is the worker's name.
 func (w *Worker) Name() string { return w.cfg.Name }
 
-// Open sets up the recovery stream and consumers (idempotently) and starts
-// pulling from every partition. Commands run on goroutines the worker owns
-// until Close.
+// WorkerGroup is the name of the workers' partition group.
+const WorkerGroup = "workers"
+
+// Open sets up the recovery stream and consumers (idempotently, unless
+// UseExisting), joins the workers' partition group and consumes the
+// partitions the group gives it (pgroup: balanced over the live workers,
+// taken over within its bound when a worker dies). Commands run on
+// goroutines the worker owns until Close.
 func (w *Worker) Open(ctx context.Context) error {
-	kv, err := Setup(ctx, w.log, w.cfg.Delivery)
+	var err error
+	if w.cfg.UseExisting {
+		w.kv, err = w.log.JetStream().KeyValue(ctx, StatusBucket)
+	} else {
+		w.kv, err = Setup(ctx, w.log, w.cfg.Delivery)
+	}
 	if err != nil {
 		return fmt.Errorf("open worker: %w", err)
 	}
-	w.kv = kv
 	w.runCtx, w.cancel = context.WithCancel(context.Background())
 	// Mirror the breaker changes every worker records.
 	w.follower, err = w.log.Follow(w.runCtx, events.FollowOptions{Session: events.BreakersSession}, w.mirrorBreaker)
@@ -139,28 +160,93 @@ func (w *Worker) Open(ctx context.Context) error {
 		w.stop()
 		return fmt.Errorf("open worker: follow breakers: %w", err)
 	}
-	js := w.log.JetStream()
-	for p := 0; p < w.log.Partitions(); p++ {
-		cons, err := js.Consumer(ctx, Stream, ConsumerName(p))
-		if err != nil {
-			w.stop()
-			return fmt.Errorf("open worker: consumer %s: %w", ConsumerName(p), err)
-		}
-		cc, err := cons.Consume(w.handle, jetstream.PullPriorityGroup(PriorityGroup), jetstream.PullMaxMessages(1))
-		if err != nil {
-			w.stop()
-			return fmt.Errorf("open worker: consume %s: %w", ConsumerName(p), err)
-		}
-		w.ccs = append(w.ccs, cc)
+	w.member, err = pgroup.Join(ctx, w.log.JetStream(), pgroup.Config{
+		Group: WorkerGroup, Member: pgroupName(w.cfg.Name), Partitions: w.log.Partitions(),
+		Heartbeat: w.cfg.Heartbeat, TTL: w.cfg.TTL, CreateBucket: !w.cfg.UseExisting, Replicas: w.log.Config().Replicas,
+		Info:      map[string]string{"kind": "worker", "name": w.cfg.Name},
+		OnAcquire: w.acquire,
+		OnRelease: w.release,
+	}, &w.l)
+	if err != nil {
+		w.stop()
+		return fmt.Errorf("open worker: %w", err)
 	}
-	w.l.Info().Int("partitions", w.log.Partitions()).Msg("worker joined the recovery group")
+	w.l.Info().Ints("partitions", w.member.Owned()).Int("of", w.log.Partitions()).Msg("worker joined the recovery group")
 	return nil
 }
 
-func (w *Worker) stop() {
-	for _, cc := range w.ccs {
+// pgroupName is the worker's name as a group member token.
+func pgroupName(name string) string {
+	b := []byte(name)
+	for i, c := range b {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-') {
+			b[i] = '-'
+		}
+	}
+	return string(b)
+}
+
+// acquire starts consuming partition p's commands; the previous owner
+// being dead, its pin is lifted first so the partition moves at once.
+func (w *Worker) acquire(ctx context.Context, p int, previousDead bool) error {
+	js := w.log.JetStream()
+	if previousDead {
+		if err := pgroup.Unpin(ctx, js, Stream, ConsumerName(p), PriorityGroup); err != nil {
+			w.l.Debug().Err(err).Int("partition", p).Msg("unpin")
+		}
+	}
+	cons, err := js.Consumer(ctx, Stream, ConsumerName(p))
+	if err != nil {
+		return fmt.Errorf("consumer %s: %w", ConsumerName(p), err)
+	}
+	cc, err := cons.Consume(w.handle, jetstream.PullPriorityGroup(PriorityGroup), jetstream.PullMaxMessages(1))
+	if err != nil {
+		return fmt.Errorf("consume %s: %w", ConsumerName(p), err)
+	}
+	w.mu.Lock()
+	w.ccs[p] = cc
+	w.mu.Unlock()
+	return nil
+}
+
+// release stops consuming partition p: the command in progress finishes,
+// then the pin is lifted so the next owner receives the partition at once.
+func (w *Worker) release(ctx context.Context, p int) {
+	w.mu.Lock()
+	cc, ok := w.ccs[p]
+	delete(w.ccs, p)
+	w.mu.Unlock()
+	if !ok {
+		return
+	}
+	cc.Drain()
+	select {
+	case <-cc.Closed():
+	case <-ctx.Done():
 		cc.Stop()
 	}
+	uctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := pgroup.Unpin(uctx, w.log.JetStream(), Stream, ConsumerName(p), PriorityGroup); err != nil {
+		w.l.Debug().Err(err).Int("partition", p).Msg("unpin")
+	}
+}
+
+// Partitions returns the partitions the worker consumes now.
+func (w *Worker) Partitions() []int {
+	if w.member == nil {
+		return nil
+	}
+	return w.member.Owned()
+}
+
+func (w *Worker) stop() {
+	w.mu.Lock()
+	for p, cc := range w.ccs {
+		cc.Stop()
+		delete(w.ccs, p)
+	}
+	w.mu.Unlock()
 	if w.follower != nil {
 		w.follower.Stop()
 	}
@@ -169,25 +255,24 @@ func (w *Worker) stop() {
 	}
 }
 
-// Close stops pulling, lets the command in progress on each partition
-// finish (or ctx end), and returns. A command cut short is redelivered to
-// another worker after the consumer's AckWait.
+// Close leaves the workers' group: the command in progress on each
+// partition finishes (or ctx ends) and the partitions move to the other
+// workers at once. A command cut short is redelivered to another worker
+// after the consumer's AckWait.
 func (w *Worker) Close(ctx context.Context) error {
-	for _, cc := range w.ccs {
-		cc.Drain()
+	var err error
+	if w.member != nil {
+		err = w.member.Leave(ctx)
 	}
 	done := make(chan struct{})
 	go func() {
-		for _, cc := range w.ccs {
-			<-cc.Closed()
-		}
 		w.wg.Wait()
 		close(done)
 	}()
 	select {
 	case <-done:
 		w.stop()
-		return nil
+		return err
 	case <-ctx.Done():
 		w.stop()
 		return fmt.Errorf("close worker: %w", ctx.Err())

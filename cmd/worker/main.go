@@ -71,7 +71,7 @@ to another worker.`,
 	cmd.Flags().StringVar(&f.natsURL, "nats-url", url, "NATS server or cluster of the engine (env TURNSTONE_NATS_URL)")
 	cmd.Flags().StringVar(&f.name, "name", "", "worker name in events and statuses (default host-pid)")
 	cmd.Flags().StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn, error")
-	cmd.Flags().DurationVar(&f.ackWait, "ack-wait", 30*time.Second, "how long a dead worker's command waits before redelivery")
+	cmd.Flags().DurationVar(&f.ackWait, "ack-wait", 10*time.Second, "how long a dead worker's command waits before redelivery")
 	cmd.Flags().IntVar(&f.maxDeliver, "max-deliver", 5, "deliveries before a failing command is parked")
 	cmd.Flags().DurationVar(&f.pinnedTTL, "pinned-ttl", 10*time.Second, "how long a partition stays pinned to a silent worker")
 	cmd.Flags().StringVar(&f.telemetry, "telemetry-listen", "", "address of /metrics and /healthz, such as 127.0.0.1:9465 (default: off)")
