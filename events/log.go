@@ -511,6 +511,22 @@ func (l *Log) LastSeq(ctx context.Context, tenant, session string) (uint64, erro
 	return msg.Sequence, nil
 }
 
+// FirstSeq returns the stream sequence of the session's first event, or 0
+// and ErrSessionNotFound when it has none. It costs one direct get (the
+// first message on the session's subject from sequence 1).
+func (l *Log) FirstSeq(ctx context.Context, tenant, session string) (uint64, error) {
+	ctx, cancel := l.withTimeout(ctx)
+	defer cancel()
+	msg, err := l.events.GetMsg(ctx, 1, jetstream.WithGetMsgSubject(l.SessionSubject(tenant, session)))
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return 0, fmt.Errorf("first sequence of %s/%s: %w", tenant, session, ErrSessionNotFound)
+	}
+	if err != nil {
+		return 0, fmt.Errorf("first sequence of %s/%s: %w", tenant, session, unavailable(err))
+	}
+	return msg.Sequence, nil
+}
+
 // ReadSession calls fn with each event of the session, in stream order,
 // from opts.FromSeq (or opts.FromTime) to the event that was last when the
 // read started (or opts.UntilSeq). An event whose body is malformed or

@@ -3,6 +3,7 @@ package projections
 import (
 	"container/list"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"sort"
@@ -75,6 +76,14 @@ type ProjectorConfig struct {
 	// OnRelease, when set, is called after a partition was released, with
 	// its number (the reconciler forgets that partition's sessions).
 	OnRelease func(partition int)
+	// Index makes the projector keep the fleet index (IndexBucket, which
+	// must exist: EnsureIndexBucket): a Summary per session, written
+	// before the event is acknowledged when what the reconciler acts on
+	// changed, and within IndexEvery otherwise.
+	Index bool
+	// IndexEvery is how often the summaries that changed otherwise are
+	// written. Default 1 second.
+	IndexEvery time.Duration
 }
 
 func (c *ProjectorConfig) setDefaults() {
@@ -98,6 +107,9 @@ func (c *ProjectorConfig) setDefaults() {
 	}
 	if c.MaxSessions == 0 {
 		c.MaxSessions = DefaultMaxSessions
+	}
+	if c.IndexEvery == 0 {
+		c.IndexEvery = time.Second
 	}
 }
 
@@ -241,7 +253,8 @@ type Projector struct {
 	mu       sync.Mutex
 	sessions map[string]*tracked
 	lru      *list.List // of *tracked, most recently active first
-	parts    map[int]jetstream.ConsumeContext
+	parts    map[int]*partition
+	newFast  int // sessions folded from empty without a restore (new ones)
 
 	runCtx context.Context
 	cancel context.CancelFunc
@@ -255,6 +268,67 @@ type tracked struct {
 	sinceSnap int
 	touched   time.Time
 	elem      *list.Element
+	// indexed is the attention of the summary last written to the index;
+	// dirty says the summary changed since.
+	indexed attention
+	dirty   bool
+}
+
+// attention is what the reconciler acts on, of a session's state (see
+// Summary.Attention): comparable, and cheap to compute per event.
+type attention struct {
+	written  bool
+	status   string
+	inFlight int
+	pending  bool
+	paused   bool
+	cause    events.PauseCause
+	orphans  int
+	history  bool
+}
+
+func attentionOf(s *Session) attention {
+	return attention{written: true, status: s.Status(), inFlight: len(s.InFlight), pending: s.PendingDistillation() != nil,
+		paused: s.Paused, cause: s.PauseCause, orphans: s.openOrphans(), history: s.History}
+}
+
+// partition is one partition the projector folds: its consumer, and the
+// acknowledgements that wait for an index write.
+type partition struct {
+	cc   jetstream.ConsumeContext
+	acks chan pendingAck
+	done chan struct{}
+
+	mu     sync.Mutex
+	closed bool
+}
+
+// wait hands pa to the acker; once the partition is released the event
+// is left unacknowledged, for the next owner.
+func (ps *partition) wait(pa pendingAck) {
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	if !ps.closed {
+		ps.acks <- pa
+	}
+}
+
+// close stops the acker once it acknowledged what it holds.
+func (ps *partition) close() {
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	if !ps.closed {
+		ps.closed = true
+		close(ps.acks)
+	}
+}
+
+// pendingAck is an event whose acknowledgement waits until the index
+// write it caused is stored.
+type pendingAck struct {
+	msg jetstream.Msg
+	fut jetstream.PubAckFuture
+	key string
 }
 
 // NewProjector returns a projector over log that saves snapshots in store.
@@ -265,7 +339,7 @@ func NewProjector(log *events.Log, store *SnapshotStore, cfg ProjectorConfig, lo
 	}
 	cfg.setDefaults()
 	p := &Projector{log: log, store: store, cfg: cfg, l: zerolog.Nop(), sessions: map[string]*tracked{}, lru: list.New(),
-		parts: map[int]jetstream.ConsumeContext{}}
+		parts: map[int]*partition{}}
 	if logger != nil {
 		p.l = logger.With().Str("component", "projector").Logger()
 	}
@@ -278,6 +352,10 @@ func (p *Projector) Open(ctx context.Context) error {
 	p.runCtx, p.cancel = context.WithCancel(context.Background())
 	p.wg.Add(1)
 	go p.evictLoop(p.runCtx)
+	if p.cfg.Index {
+		p.wg.Add(1)
+		go p.indexLoop(p.runCtx)
+	}
 	if p.cfg.Shared {
 		return nil
 	}
@@ -321,22 +399,62 @@ func (p *Projector) Acquire(ctx context.Context, part int, unpin bool) error {
 			p.l.Debug().Err(err).Int("partition", part).Msg("unpin")
 		}
 	}
+	ps := &partition{acks: make(chan pendingAck, p.cfg.MaxAckPending), done: make(chan struct{})}
+	go p.acker(ps)
 	cc, err := cons.Consume(func(msg jetstream.Msg) {
 		meta, err := msg.Metadata()
 		if err != nil {
 			_ = msg.Term()
 			return
 		}
-		p.apply(p.runCtx, part, events.DecodeStoredAt(msg.Subject(), meta.Sequence.Stream, meta.Timestamp, msg.Data()))
+		ev := events.DecodeStoredAt(msg.Subject(), meta.Sequence.Stream, meta.Timestamp, msg.Data())
+		if fut := p.apply(p.runCtx, part, ev); fut != nil {
+			ps.wait(pendingAck{msg: msg, fut: fut, key: ev.Tenant + "/" + ev.Session})
+			return
+		}
 		_ = msg.Ack()
 	}, jetstream.PullPriorityGroup(p.cfg.Group), jetstream.PullMaxMessages(256))
 	if err != nil {
+		ps.close()
+		<-ps.done
 		return fmt.Errorf("acquire partition %d: consume: %w", part, err)
 	}
+	ps.cc = cc
 	p.mu.Lock()
-	p.parts[part] = cc
+	p.parts[part] = ps
 	p.mu.Unlock()
 	return nil
+}
+
+// acker acknowledges the events of a partition that wait for their index
+// write, in order, once it is stored; an event whose write failed is
+// delivered again (and the summary written again).
+func (p *Projector) acker(ps *partition) {
+	defer close(ps.done)
+	for pa := range ps.acks {
+		timer := time.NewTimer(p.cfg.AckWait / 2)
+		select {
+		case <-pa.fut.Ok():
+			_ = pa.msg.Ack()
+		case err := <-pa.fut.Err():
+			p.indexFailed(pa.key, err)
+			_ = pa.msg.Nak()
+		case <-timer.C:
+			p.indexFailed(pa.key, errors.New("no ack from the index"))
+			_ = pa.msg.Nak()
+		}
+		timer.Stop()
+	}
+}
+
+// indexFailed marks a session's summary to be written again.
+func (p *Projector) indexFailed(key string, err error) {
+	p.l.Warn().Err(err).Str("session", key).Msg("index write failed; the event is delivered again")
+	p.mu.Lock()
+	if t, ok := p.sessions[key]; ok {
+		t.indexed, t.dirty = attention{}, true
+	}
+	p.mu.Unlock()
 }
 
 // Release stops folding partition part: it drains the partition's
@@ -345,17 +463,22 @@ func (p *Projector) Acquire(ctx context.Context, part int, unpin bool) error {
 // session states. Releasing a partition not held is a no-op.
 func (p *Projector) Release(ctx context.Context, part int) {
 	p.mu.Lock()
-	cc, held := p.parts[part]
+	ps, held := p.parts[part]
 	delete(p.parts, part)
 	p.mu.Unlock()
 	if !held {
 		return
 	}
-	cc.Drain()
+	ps.cc.Drain()
 	select {
-	case <-cc.Closed():
+	case <-ps.cc.Closed():
 	case <-ctx.Done():
-		cc.Stop()
+		ps.cc.Stop()
+	}
+	ps.close()
+	select {
+	case <-ps.done:
+	case <-ctx.Done():
 	}
 	uctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
@@ -416,14 +539,23 @@ func (p *Projector) Session(tenant, session string) (*Session, bool) {
 // apply folds ev, an event of partition part, into its session's state.
 // Events of one partition come one at a time (its consumer's goroutine);
 // p.mu guards the map and the LRU, and a state while Session copies it.
-func (p *Projector) apply(ctx context.Context, part int, ev events.Event) {
+// It returns the index write to wait for before the event is
+// acknowledged, or nil.
+func (p *Projector) apply(ctx context.Context, part int, ev events.Event) jetstream.PubAckFuture {
 	key := ev.Tenant + "/" + ev.Session
 	p.mu.Lock()
 	t, ok := p.sessions[key]
 	p.mu.Unlock()
 	if !ok {
-		state, err := Restore(ctx, p.log, p.store, ev.Tenant, ev.Session)
-		if err != nil {
+		var state *Session
+		// A brand-new session (this event is its first) has nothing to
+		// restore: no snapshot can exist, and one direct get tells.
+		if first, err := p.log.FirstSeq(ctx, ev.Tenant, ev.Session); err == nil && first == ev.Seq && ev.Seq != 0 {
+			state = &Session{}
+			p.mu.Lock()
+			p.newFast++
+			p.mu.Unlock()
+		} else if state, err = Restore(ctx, p.log, p.store, ev.Tenant, ev.Session); err != nil {
 			// The log is the truth: fold from this event and let the
 			// next restore set it right.
 			p.l.Warn().Err(err).Str("session", key).Msg("restore failed; folding from this event")
@@ -475,7 +607,7 @@ func (p *Projector) apply(ctx context.Context, part int, ev events.Event) {
 			if p.cfg.OnApply != nil {
 				p.cfg.OnApply(t.state, ev, applied, vs)
 			}
-			return
+			return nil
 		}
 		// Snapshot it at once, so that the next restore need not refold.
 		t.state, t.sinceSnap = fresh, p.cfg.SnapshotEvery
@@ -488,6 +620,17 @@ func (p *Projector) apply(ctx context.Context, part int, ev events.Event) {
 		snap = t.state.Clone()
 		t.sinceSnap = 0
 	}
+	var fut jetstream.PubAckFuture
+	if p.cfg.Index && validIndexKey(ev.Tenant, ev.Session) {
+		if att := attentionOf(t.state); att != t.indexed {
+			fut = p.putSummary(t.state.Summary(t.partition))
+			if fut != nil {
+				t.indexed, t.dirty = att, false
+			}
+		} else if applied {
+			t.dirty = true
+		}
+	}
 	p.mu.Unlock()
 
 	p.report(ev, vs)
@@ -497,6 +640,58 @@ func (p *Projector) apply(ctx context.Context, part int, ev events.Event) {
 	if snap != nil {
 		p.snapshot(ctx, snap)
 	}
+	return fut
+}
+
+// putSummary publishes a summary to the index, asynchronously; nil when
+// it could not be sent.
+func (p *Projector) putSummary(m Summary) jetstream.PubAckFuture {
+	b, err := json.Marshal(m)
+	if err != nil {
+		return nil
+	}
+	fut, err := p.log.JetStream().PublishAsync(indexSubject(m.Partition, m.Tenant, m.Session), b)
+	if err != nil {
+		p.l.Warn().Err(err).Str("session", m.Tenant+"/"+m.Session).Msg("index write not sent")
+		return nil
+	}
+	return fut
+}
+
+// indexLoop writes, every IndexEvery, the summaries that changed without
+// a change the reconciler acts on (counts, times).
+func (p *Projector) indexLoop(ctx context.Context) {
+	defer p.wg.Done()
+	tick := time.NewTicker(p.cfg.IndexEvery)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		p.mu.Lock()
+		var due []Summary
+		for _, t := range p.sessions {
+			if t.dirty && validIndexKey(t.state.Tenant, t.state.Session) {
+				due = append(due, t.state.Summary(t.partition))
+				t.dirty = false
+			}
+		}
+		p.mu.Unlock()
+		for _, m := range due {
+			p.putSummary(m)
+		}
+	}
+}
+
+// NewSessionsFast is how many sessions the projector folded from an
+// empty state because their first event was the one it received (no
+// snapshot looked up, no log read).
+func (p *Projector) NewSessionsFast() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.newFast
 }
 
 // report logs the violations ev gave rise to and passes them to OnAnomaly.

@@ -142,3 +142,14 @@ func (s *Session) DirtyReasons(turn string) []string {
 	}
 	return append(reasons, s.historyReasons()...)
 }
+
+// openOrphans counts OrphanedToolUseIDs without building the list.
+func (s *Session) openOrphans() int {
+	n := 0
+	for _, o := range s.Orphans[since(s.HistoryStart.Orphans, s.Totals.Orphans, len(s.Orphans)):] {
+		if !o.Repaired {
+			n++
+		}
+	}
+	return n
+}

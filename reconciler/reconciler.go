@@ -289,28 +289,53 @@ func (r *Reconciler) enqueue(actions []Action) {
 	}
 }
 
-// scan judges every session of the partitions. At start (restart) the
+// scan judges the sessions of the partitions that may need the
+// reconciler. It reads the fleet index (projections.ReadIndex) and
+// restores only the sessions whose summary says something is open (turns
+// in flight, a pending distillation, open orphans, a pause waiting for
+// its runtime), so an engine with 100,000 idle sessions is ready in a
+// moment; without an index it lists the log. At start (restart) the
 // policy's restart rule applies to the turns found in flight.
 func (r *Reconciler) scan(ctx context.Context, partitions []int, restart bool) error {
 	if len(partitions) == 0 {
 		return nil
 	}
-	refs, err := r.log.Sessions(ctx, "")
-	if err != nil {
+	type ref struct{ tenant, session string }
+	var refs []ref
+	sums, err := projections.ReadIndex(ctx, r.js, projections.IndexFilter{Partitions: partitions})
+	switch {
+	case err == nil:
+		for _, m := range sums {
+			open := m.InFlight > 0 || m.PendingDistillation || m.Orphans > 0 || (m.Paused && m.PauseCause == events.CauseRuntimeUnavailable)
+			if open && !m.History {
+				refs = append(refs, ref{m.Tenant, m.Session})
+			}
+		}
+	case errors.Is(err, jetstream.ErrBucketNotFound):
+		all, err := r.log.Sessions(ctx, "")
+		if err != nil {
+			return err
+		}
+		for _, x := range all {
+			if slices.Contains(partitions, x.Partition) {
+				refs = append(refs, ref{x.Tenant, x.Session})
+			}
+		}
+	default:
 		return err
 	}
-	for _, ref := range refs {
-		if strings.HasPrefix(ref.Session, "_") || !slices.Contains(partitions, ref.Partition) {
+	for _, x := range refs {
+		if strings.HasPrefix(x.session, "_") {
 			continue
 		}
-		s, err := r.state(ctx, ref.Tenant, ref.Session)
+		s, err := r.state(ctx, x.tenant, x.session)
 		if err != nil {
 			return err
 		}
 		if restart && len(s.InFlight) > 0 {
-			r.l.Info().Str("session", key(ref.Tenant, ref.Session)).Strs("turns", s.InFlight).
-				Str("policy", r.cfg.Policy.For(ref.Tenant).Restart.InFlightTurns).Msg("turns in flight at start")
-			if p := r.cfg.Policy.For(ref.Tenant); p.Restart.InFlightTurns == "abandon" {
+			r.l.Info().Str("session", key(x.tenant, x.session)).Strs("turns", s.InFlight).
+				Str("policy", r.cfg.Policy.For(x.tenant).Restart.InFlightTurns).Msg("turns in flight at start")
+			if p := r.cfg.Policy.For(x.tenant); p.Restart.InFlightTurns == "abandon" {
 				now := r.cfg.Clock.Now()
 				present := r.cfg.Presence != nil && r.cfg.Presence.Present(s.Tenant, s.Session)
 				r.enqueue(Decide(Input{State: s, Now: now, Policy: p, RestartAbandon: true, Live: Live(s, now, p, present), RuntimePresent: present}))

@@ -1,0 +1,263 @@
+package projections
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/turnstone-dev/turnstone/events"
+)
+
+// IndexBucket is the key-value bucket of the fleet index: one Summary per
+// session, key <partition>.<tenant>.<session>, kept by the engine that
+// owns the partition. `engine sessions`, the start-up scan and the web
+// view read it instead of the whole log.
+const IndexBucket = "turnstone_sessions"
+
+// Summary is one session's row in the fleet index: what a listing shows
+// and what the engine's scan needs to know without restoring the session.
+// It is derived from the session's state (Session.Summary) and written by
+// the partition's owner: at once when something the reconciler acts on
+// changes (Attention), within about a second otherwise.
+type Summary struct {
+	Tenant    string `json:"tenant"`
+	Session   string `json:"session"`
+	Partition int    `json:"partition"`
+	// Status is Session.Status: paused, in_turn, broken or idle.
+	Status string `json:"status"`
+	// Kind, Runtime, Model and Provider are the state's.
+	Kind     string `json:"kind,omitempty"`
+	Runtime  string `json:"runtime,omitempty"`
+	Model    string `json:"model,omitempty"`
+	Provider string `json:"provider,omitempty"`
+	// ParentSession and ForkedFrom link a sidechain or a fork.
+	ParentSession string `json:"parent_session,omitempty"`
+	ForkedFrom    string `json:"forked_from,omitempty"`
+	// History marks an imported session (the reconciler never acts on it).
+	History bool `json:"history,omitempty"`
+	// Turns is how many turns started; InFlight how many are in flight.
+	Turns    int `json:"turns"`
+	InFlight int `json:"in_flight"`
+	// Orphans are the open orphaned tool_use blocks of the current
+	// history; Repaired the orphans ever repaired.
+	Orphans  int `json:"orphans"`
+	Repaired int `json:"repaired,omitempty"`
+	// Violations counts the violations ever raised, Resolved those a
+	// repair resolved.
+	Violations int `json:"violations"`
+	Resolved   int `json:"resolved,omitempty"`
+	// Events is how many events were folded; FirstSeq and LastSeq their
+	// first and last stream sequences.
+	Events   int    `json:"events"`
+	FirstSeq uint64 `json:"first_seq"`
+	LastSeq  uint64 `json:"last_seq"`
+	// FirstTime and LastTime are the publishers' times; LastStored and
+	// LastLiveStored the log's (see Session).
+	FirstTime      time.Time `json:"first_time,omitzero"`
+	LastTime       time.Time `json:"last_time,omitzero"`
+	LastStored     time.Time `json:"last_stored,omitzero"`
+	LastLiveStored time.Time `json:"last_live_stored,omitzero"`
+	// Paused and PauseCause are the pause's, when paused.
+	Paused     bool              `json:"paused,omitempty"`
+	PauseCause events.PauseCause `json:"pause_cause,omitempty"`
+	// PendingDistillation is set while a distillation request waits.
+	PendingDistillation bool `json:"pending_distillation,omitempty"`
+	// Anomalous is Session.Anomalous (what `engine incidents` lists).
+	Anomalous bool `json:"anomalous,omitempty"`
+}
+
+// Summary returns the session's row in the fleet index, for partition.
+func (s *Session) Summary(partition int) Summary {
+	repaired := 0
+	for i := range s.Orphans {
+		if s.Orphans[i].Repaired {
+			repaired++
+		}
+	}
+	return Summary{
+		Tenant: s.Tenant, Session: s.Session, Partition: partition, Status: s.Status(),
+		Kind: s.Kind, Runtime: s.Runtime, Model: s.Model, Provider: s.Provider,
+		ParentSession: s.ParentSession, ForkedFrom: s.ForkedFrom, History: s.History,
+		Turns: s.Totals.Turns, InFlight: len(s.InFlight),
+		Orphans: len(s.OrphanedToolUseIDs()), Repaired: repaired,
+		Violations: s.Totals.Violations, Resolved: s.Totals.Resolved,
+		Events: s.Events, FirstSeq: s.FirstSeq, LastSeq: s.LastSeq,
+		FirstTime: s.FirstTime, LastTime: s.LastTime, LastStored: s.LastStored, LastLiveStored: s.LastLiveStored,
+		Paused: s.Paused, PauseCause: s.PauseCause,
+		PendingDistillation: s.PendingDistillation() != nil,
+		Anomalous:           s.Anomalous(),
+	}
+}
+
+// Attention is the part of a Summary the reconciler acts on (turns in
+// flight, a pending distillation, a pause and its cause, open orphans,
+// history, status): when it changes, the index is written before the
+// event is acknowledged, so a scan that reads the index after a crash
+// misses nothing.
+func (m Summary) Attention() string {
+	return fmt.Sprintf("%s|%d|%v|%v|%s|%d|%v", m.Status, m.InFlight, m.PendingDistillation, m.Paused, m.PauseCause, m.Orphans, m.History)
+}
+
+// IndexKey is the index key of a session: <partition>.<tenant>.<session>.
+func IndexKey(partition int, tenant, session string) string {
+	return strconv.Itoa(partition) + "." + tenant + "." + session
+}
+
+// IndexBucketConfig is the fleet index bucket: history 1 (the latest
+// summary of each session), file storage, replicas replicas.
+func IndexBucketConfig(replicas int) jetstream.KeyValueConfig {
+	if replicas < 1 {
+		replicas = 1
+	}
+	return jetstream.KeyValueConfig{
+		Bucket:      IndexBucket,
+		Description: "Turnstone fleet index: one summary per session",
+		History:     1,
+		Storage:     jetstream.FileStorage,
+		Replicas:    replicas,
+	}
+}
+
+// EnsureIndexBucket creates or updates the fleet index bucket.
+func EnsureIndexBucket(ctx context.Context, js jetstream.JetStream, replicas int) error {
+	if _, err := js.CreateOrUpdateKeyValue(ctx, IndexBucketConfig(replicas)); err != nil {
+		return fmt.Errorf("bucket %s: %w", IndexBucket, err)
+	}
+	return nil
+}
+
+// IndexFilter selects index entries: of one tenant, of some partitions
+// (nil: all).
+type IndexFilter struct {
+	Tenant     string
+	Partitions []int
+}
+
+// ReadIndex returns the latest summary of every session the filter
+// selects, sorted by tenant then session. It reads the bucket's stream
+// with an ordered consumer delivering the last message of each subject,
+// in batches (Fetch, which works on replicated streams), so 100,000
+// sessions cost one pass over the bucket. Errors: jetstream.ErrBucketNotFound
+// (wrapped) when there is no index yet; JetStream's.
+func ReadIndex(ctx context.Context, js jetstream.JetStream, f IndexFilter) ([]Summary, error) {
+	st, err := js.Stream(ctx, "KV_"+IndexBucket)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		return nil, fmt.Errorf("read index: %w", jetstream.ErrBucketNotFound)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read index: %w", err)
+	}
+	tenant := "*"
+	if f.Tenant != "" {
+		tenant = f.Tenant
+	}
+	var filters []string
+	if f.Partitions == nil {
+		filters = []string{"$KV." + IndexBucket + ".*." + tenant + ".*"}
+	} else {
+		for _, p := range f.Partitions {
+			filters = append(filters, "$KV."+IndexBucket+"."+strconv.Itoa(p)+"."+tenant+".*")
+		}
+		if len(filters) == 0 {
+			return nil, nil
+		}
+	}
+	cons, err := st.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{FilterSubjects: filters, DeliverPolicy: jetstream.DeliverLastPerSubjectPolicy})
+	if err != nil {
+		return nil, fmt.Errorf("read index: %w", err)
+	}
+	info, err := cons.Info(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("read index: %w", err)
+	}
+	remaining := info.NumPending
+	out := make([]Summary, 0, remaining)
+	for remaining > 0 {
+		batch, err := cons.Fetch(int(min(remaining, 2000)), jetstream.FetchMaxWait(5*time.Second))
+		if err != nil {
+			return nil, fmt.Errorf("read index: %w", err)
+		}
+		n := 0
+		for msg := range batch.Messages() {
+			n++
+			if op := msg.Headers().Get("KV-Operation"); op == "DEL" || op == "PURGE" {
+				continue
+			}
+			var m Summary
+			if json.Unmarshal(msg.Data(), &m) == nil {
+				out = append(out, m)
+			}
+			meta, err := msg.Metadata()
+			if err == nil {
+				remaining = meta.NumPending
+			}
+		}
+		if err := batch.Error(); err != nil && !errors.Is(err, jetstream.ErrNoMessages) {
+			return nil, fmt.Errorf("read index: %w", err)
+		}
+		if n == 0 {
+			break
+		}
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Tenant != out[j].Tenant {
+			return out[i].Tenant < out[j].Tenant
+		}
+		return out[i].Session < out[j].Session
+	})
+	return out, nil
+}
+
+// indexSubject is the subject a summary is stored on.
+func indexSubject(partition int, tenant, session string) string {
+	return "$KV." + IndexBucket + "." + IndexKey(partition, tenant, session)
+}
+
+// validIndexKey reports whether tenant and session can be an index key
+// (KV keys allow [-/_=.a-zA-Z0-9]; tokens never hold dots).
+func validIndexKey(tenant, session string) bool {
+	return events.ValidToken(tenant) && events.ValidToken(session) && !strings.ContainsAny(tenant+session, ".*>")
+}
+
+// RebuildIndex writes the summary of every session of the log, each
+// restored from its snapshot and tail, to the fleet index: for an index
+// created over a log that already holds sessions (an upgrade). It returns
+// how many summaries it wrote.
+func RebuildIndex(ctx context.Context, log *events.Log, store *SnapshotStore) (int, error) {
+	refs, err := log.Sessions(ctx, "")
+	if err != nil {
+		return 0, fmt.Errorf("rebuild index: %w", err)
+	}
+	kv, err := log.JetStream().KeyValue(ctx, IndexBucket)
+	if err != nil {
+		return 0, fmt.Errorf("rebuild index: %w", err)
+	}
+	n := 0
+	for _, ref := range refs {
+		if !validIndexKey(ref.Tenant, ref.Session) {
+			continue
+		}
+		s, err := Restore(ctx, log, store, ref.Tenant, ref.Session)
+		if err != nil {
+			return n, fmt.Errorf("rebuild index: %w", err)
+		}
+		if s.Tenant == "" {
+			s.Tenant, s.Session = ref.Tenant, ref.Session
+		}
+		b, err := json.Marshal(s.Summary(ref.Partition))
+		if err != nil {
+			return n, fmt.Errorf("rebuild index: %w", err)
+		}
+		if _, err := kv.Put(ctx, IndexKey(ref.Partition, ref.Tenant, ref.Session), b); err != nil {
+			return n, fmt.Errorf("rebuild index: %w", err)
+		}
+		n++
+	}
+	return n, nil
+}
