@@ -196,13 +196,13 @@ type PartitionState struct {
 
 // PartitionStates reads the state of the projector consumer of each of the
 // partitions (durable: ProjectorConfig.Durable, "" for the default).
-func PartitionStates(ctx context.Context, js jetstream.JetStream, durable string, partitions int) ([]PartitionState, error) {
+func PartitionStates(ctx context.Context, js jetstream.JetStream, durable string, partitions []int) ([]PartitionState, error) {
 	st, err := js.Stream(ctx, events.EventsStream)
 	if err != nil {
 		return nil, fmt.Errorf("partition states: %w", err)
 	}
-	out := make([]PartitionState, 0, partitions)
-	for p := 0; p < partitions; p++ {
+	out := make([]PartitionState, 0, len(partitions))
+	for _, p := range partitions {
 		c, err := st.Consumer(ctx, ProjectorConsumerName(durable, p))
 		if err != nil {
 			return nil, fmt.Errorf("partition %d: %w", p, err)

@@ -232,6 +232,14 @@ func (w *Worker) release(ctx context.Context, p int) {
 	}
 }
 
+// Rebalances is how many times the worker's set of partitions changed.
+func (w *Worker) Rebalances() int {
+	if w.member == nil {
+		return 0
+	}
+	return w.member.Rebalances()
+}
+
 // Partitions returns the partitions the worker consumes now.
 func (w *Worker) Partitions() []int {
 	if w.member == nil {

@@ -50,6 +50,10 @@ type Metrics struct {
 	workerCommands *prometheus.CounterVec
 	workerSeconds  *prometheus.HistogramVec
 
+	partitionsOwned *prometheus.GaugeVec
+	rebalances      *prometheus.GaugeVec
+	partitionLag    *prometheus.GaugeVec
+
 	failMu     sync.Mutex
 	failOn     bool
 	failReason string
@@ -87,7 +91,15 @@ func NewMetrics(namespace string) *Metrics {
 	m.workerSeconds = prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: namespace, Name: "worker_command_seconds",
 		Help: "Seconds this worker took over a recovery command, from delivery to its end, by kind.", Buckets: WorkerCommandBuckets}, []string{"kind"})
 
+	m.partitionsOwned = prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: namespace, Name: "partitions_owned",
+		Help: "Partitions this process owns in its partition group (engines or workers)."}, []string{"group"})
+	m.rebalances = prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: namespace, Name: "partition_rebalances",
+		Help: "Times this process's set of partitions changed since it started, by group."}, []string{"group"})
+	m.partitionLag = prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: namespace, Name: "partition_lag",
+		Help: "Events of a partition this engine owns not yet delivered to it (its projector consumer's pending count)."}, []string{"partition"})
+
 	m.reg.MustRegister(
+		m.partitionsOwned, m.rebalances, m.partitionLag,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		m.turns,

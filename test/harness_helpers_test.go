@@ -126,7 +126,7 @@ func waitProjectorIdle(t testing.TB, js jetstream.JetStream) {
 			if info, err = st.Info(ctx); err == nil {
 				var log *events.Log
 				if log, err = events.Open(ctx, js, events.Config{UseExisting: true}, nil); err == nil {
-					parts, err = projections.PartitionStates(ctx, js, "", log.Partitions())
+					parts, err = projections.PartitionStates(ctx, js, "", allPartitions(log.Partitions()))
 				}
 			}
 			if err == nil {
@@ -302,6 +302,15 @@ func runOK(t testing.TB, url string, args ...string) string {
 	out, errOut, err := runErr(url, args...)
 	if err != nil {
 		t.Fatalf("engine %s: %v\nstdout: %s\nstderr: %s", strings.Join(args, " "), err, out, errOut)
+	}
+	return out
+}
+
+// allPartitions is 0..n-1.
+func allPartitions(n int) []int {
+	out := make([]int, n)
+	for i := range out {
+		out[i] = i
 	}
 	return out
 }

@@ -55,6 +55,8 @@ Start the engine with 'engine serve'; the other commands connect to it
 		newRecoveryCommand(g),
 		newIncidentsCommand(g),
 		newRuntimesCommand(g),
+		newMembersCommand(g),
+		newSetupCommand(g),
 	)
 	return root
 }
@@ -69,23 +71,46 @@ func (g *globals) logger() (zerolog.Logger, error) {
 	return zerolog.New(w).Level(lvl).With().Timestamp().Logger(), nil
 }
 
-// connect opens the NATS connection and the event log for a client
-// subcommand. The caller closes the connection.
-func (g *globals) connect(ctx context.Context) (*nats.Conn, *events.Log, error) {
+// dial opens the NATS connection of a client subcommand. The caller
+// closes it.
+func (g *globals) dial() (*nats.Conn, error) {
 	nc, err := nats.Connect(g.natsURL, nats.Name("turnstone-cli"), nats.Timeout(5*time.Second))
 	if err != nil {
-		return nil, nil, fmt.Errorf("connect to %s: %w (is `engine serve` running? set --nats-url or TURNSTONE_NATS_URL)", g.natsURL, err)
+		return nil, fmt.Errorf("connect to %s: %w (is `engine serve` running? set --nats-url or TURNSTONE_NATS_URL)", g.natsURL, err)
 	}
+	return nc, nil
+}
+
+// jetstreamOf is the JetStream context of nc.
+func jetstreamOf(nc *nats.Conn) (jetstream.JetStream, error) {
 	js, err := jetstream.New(nc)
 	if err != nil {
-		nc.Close()
-		return nil, nil, fmt.Errorf("jetstream: %w", err)
+		return nil, fmt.Errorf("jetstream: %w", err)
 	}
-	log, err := events.Open(ctx, js, events.Config{}, nil)
+	return js, nil
+}
+
+// connect opens the NATS connection and the event log for a client
+// subcommand; it creates and changes no stream (engine serve or engine
+// setup does). The caller closes the connection.
+func (g *globals) connect(ctx context.Context) (*nats.Conn, *events.Log, error) {
+	nc, err := g.dial()
+	if err != nil {
+		return nil, nil, err
+	}
+	js, err := jetstreamOf(nc)
+	if err != nil {
+		nc.Close()
+		return nil, nil, err
+	}
+	log, err := events.Open(ctx, js, events.Config{UseExisting: true}, nil)
 	if err != nil {
 		nc.Close()
 		if errors.Is(err, events.ErrLogUnavailable) {
 			return nil, nil, fmt.Errorf("%w (does the server at %s have JetStream enabled?)", err, g.natsURL)
+		}
+		if errors.Is(err, events.ErrNoStream) {
+			return nil, nil, fmt.Errorf("%w: start the engine (engine serve) or set up the streams (engine setup) first", err)
 		}
 		return nil, nil, err
 	}

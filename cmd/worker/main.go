@@ -121,6 +121,18 @@ func run(ctx context.Context, f flags, stderr io.Writer) error {
 	if err := w.Open(ctx); err != nil {
 		return err
 	}
+	go func() {
+		tick := time.NewTicker(5 * time.Second)
+		defer tick.Stop()
+		for {
+			metrics.SetPartitions(recovery.WorkerGroup, len(w.Partitions()), w.Rebalances())
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+		}
+	}()
 	<-ctx.Done()
 	logger.Info().Msg("worker stopping")
 	cctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)

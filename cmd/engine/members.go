@@ -1,0 +1,141 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"sort"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/spf13/cobra"
+	"github.com/turnstone-dev/turnstone/engine"
+	"github.com/turnstone-dev/turnstone/pgroup"
+	"github.com/turnstone-dev/turnstone/projections"
+	"github.com/turnstone-dev/turnstone/recovery"
+)
+
+// membersReport is the JSON of `engine members`.
+type membersReport struct {
+	Members    []memberLine    `json:"members"`
+	Partitions []partitionLine `json:"partitions"`
+}
+
+// memberLine is one engine or worker of `engine members`.
+type memberLine struct {
+	Group      string            `json:"group"`
+	Member     string            `json:"member"`
+	Partitions []int             `json:"partitions"`
+	Started    time.Time         `json:"started"`
+	Beat       time.Time         `json:"beat"`
+	Info       map[string]string `json:"info,omitempty"`
+}
+
+// partitionLine is one partition of `engine members`: who owns it and how
+// far behind its consumers are.
+type partitionLine struct {
+	Partition int    `json:"partition"`
+	Engine    string `json:"engine"`
+	Lag       uint64 `json:"lag"`
+	Worker    string `json:"worker"`
+	Commands  uint64 `json:"commands_pending"`
+}
+
+func newMembersCommand(g *globals) *cobra.Command {
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "members",
+		Short: "The engines and workers sharing the partitions, and each partition's owner and lag",
+		Long: `List the engines and workers of the partition groups (their heartbeats
+in the turnstone_members bucket), the partitions each owns, and for every
+partition its engine, the events not yet folded (lag), its worker and the
+recovery commands waiting.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx := cmd.Context()
+			nc, log, err := g.connect(ctx)
+			if err != nil {
+				return err
+			}
+			defer nc.Close()
+			js := log.JetStream()
+			recs, err := pgroup.List(ctx, js, "", "")
+			if err != nil {
+				return err
+			}
+			rep := membersReport{Members: []memberLine{}, Partitions: []partitionLine{}}
+			owner := map[string]map[int]string{}
+			for _, r := range recs {
+				if time.Since(r.Beat) > 2*pgroup.DefaultTTL {
+					continue // an old record of a member that is gone
+				}
+				rep.Members = append(rep.Members, memberLine(r))
+				if owner[r.Group] == nil {
+					owner[r.Group] = map[int]string{}
+				}
+				for _, p := range r.Partitions {
+					owner[r.Group][p] = r.Member
+				}
+			}
+			all := make([]int, log.Partitions())
+			for i := range all {
+				all[i] = i
+			}
+			states, err := projections.PartitionStates(ctx, js, "", all)
+			if err != nil {
+				return err
+			}
+			for _, st := range states {
+				line := partitionLine{Partition: st.Partition, Engine: owner[engine.Group][st.Partition], Lag: st.Pending,
+					Worker: owner[recovery.WorkerGroup][st.Partition]}
+				if c, err := js.Consumer(ctx, recovery.Stream, recovery.ConsumerName(st.Partition)); err == nil {
+					if ci, err := c.Info(ctx); err == nil {
+						line.Commands = ci.NumPending + uint64(ci.NumAckPending)
+					}
+				} else if err != jetstream.ErrConsumerNotFound {
+					return err
+				}
+				rep.Partitions = append(rep.Partitions, line)
+			}
+			return renderMembers(cmd.OutOrStdout(), rep, asJSON)
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON (fields as in docs/cli.md)")
+	return cmd
+}
+
+// renderMembers prints the report as two tables, or as JSON.
+func renderMembers(w io.Writer, rep membersReport, asJSON bool) error {
+	if asJSON {
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		return enc.Encode(rep)
+	}
+	sort.Slice(rep.Members, func(i, j int) bool {
+		if rep.Members[i].Group != rep.Members[j].Group {
+			return rep.Members[i].Group < rep.Members[j].Group
+		}
+		return rep.Members[i].Member < rep.Members[j].Member
+	})
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "GROUP\tMEMBER\tPARTITIONS\tLAST HEARTBEAT (UTC)")
+	for _, m := range rep.Members {
+		ps := make([]string, len(m.Partitions))
+		for i, p := range m.Partitions {
+			ps[i] = fmt.Sprint(p)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", m.Group, m.Member, strings.Join(ps, ","), m.Beat.UTC().Format(time.TimeOnly))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	fmt.Fprintln(w)
+	tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "PARTITION\tENGINE\tLAG\tWORKER\tCOMMANDS PENDING")
+	for _, p := range rep.Partitions {
+		fmt.Fprintf(tw, "%d\t%s\t%d\t%s\t%d\n", p.Partition, orDash(p.Engine), p.Lag, orDash(p.Worker), p.Commands)
+	}
+	return tw.Flush()
+}

@@ -1,0 +1,55 @@
+package main
+
+import (
+	"fmt"
+
+	"github.com/spf13/cobra"
+	"github.com/turnstone-dev/turnstone/engine"
+	"github.com/turnstone-dev/turnstone/events"
+)
+
+func newSetupCommand(g *globals) *cobra.Command {
+	var (
+		partitions, replicas int
+		update               bool
+	)
+	cmd := &cobra.Command{
+		Use:   "setup",
+		Short: "Create or update the streams, consumers and buckets (an operator's job under auth)",
+		Long: `Create what the engines and workers need on JetStream, idempotently: the
+event, snapshot and recovery streams, the projector's and the workers'
+partition consumers, and the buckets (command statuses, members, fleet
+index, write probe). engine serve does it itself unless --use-existing;
+under auth only the operator may (docs/security.md). Settings not given
+keep the existing streams'; a setting given that differs is refused unless
+--update-streams.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx := cmd.Context()
+			nc, err := g.dial()
+			if err != nil {
+				return err
+			}
+			defer nc.Close()
+			logger, err := g.logger()
+			if err != nil {
+				return err
+			}
+			js, err := jetstreamOf(nc)
+			if err != nil {
+				return err
+			}
+			log, err := engine.Setup(ctx, js, events.Config{Partitions: partitions, Replicas: replicas, UpdateStreams: update}, &logger)
+			if err != nil {
+				return err
+			}
+			cfg := log.Config()
+			fmt.Fprintf(cmd.OutOrStdout(), "set up: %d partitions, %d replicas, storage %s\n", log.Partitions(), cfg.Replicas, cfg.Storage)
+			return nil
+		},
+	}
+	cmd.Flags().IntVar(&partitions, "partitions", 0, "partitions of a new event stream (default 8; an existing stream keeps its count)")
+	cmd.Flags().IntVar(&replicas, "replicas", 0, "replicas of new streams and buckets (existing ones keep theirs unless --update-streams)")
+	cmd.Flags().BoolVar(&update, "update-streams", false, "change existing streams whose settings differ from the flags given")
+	return cmd
+}
