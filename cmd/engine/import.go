@@ -3,6 +3,9 @@ package main
 import (
 	"errors"
 	"fmt"
+	"time"
+
+	"github.com/turnstone-dev/turnstone/ingest"
 
 	"github.com/schollz/progressbar/v3"
 	"github.com/spf13/cobra"
@@ -46,11 +49,18 @@ number and skipped; the rest of the file is imported.`,
 				return errors.New("no *.jsonl transcript in the arguments")
 			}
 			ctx := cmd.Context()
-			nc, log, err := g.connect(ctx)
+			nc, err := g.dial()
 			if err != nil {
 				return err
 			}
 			defer nc.Close()
+			// An import is a publisher like any other: through the engine,
+			// which validates, masks and appends (under auth, with the
+			// tenant's credentials).
+			log, err := ingest.NewClient(nc, ingest.ClientConfig{Timeout: 30 * time.Second})
+			if err != nil {
+				return err
+			}
 
 			bar := progressbar.NewOptions64(-1,
 				progressbar.OptionSetWriter(g.stderr),

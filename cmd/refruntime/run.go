@@ -11,12 +11,12 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 	"github.com/spf13/cobra"
 
 	"github.com/turnstone-dev/turnstone/embedded"
 	"github.com/turnstone-dev/turnstone/events"
+	"github.com/turnstone-dev/turnstone/ingest"
 	"github.com/turnstone-dev/turnstone/refruntime"
 )
 
@@ -168,11 +168,9 @@ func (m *Main) Run(ctx context.Context) error {
 		return fmt.Errorf("connect to %s: %w", m.natsURL, err)
 	}
 	m.nc = nc
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return fmt.Errorf("jetstream: %w", err)
-	}
-	log, err := events.Open(ctx, js, events.Config{}, &logger)
+	// The runtime is a publisher like any other: it appends and reads
+	// through the engine (under auth, with its tenant's credentials).
+	log, err := ingest.NewClient(nc, ingest.ClientConfig{})
 	if err != nil {
 		return err
 	}
