@@ -157,6 +157,31 @@ func BenchmarkMask(b *testing.B) {
 	}
 }
 
+// BenchmarkMaskSecrets is BenchmarkMask on events one in four of which
+// holds secrets that must be masked (a tool result with an env dump, a
+// bearer header and a URL with a password), the slow path: decoding the
+// data, masking it and encoding it again.
+func BenchmarkMaskSecrets(b *testing.B) {
+	evs := prepareEvents(b)
+	secret := "HOME=/root\nDB_PASSWORD=hunter2\ncurl -H 'Authorization: Bearer abcdefgh12345678' https://bot:pw@api.example.com/v1\n"
+	for i := 2; i < len(evs); i += 4 {
+		c, _ := json.Marshal(secret + strings.Repeat("ok ", 100))
+		e, err := events.New("bench", fmt.Sprintf("s%d", i), "t1", &events.MessageAppended{Role: events.RoleUser,
+			Content: []events.ContentBlock{{Type: events.BlockToolResult, ToolUseID: "toolu_01", Content: c}}})
+		if err != nil {
+			b.Fatal(err)
+		}
+		evs[i] = e
+	}
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		ev := evs[i%len(evs)]
+		events.Mask(&ev)
+		i++
+	}
+}
+
 func BenchmarkEncode(b *testing.B) {
 	evs := prepareEvents(b)
 	b.ReportAllocs()

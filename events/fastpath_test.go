@@ -220,94 +220,65 @@ func fpValidateSlow(e *Event) error {
 	return err
 }
 
-// fpMaskString is MaskString before the per-rule needles: every rule on
-// every string that holds a needle.
+// fpMaskString is MaskString without its prefilter: every rule, whatever
+// its needles and need, on every string. MaskString must give the same, so
+// this also checks that every text a rule matches holds one of its needles
+// and passes its need.
 func fpMaskString(s string) string {
-	if !mayHoldSecretOld([]byte(s)) {
-		return s
-	}
-	for _, r := range maskRules {
-		s = r.re.ReplaceAllString(s, r.repl)
+	for i := range maskRules {
+		s = maskRules[i].replace(s)
 	}
 	return s
 }
 
-func mayHoldSecretOld(b []byte) bool {
-	for _, n := range maskNeedles {
-		if bytes.Contains(b, n) {
-			return true
-		}
-	}
-	return false
-}
+// fpMaskJSON is MaskJSON without its fast paths (the prefilter and
+// stringsUnmasked), masking strings with fpMaskString.
+func fpMaskJSON(b []byte) []byte { return maskJSONWith(b, fpMaskString) }
 
-// fpMaskJSON is MaskJSON before its fast path.
-func fpMaskJSON(b []byte) []byte {
-	if !mayHoldSecretOld(b) {
-		return b
-	}
-	dec := json.NewDecoder(bytes.NewReader(b))
-	dec.UseNumber()
-	var v any
-	if err := dec.Decode(&v); err != nil {
-		return b
-	}
-	changed := false
-	v = fpMaskValue(v, &changed)
-	if !changed {
-		return b
-	}
-	var out bytes.Buffer
-	enc := json.NewEncoder(&out)
-	enc.SetEscapeHTML(false)
-	if err := enc.Encode(v); err != nil {
-		return b
-	}
-	return bytes.TrimRight(out.Bytes(), "\n")
-}
-
-func fpMaskValue(v any, changed *bool) any {
-	switch t := v.(type) {
-	case string:
-		m := fpMaskString(t)
-		if m != t {
-			*changed = true
-		}
-		return m
-	case []any:
-		for i := range t {
-			t[i] = fpMaskValue(t[i], changed)
-		}
-	case map[string]any:
-		for k, x := range t {
-			t[k] = fpMaskValue(x, changed)
-		}
-	}
-	return v
-}
-
-// TestMaskNeedlesHoldForEveryMatch checks the per-rule needles against
-// strings each rule matches, in every case the rule accepts (including the
-// Unicode folds of k and s, which the needles avoid).
+// TestMaskNeedlesHoldForEveryMatch checks, on every text of the masking
+// tables and on forms in unusual cases, that a rule matching a text has a
+// needle the prefilter finds in it and a need the text passes, and that
+// the Unicode folds of k and s (the Kelvin sign, the long s), which no
+// ASCII needle sees, match no rule.
 func TestMaskNeedlesHoldForEveryMatch(t *testing.T) {
 	texts := []string{
-		"Authorization: BeArEr abcdefgh12345678", "bearer\tabcdefgh12345678",
+		"Authorization: BeArEr abcdefgh12345678", "bearer\tabcdefgh12345678", "PROXY-AUTHORIZATION: x",
 		"postgres://app:s3cr3t@db", "HTTPS://u:p@h",
-		"API_KEY=x", "apikey = y", "ſecret=z", "\u212Aey", "api_\u212Aey=1", "paſſword=p", "Pwd=1", "ACCESS-TOKEN=q", "client_secret=c",
-		"X-API-KEY: v", "x-goog-api-\u212Aey: w", "Api-Key:v",
+		"API_KEY=x", "apikey = y", "Pwd=1", "ACCESS-TOKEN=q", "client_secret=c", "PassPhrase: p", "PRIVATE.KEY=k",
+		"X-API-KEY: v", "x-goog-api-key: w", "Api-Key:v", "COOKIE: a=b", "SET-COOKIE: a=b", "BASIC dXNlcjpwYXNz", "CURL -u a:b",
 		"AKIAIOSFODNN7EXAMPLE", "ASIAY34FZKBOKMUTVV7A",
 		"sk-ant-api03-AbCdEf012345", "sk-proj-abcdefghijklmnop1234",
 		"ghp_abcdefghijklmnopqrstuvwxyz0123", "github_pat_11ABCDEFG0123456789_abc", "gho_abcdefghijklmnopqrstuv",
 		"xoxb-1234567890-abc", "AIzaSyA1234567890abcdefghijklmnopqrstu",
 	}
+	for _, c := range maskStringCases {
+		texts = append(texts, c.in)
+	}
+	for _, c := range maskUntouchedCases {
+		texts = append(texts, c.in)
+	}
 	for _, s := range texts {
-		for _, r := range maskRules {
-			if r.re.MatchString(s) && !r.need(s) {
-				t.Errorf("rule %s matches %q but its needle does not hold", r.name, s)
+		found := maskCandidates(s, false)
+		for i, r := range maskRules {
+			if !r.re.MatchString(s) {
+				continue
+			}
+			if found&(1<<i) == 0 {
+				t.Errorf("rule %s matches %q but the prefilter finds none of its needles %q", r.name, s, r.needles)
+			}
+			if r.need != nil && !r.need(s) {
+				t.Errorf("rule %s matches %q but its need does not hold", r.name, s)
 			}
 		}
 		if got, want := MaskString(s), fpMaskString(s); got != want {
 			t.Errorf("MaskString(%q) = %q, want %q", s, got, want)
+		}
+	}
+	for _, s := range []string{"\u212Aey=1", "api_\u212Aey=1", "paſſword=p", "ſecret=z", "to\u212Aen: t", "coo\u212Aie: c=1"} {
+		for _, r := range maskRules {
+			if r.re.MatchString(s) {
+				t.Errorf("rule %s matches %q, which holds no ASCII needle", r.name, s)
+			}
 		}
 	}
 }
@@ -327,9 +298,19 @@ func FuzzFastPathMaskString(f *testing.F) {
 	for _, s := range []string{"Bearer abcdefgh12345678", "password=x", "x-api-key: y", "ghp_abcdefghijklmnopqrstuvwxyz", "the token is here", "https://a:b@c"} {
 		f.Add(s)
 	}
+	for _, c := range maskStringCases {
+		f.Add(c.in)
+	}
+	for _, c := range maskUntouchedCases {
+		f.Add(c.in)
+	}
 	f.Fuzz(func(t *testing.T, s string) {
-		if got, want := MaskString(s), fpMaskString(s); got != want {
+		got := MaskString(s)
+		if want := fpMaskString(s); got != want {
 			t.Fatalf("MaskString(%q) = %q, want %q", s, got, want)
+		}
+		if again := MaskString(got); again != got {
+			t.Fatalf("MaskString is not idempotent on %q:\n  %q\n  %q", s, got, again)
 		}
 	})
 }
