@@ -63,7 +63,8 @@ func BenchmarkAppend(b *testing.B) {
 func BenchmarkRawPublish(b *testing.B) {
 	srv := embeddedtest.Start(b)
 	_, js := embeddedtest.Connect(b, srv)
-	if _, err := events.Open(context.Background(), js, events.Config{}, nil); err != nil {
+	log, err := events.Open(context.Background(), js, events.Config{}, nil)
+	if err != nil {
 		b.Fatal(err)
 	}
 	evs := benchEvents(b, b.N)
@@ -77,7 +78,7 @@ func BenchmarkRawPublish(b *testing.B) {
 		end := min(i+100, len(evs))
 		futures := make([]jetstream.PubAckFuture, 0, 100)
 		for j := i; j < end; j++ {
-			f, err := js.PublishAsync(events.EventSubject(evs[j].Tenant, evs[j].Session), bodies[j], jetstream.WithMsgID(evs[j].ID))
+			f, err := js.PublishAsync(log.SessionSubject(evs[j].Tenant, evs[j].Session), bodies[j], jetstream.WithMsgID(evs[j].ID))
 			if err != nil {
 				b.Fatal(err)
 			}

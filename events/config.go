@@ -111,9 +111,21 @@ func (c *Config) Validate() error {
 // stream's partition count.
 const PartitionsMetadata = "turnstone_partitions"
 
+// StoredSubjects are the subjects AGENT_EVENTS captures: one per
+// partition, agent.evt.<p>.*.* for p in 0..partitions-1, so that nothing
+// but a session's stored subject (a partition number, a tenant, a
+// session) can be stored.
+func StoredSubjects(partitions int) []string {
+	out := make([]string, partitions)
+	for p := range out {
+		out[p] = fmt.Sprintf("%s.%d.*.*", EventSubjectPrefix, p)
+	}
+	return out
+}
+
 // EventsStreamConfig is the AGENT_EVENTS stream as wire contract version 1
 // defines it, for partitions partitions: file storage, subjects
-// agent.evt.<partition>.<tenant>.<session> (the stored form, which only
+// agent.evt.<partition>.<tenant>.<session> for each partition (the stored form, which only
 // Turnstone's processes publish: publishers send to
 // agent.evt.<tenant>.<session>, which the engine that owns the partition
 // answers; see docs/events.md), the partition count in the metadata,
@@ -126,7 +138,7 @@ func EventsStreamConfig(c Config, partitions int) jetstream.StreamConfig {
 	return jetstream.StreamConfig{
 		Name:        EventsStream,
 		Description: "Turnstone agent events (wire contract v1), one subject per session",
-		Subjects:    []string{EventSubjectPrefix + ".*.*.*"},
+		Subjects:    StoredSubjects(partitions),
 		Metadata:    map[string]string{PartitionsMetadata: fmt.Sprint(partitions)},
 		Retention:   jetstream.LimitsPolicy,
 		Discard:     jetstream.DiscardNew,

@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/cenkalti/backoff/v4"
+
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/turnstone-dev/turnstone/events"
@@ -20,6 +22,12 @@ type ClientConfig struct {
 	Timeout time.Duration
 	// MaxPending bounds the appends in flight. Default 4096.
 	MaxPending int
+	// RetryFor is how long Append keeps sending the events no engine
+	// acknowledged (no engine answers; the session's partition is moving
+	// to another engine), with exponential back-off, before it gives up
+	// with events.ErrLogUnavailable. The events' ids make a retry safe.
+	// Default 30 seconds; negative: no retry.
+	RetryFor time.Duration
 }
 
 // Client is the publisher's side of the ingest, in Go: an
@@ -47,6 +55,9 @@ func NewClient(nc *nats.Conn, cfg ClientConfig) (*Client, error) {
 	}
 	if cfg.MaxPending == 0 {
 		cfg.MaxPending = 4096
+	}
+	if cfg.RetryFor == 0 {
+		cfg.RetryFor = 30 * time.Second
 	}
 	js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(cfg.MaxPending))
 	if err != nil {
@@ -84,10 +95,48 @@ func (c *Client) Append(ctx context.Context, evs []events.Event, opts ...events.
 	if len(errs) > 0 {
 		return nil, fmt.Errorf("append events: %w", errors.Join(errs...))
 	}
-	if seq, conditional := events.ExpectedLastSeq(opts...); conditional {
-		return c.appendBatch(ctx, evs, bodies, seq)
+	seq, conditional := events.ExpectedLastSeq(opts...)
+	acks := make([]events.Ack, len(evs))
+	from := 0 // the first event not acknowledged yet
+	b := backoff.WithContext(backoff.NewExponentialBackOff(backoff.WithInitialInterval(100*time.Millisecond),
+		backoff.WithMaxInterval(2*time.Second), backoff.WithMaxElapsedTime(max(c.cfg.RetryFor, 0))), ctx)
+	for {
+		var got []events.Ack
+		var err error
+		if conditional {
+			got, err = c.appendBatch(ctx, evs, bodies, seq)
+		} else {
+			got, err = c.appendAsync(ctx, evs[from:], bodies[from:])
+		}
+		n := 0 // how many came back acknowledged, in order
+		for n < len(got) && got[n].Seq != 0 {
+			n++
+		}
+		copy(acks[from:], got[:n])
+		from += n
+		if err == nil && from == len(evs) {
+			return acks, nil
+		}
+		if err == nil {
+			err = fmt.Errorf("append events: %w: %d events not acknowledged", events.ErrLogUnavailable, len(evs)-from)
+		}
+		// Only an unanswered append is sent again: a refusal (invalid,
+		// conflict, too large) is the answer. The events from the first
+		// one not acknowledged are sent again in order; those stored
+		// meanwhile come back as duplicates.
+		if !errors.Is(err, events.ErrLogUnavailable) || c.cfg.RetryFor < 0 {
+			return acks[:from], err
+		}
+		wait := b.NextBackOff()
+		if wait == backoff.Stop {
+			return acks[:from], err
+		}
+		select {
+		case <-ctx.Done():
+			return acks[:from], err
+		case <-time.After(wait):
+		}
 	}
-	return c.appendAsync(ctx, evs, bodies)
 }
 
 func (c *Client) withTimeout(ctx context.Context) (context.Context, context.CancelFunc) {

@@ -60,7 +60,8 @@ const (
 	CodeInvalid = 14000
 	// CodeForbidden: the event's type or source is Turnstone's own
 	// (recovery.*, snapshot.taken, breaker.changed, session.rewound,
-	// session.forked, source urn:turnstone:…); it was quarantined.
+	// session.forked; a source starting urn:turnstone:, the worker's and
+	// the reconciler's); it was quarantined.
 	CodeForbidden = 14001
 	// CodeUnavailable: the log could not be written; try again.
 	CodeUnavailable = 14003
@@ -465,7 +466,7 @@ func (s *Server) handle(ln *lane, m *nats.Msg) {
 		case turnstoneOnly[ev.Type]:
 			s.quarantine(m, tenant, session, CodeForbidden, fmt.Sprintf("event %s: %s events are written by Turnstone's own processes only", ev.ID, ev.Type))
 			return
-		case strings.HasPrefix(ev.Source, events.DefaultSource):
+		case strings.HasPrefix(ev.Source, events.DefaultSource+":"):
 			s.quarantine(m, tenant, session, CodeForbidden, fmt.Sprintf("event %s: source %q is reserved for Turnstone's own processes", ev.ID, ev.Source))
 			return
 		}

@@ -441,6 +441,11 @@ func (m *Member) rebalance(ctx context.Context) {
 	}
 	live := m.liveLocked(now)
 	prev := m.assigned
+	if prev == nil {
+		// Joining: the partitions were the others' until now.
+		others := slices.DeleteFunc(slices.Clone(live), func(n string) bool { return n == m.cfg.Member })
+		prev = Assign(m.cfg.Group, others, m.cfg.Partitions)
+	}
 	owner := Assign(m.cfg.Group, live, m.cfg.Partitions)
 	m.assigned = owner
 	var want []int
@@ -480,6 +485,8 @@ func (m *Member) rebalance(ctx context.Context) {
 		m.l.Info().Int("partition", p).Msg("released")
 	}
 	for _, p := range gain {
+		// The previous owner, when it is alive, lets go itself (and
+		// unpins); only a dead one's pin is lifted here.
 		previousDead := true
 		if p < len(prev) && prev[p] != "" && prev[p] != m.cfg.Member && alive[prev[p]] {
 			previousDead = false

@@ -57,7 +57,7 @@ number and skipped; the rest of the file is imported.`,
 			// An import is a publisher like any other: through the engine,
 			// which validates, masks and appends (under auth, with the
 			// tenant's credentials).
-			log, err := ingest.NewClient(nc, ingest.ClientConfig{Timeout: 30 * time.Second})
+			log, err := ingest.NewClient(nc, ingest.ClientConfig{Timeout: 10 * time.Second, RetryFor: 10 * time.Second})
 			if err != nil {
 				return err
 			}
