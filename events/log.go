@@ -363,8 +363,7 @@ func (l *Log) prepare(evs []Event, oneSession bool) ([]*nats.Msg, error) {
 		bad := func(err error) {
 			errs = append(errs, &EventError{Tenant: ev.Tenant, Session: ev.Session, ID: ev.ID, Err: fmt.Errorf("event %d: %w", i, err)})
 		}
-		compact, err := validate(ev)
-		if err != nil {
+		if err := Validate(ev); err != nil {
 			bad(err)
 			continue
 		}
@@ -381,14 +380,10 @@ func (l *Log) prepare(evs []Event, oneSession bool) ([]*nats.Msg, error) {
 				continue
 			}
 		}
-		// The body is ev.Encode(); when the validated data is compact and
-		// masking left it as it was, the data is copied as it is.
-		body, ok := ev.appendEnvelope(make([]byte, 0, ev.encodedSize()), compact && !masked)
-		if !ok {
-			if body, err = ev.Encode(); err != nil {
-				bad(err)
-				continue
-			}
+		body, err := ev.Encode()
+		if err != nil {
+			bad(err)
+			continue
 		}
 		if len(body) > l.cfg.MaxEventBytes {
 			bad(fmt.Errorf("%w: %d bytes encoded, the limit is %d bytes", ErrTooLarge, len(body), l.cfg.MaxEventBytes))

@@ -997,5 +997,6 @@ func Mask(e *Event) bool {
 		return changed
 	}
 	e.Data = m
+	e.payload = nil // decoded from the unmasked data: decode again
 	return true
 }

@@ -160,7 +160,7 @@ type SessionStarted struct {
 	// forked from and the last stream sequence of that session's prefix
 	// it copies.
 	ForkedFrom      string            `json:"forked_from,omitempty"`
-	ForkSeq         uint64            `json:"fork_seq,omitempty"`
+	ForkSeq         uint64            `json:"fork_seq,omitzero"`
 	Runtime         string            `json:"runtime,omitempty"`
 	Model           string            `json:"model,omitempty"`
 	Provider        string            `json:"provider,omitempty"`
@@ -168,7 +168,7 @@ type SessionStarted struct {
 	ParentSession   string            `json:"parent_session,omitempty"`
 	ParentToolUseID string            `json:"parent_tool_use_id,omitempty"`
 	Labels          map[string]string `json:"labels,omitempty"`
-	History         bool              `json:"history,omitempty"`
+	History         bool              `json:"history,omitzero"`
 }
 
 // PauseCause says, for machines, why a session was paused; Reason says it
@@ -219,14 +219,14 @@ type SessionResumed struct {
 type TurnStarted struct {
 	Prompt     string `json:"prompt,omitempty"`
 	Trigger    string `json:"trigger,omitempty"`
-	DeadlineMS int64  `json:"deadline_ms,omitempty"`
+	DeadlineMS int64  `json:"deadline_ms,omitzero"`
 }
 
 // TurnStageCompleted records that a stage of the turn finished, after
 // DurationMS milliseconds.
 type TurnStageCompleted struct {
 	Stage      Stage `json:"stage"`
-	DurationMS int64 `json:"duration_ms,omitempty"`
+	DurationMS int64 `json:"duration_ms,omitzero"`
 }
 
 // TurnCompleted ends a turn with an outcome the runtime delivered. Reason is
@@ -234,7 +234,7 @@ type TurnStageCompleted struct {
 // stop reason of the runtime's; DurationMS is the turn's wall time.
 type TurnCompleted struct {
 	Reason     string `json:"reason,omitempty"`
-	DurationMS int64  `json:"duration_ms,omitempty"`
+	DurationMS int64  `json:"duration_ms,omitzero"`
 }
 
 // TurnFailed ends a turn that threw: Stage is the stage that failed, Error
@@ -261,7 +261,7 @@ type ErrorInfo struct {
 	Stack      string    `json:"stack,omitempty"`
 	Kind       ErrorKind `json:"kind,omitempty"`
 	Provider   string    `json:"provider,omitempty"`
-	HTTPStatus int       `json:"http_status,omitempty"`
+	HTTPStatus int       `json:"http_status,omitzero"`
 	Code       string    `json:"code,omitempty"`
 }
 
@@ -288,8 +288,8 @@ type MessageAppended struct {
 	MessageID  string         `json:"message_id,omitempty"`
 	Model      string         `json:"model,omitempty"`
 	StopReason string         `json:"stop_reason,omitempty"`
-	Meta       bool           `json:"meta,omitempty"`
-	Synthetic  bool           `json:"synthetic,omitempty"`
+	Meta       bool           `json:"meta,omitzero"`
+	Synthetic  bool           `json:"synthetic,omitzero"`
 }
 
 // ToolCallStarted records that the runtime began executing a tool_use block.
@@ -303,8 +303,8 @@ type ToolCallStarted struct {
 type ToolCallCompleted struct {
 	ToolUseID  string `json:"tool_use_id"`
 	Name       string `json:"name"`
-	DurationMS int64  `json:"duration_ms,omitempty"`
-	IsError    bool   `json:"is_error,omitempty"`
+	DurationMS int64  `json:"duration_ms,omitzero"`
+	IsError    bool   `json:"is_error,omitzero"`
 }
 
 // ErrorRecorded stores an error the runtime hit. Consecutive is how many
@@ -312,7 +312,7 @@ type ToolCallCompleted struct {
 // Stage, when set, is the stage that was running.
 type ErrorRecorded struct {
 	ErrorInfo
-	Consecutive int   `json:"consecutive,omitempty"`
+	Consecutive int   `json:"consecutive,omitzero"`
 	Stage       Stage `json:"stage,omitempty"`
 }
 
@@ -325,8 +325,8 @@ type DistillationRequested struct {
 // DistillationStarted records that a distillation began over the events
 // FromSeq..ToSeq (stream sequences, inclusive; zero when unknown).
 type DistillationStarted struct {
-	FromSeq uint64 `json:"from_seq,omitempty"`
-	ToSeq   uint64 `json:"to_seq,omitempty"`
+	FromSeq uint64 `json:"from_seq,omitzero"`
+	ToSeq   uint64 `json:"to_seq,omitzero"`
 }
 
 // DistillationCompleted records a finished distillation: the events it
@@ -334,10 +334,10 @@ type DistillationStarted struct {
 // the history's size in tokens before and after, and the summary that
 // replaces the history (masked). Trigger is "auto" or "manual".
 type DistillationCompleted struct {
-	FromSeq      uint64 `json:"from_seq,omitempty"`
-	ToSeq        uint64 `json:"to_seq,omitempty"`
-	TokensBefore int64  `json:"tokens_before,omitempty"`
-	TokensAfter  int64  `json:"tokens_after,omitempty"`
+	FromSeq      uint64 `json:"from_seq,omitzero"`
+	ToSeq        uint64 `json:"to_seq,omitzero"`
+	TokensBefore int64  `json:"tokens_before,omitzero"`
+	TokensAfter  int64  `json:"tokens_after,omitzero"`
 	Trigger      string `json:"trigger,omitempty"`
 	Summary      string `json:"summary,omitempty"`
 }
@@ -354,7 +354,7 @@ type DistillationSkipped struct {
 // projection's state version.
 type SnapshotTaken struct {
 	CoversSeq uint64 `json:"covers_seq"`
-	Version   int    `json:"version,omitempty"`
+	Version   int    `json:"version,omitzero"`
 }
 
 func (*SessionStarted) EventType() Type        { return TypeSessionStarted }
@@ -422,7 +422,7 @@ type RecoveryAttempted struct {
 	Result     string     `json:"result"`
 	Class      string     `json:"class,omitempty"`
 	Error      *ErrorInfo `json:"error,omitempty"`
-	DurationMS int64      `json:"duration_ms,omitempty"`
+	DurationMS int64      `json:"duration_ms,omitzero"`
 }
 
 // RecoveryCompleted records how a recovery command ended: its Outcome
@@ -433,7 +433,7 @@ type RecoveryCompleted struct {
 	Kind      string `json:"kind"`
 	Outcome   string `json:"outcome"`
 	Strategy  string `json:"strategy,omitempty"`
-	Attempts  int    `json:"attempts,omitempty"`
+	Attempts  int    `json:"attempts,omitzero"`
 	Detail    string `json:"detail,omitempty"`
 }
 
@@ -444,7 +444,7 @@ type RecoveryParked struct {
 	CommandID  string `json:"command_id"`
 	Kind       string `json:"kind"`
 	Reason     string `json:"reason"`
-	Deliveries int    `json:"deliveries,omitempty"`
+	Deliveries int    `json:"deliveries,omitzero"`
 }
 
 // BreakerChanged records a circuit breaker's change of state for a tenant's
@@ -454,7 +454,7 @@ type BreakerChanged struct {
 	Provider string `json:"provider"`
 	From     string `json:"from"`
 	To       string `json:"to"`
-	Failures int    `json:"failures,omitempty"`
+	Failures int    `json:"failures,omitzero"`
 	Reason   string `json:"reason,omitempty"`
 }
 
@@ -474,7 +474,7 @@ type ContentBlock struct {
 	Name      string          `json:"name,omitempty"`
 	Input     json.RawMessage `json:"input,omitempty"`
 	ToolUseID string          `json:"tool_use_id,omitempty"`
-	IsError   bool            `json:"is_error,omitempty"`
+	IsError   bool            `json:"is_error,omitzero"`
 	Content   json.RawMessage `json:"content,omitempty"`
 	Source    json.RawMessage `json:"source,omitempty"`
 }
