@@ -20,7 +20,7 @@ var (
 	worstText   = preview(strings.Repeat("😀", 4*PreviewRunes), PreviewRunes)
 	worstSeq    = uint64(math.MaxUint64)
 	worstInt    = math.MaxInt
-	worstTime   = time.Date(2999, 12, 31, 23, 59, 59, 999999999, time.FixedZone("x", -(11*3600 + 59*60)))
+	worstTime   = time.Date(2999, 12, 31, 23, 59, 59, 999999999, time.FixedZone("x", -(11*3600+59*60)))
 )
 
 // worstState returns a state with every list at the longest the fold lets
