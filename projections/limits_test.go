@@ -161,3 +161,274 @@ func TestWorstStateFitsMaxSnapshotBytes(t *testing.T) {
 		}
 	}
 }
+
+// TestStateBounds folds adversarial sessions, one per bound, and checks
+// that the state holds to the bound, that what the invariants need is
+// still exact, that the snapshot fits MaxSnapshotBytes, and that a
+// snapshot taken half-way folds on to the same state.
+func TestStateBounds(t *testing.T) {
+	huge := func(c byte, n int) string { return strings.Repeat(string(c), n) }
+	// hugeID is a 100 KB tool_use id, distinct per i.
+	hugeID := func(i int) string { return fmt.Sprintf("toolu_%04d_%s", i, huge('x', 100<<10)) }
+	type tc struct {
+		name  string
+		steps func() []step
+		check func(t *testing.T, s *Session)
+	}
+	for _, c := range []tc{
+		{
+			name: "unknown types flood",
+			steps: func() []step {
+				var st []step
+				for i := range 60000 {
+					st = append(st, rawStep(rawEvent(events.Type(fmt.Sprintf("x.type_%d", i)), "", `{}`)))
+				}
+				return st
+			},
+			check: func(t *testing.T, s *Session) {
+				if len(s.UnknownTypes) != MaxUnknownTypes || s.UnknownOther != 60000-MaxUnknownTypes {
+					t.Errorf("unknown types: %d named, %d other; want %d and %d", len(s.UnknownTypes), s.UnknownOther, MaxUnknownTypes, 60000-MaxUnknownTypes)
+				}
+				if s.Totals.Violations != 0 {
+					t.Errorf("unknown types are not violations: %d", s.Totals.Violations)
+				}
+			},
+		},
+		{
+			name: "history flood",
+			steps: func() []step {
+				st := []step{in("t1", started("go"))}
+				for i := range 5000 {
+					id := fmt.Sprintf("toolu_%d", i)
+					st = append(st, in("t1", user(text("next"))), in("t1", asst(text("on it"), use(id, "Bash"))), in("t1", user(result(id))))
+				}
+				// The latest assistant message's tool call is pending when
+				// 5000 earlier ones are no longer held: its result pairs.
+				st = append(st, in("t1", asst(use("toolu_last", "Bash"))), in("t1", user(result("toolu_last"))), in("t1", completed()))
+				return st
+			},
+			check: func(t *testing.T, s *Session) {
+				if len(s.Messages) > KeepMessages+KeepMessages/4 || s.HistoryLen() != s.Totals.Messages || s.MessagesDropped == 0 {
+					t.Errorf("messages: %d kept, %d dropped, %d in all", len(s.Messages), s.MessagesDropped, s.Totals.Messages)
+				}
+				if len(s.ToolCalls) > KeepToolCalls+KeepToolCalls/4 || s.Totals.ToolCalls != 5001 {
+					t.Errorf("tool calls: %d kept of %d", len(s.ToolCalls), s.Totals.ToolCalls)
+				}
+				if tc := s.ToolCall("toolu_last"); tc == nil || tc.Status != ToolAnswered {
+					t.Errorf("the latest tool call: %+v", tc)
+				}
+				if s.Totals.Violations != 0 || s.Status() != StatusIdle {
+					t.Errorf("a clean history flagged: %v", rules(s.Violations))
+				}
+			},
+		},
+		{
+			name: "one message of many records",
+			steps: func() []step {
+				st := []step{in("t1", started("go"))}
+				for i := range 3000 {
+					st = append(st, in("t1", user(text(fmt.Sprintf("line %d", i)))))
+				}
+				// A result after text in the same message: results_not_first,
+				// read from the message's flags, not from its few blocks.
+				return append(st, in("t1", user(result("toolu_nothing"))), in("t1", completed()))
+			},
+			check: func(t *testing.T, s *Session) {
+				m := s.Messages[0]
+				if len(m.Seqs) != MaxMessageSeqs || m.SeqsDropped != 3001-MaxMessageSeqs || len(m.Blocks) != MaxMessageBlocks || m.BlocksDropped != 3001-MaxMessageBlocks {
+					t.Errorf("message: %d seqs (+%d), %d blocks (+%d)", len(m.Seqs), m.SeqsDropped, len(m.Blocks), m.BlocksDropped)
+				}
+				if got := rules(s.Violations); len(got) != 2 || !strings.HasSuffix(got[0], string(RuleResultsNotFirst)) || !strings.HasSuffix(got[1], string(RuleToolResultWithoutToolUse)) {
+					t.Errorf("violations %v", got)
+				}
+			},
+		},
+		{
+			name: "huge ids",
+			steps: func() []step {
+				st := []step{in("t1", started("go")), in("t1", user(text("do it")))}
+				for r := range 12 {
+					var blocks []events.ContentBlock
+					for i := range 9 {
+						blocks = append(blocks, use(hugeID(r*9+i), "Bash"))
+					}
+					st = append(st, in("t1", asst(blocks...)))
+				}
+				// One of them is answered, by its full id.
+				st = append(st, in("t1", user(result(hugeID(0)))))
+				return append(st, in("t1", &events.TurnFailed{Stage: events.StageExecute, Error: errInfo("died")}))
+			},
+			check: func(t *testing.T, s *Session) {
+				ids := s.OrphanedToolUseIDs()
+				if len(ids) != 107 {
+					t.Fatalf("%d orphans, want 107", len(ids))
+				}
+				for _, id := range ids {
+					if len(id) > MaxKeyBytes || !IsDigestKey(id) || !strings.HasPrefix(id, "toolu_") {
+						t.Fatalf("orphan id %q: want a digest key of at most %d bytes", id, MaxKeyBytes)
+					}
+				}
+				if tc := s.ToolCall(hugeID(0)); tc == nil || tc.Status != ToolAnswered || tc.ToolUseID != IDKey(hugeID(0)) {
+					t.Errorf("the answered call, looked up by its full id: %+v", tc)
+				}
+				if s.ToolCall(hugeID(1)).Status != ToolOrphaned || s.Orphans[0].Seq != 3 {
+					t.Errorf("orphan: %+v", s.Orphans[0])
+				}
+			},
+		},
+		{
+			name: "huge texts",
+			steps: func() []step {
+				big := huge('a', 900<<10)
+				labels := map[string]string{}
+				for i := range 1000 {
+					labels[fmt.Sprintf("label_%04d", i)] = big[:10000]
+				}
+				st := []step{
+					at(&events.SessionStarted{Runtime: big, Model: big, Provider: big, Labels: labels}),
+					in("t1", &events.TurnStarted{Prompt: big, Trigger: big}),
+					in("t1", user(text(big))),
+					in("t1", asst(events.ContentBlock{Type: events.BlockThinking, Thinking: big}, text(big))),
+					in("t1", &events.ErrorRecorded{ErrorInfo: events.ErrorInfo{Message: big, Stack: big, Code: big, Provider: big, Kind: events.KindTransient}}),
+					in("t1", &events.TurnFailed{Stage: events.StageExecute, Error: events.ErrorInfo{Message: big, Stack: big, Code: big}}),
+					at(&events.SessionPaused{Reason: big, Cause: events.CauseManual}),
+					at(&events.RecoveryParked{CommandID: big, Kind: big, Reason: big}),
+					at(&events.DistillationRequested{Reason: big}),
+					at(&events.DistillationSkipped{Reason: big, Detail: big}),
+				}
+				return st
+			},
+			check: func(t *testing.T, s *Session) {
+				if len(s.Labels) != MaxLabels || s.LabelsDropped != 1000-MaxLabels {
+					t.Errorf("labels: %d kept, %d dropped", len(s.Labels), s.LabelsDropped)
+				}
+				for _, str := range []string{s.Runtime, s.Model, s.Provider, s.Turns[0].Trigger, s.Commands[0].ID, s.Commands[0].Kind, s.Turns[0].Error.Code} {
+					if len(str) > MaxKeyBytes {
+						t.Errorf("key of %d bytes", len(str))
+					}
+				}
+				for _, str := range []string{s.PauseReason, s.Turns[0].Error.Message, s.Commands[0].ParkReason, s.Distillations[0].RequestReason, s.Distillations[0].Skipped} {
+					if n := len([]rune(str)); n > DetailRunes+1 {
+						t.Errorf("detail of %d runes", n)
+					}
+				}
+				if n := len([]rune(s.Turns[0].Prompt)); n != PreviewRunes+1 {
+					t.Errorf("prompt preview of %d runes", n)
+				}
+				if b := s.Messages[1].Blocks[1]; len([]rune(b.Text)) != PreviewRunes+1 || b.Size != 900<<10 || b.Seq != 4 {
+					t.Errorf("text block: %d runes, size %d, seq %d", len([]rune(b.Text)), b.Size, b.Seq)
+				}
+				if s.Turns[0].Error.Stack != "" || len([]rune(s.Errors.Last.Error.Stack)) != StackRunes+1 {
+					t.Errorf("stacks: turn %d bytes, last error %d runes", len(s.Turns[0].Error.Stack), len([]rune(s.Errors.Last.Error.Stack)))
+				}
+			},
+		},
+		{
+			name: "tool_use blocks past MaxToolUsesPerMessage",
+			steps: func() []step {
+				var blocks, results []events.ContentBlock
+				for i := range MaxToolUsesPerMessage + 72 {
+					id := fmt.Sprintf("toolu_%d", i)
+					blocks = append(blocks, use(id, "Read"))
+					if i%2 == 0 {
+						results = append(results, result(id))
+					}
+				}
+				return []step{in("t1", started("go")), in("t1", user(text("read all"))), in("t1", asst(blocks...)), in("t1", user(results...)), in("t1", completed())}
+			},
+			check: func(t *testing.T, s *Session) {
+				if s.Totals.UntrackedToolUses != 72 || s.Messages[1].UntrackedToolUses != 72 || s.Messages[1].ToolUses != MaxToolUsesPerMessage+72 {
+					t.Errorf("untracked: %d (message %+v)", s.Totals.UntrackedToolUses, s.Messages[1].UntrackedToolUses)
+				}
+				// The tracked half without results are orphans; the untracked
+				// ones are not judged, and their results flag nothing.
+				if n := len(s.OrphanedToolUseIDs()); n != MaxToolUsesPerMessage/2 {
+					t.Errorf("%d orphans, want %d", n, MaxToolUsesPerMessage/2)
+				}
+				if s.Totals.Violations != MaxToolUsesPerMessage/2 || s.Totals.UnmatchedResults != 36 {
+					t.Errorf("violations %d, unmatched %d", s.Totals.Violations, s.Totals.UnmatchedResults)
+				}
+			},
+		},
+		{
+			name: "turns in flight past MaxInFlightTurns",
+			steps: func() []step {
+				var st []step
+				for i := range MaxInFlightTurns + 4 {
+					st = append(st, in(fmt.Sprintf("t%d", i), started("go")))
+				}
+				return st
+			},
+			check: func(t *testing.T, s *Session) {
+				if len(s.InFlight) != MaxInFlightTurns || s.Totals.Turns != MaxInFlightTurns+4 {
+					t.Errorf("in flight %d, turns %d", len(s.InFlight), s.Totals.Turns)
+				}
+				if got := rules(s.Violations); len(got) != 4 || !strings.HasSuffix(got[0], string(RuleTooManyTurns)) {
+					t.Errorf("violations %v", got)
+				}
+			},
+		},
+		{
+			name: "orphans and violations past their windows",
+			steps: func() []step {
+				var st []step
+				// An orphan, then a long history after it: its message and
+				// its tool call leave the windows, and it stays an orphan of
+				// the history (and keeps the session broken).
+				st = append(st, in("t0", started("go")), in("t0", user(text("x"))), in("t0", asst(use("toolu_old", "Bash"))), in("t0", completed()))
+				for i := range 400 {
+					turn := fmt.Sprintf("t%d", i+1)
+					id := fmt.Sprintf("toolu_%d", i)
+					st = append(st, in(turn, started("go")), in(turn, user(text("x"))), in(turn, asst(use(id, "Bash"))), in(turn, user(result(id))),
+						in(turn, &events.TurnFailed{Stage: events.StageExecute, Error: errInfo("boom")}))
+				}
+				// Its late result is still late, though no message or tool
+				// call the state keeps names it.
+				return append(st, in("t401", started("go")), in("t401", user(result("toolu_old"))), in("t401", completed()))
+			},
+			check: func(t *testing.T, s *Session) {
+				if len(s.Turns) > KeepTurns+KeepTurns/4 || s.Totals.FailedTurns != 400 || !s.Anomalous() {
+					t.Errorf("turns: %d kept, %d failed", len(s.Turns), s.Totals.FailedTurns)
+				}
+				if ids := s.OrphanedToolUseIDs(); len(ids) != 1 || ids[0] != "toolu_old" || s.Status() != StatusBroken {
+					t.Errorf("orphans %v, status %s", ids, s.Status())
+				}
+				if s.ToolCall("toolu_old") != nil {
+					t.Errorf("the old tool call is still held")
+				}
+				last := s.Violations[len(s.Violations)-1]
+				if last.Rule != RuleLateToolResult || s.Orphans[0].LateResultSeq == 0 {
+					t.Errorf("the old orphan's result: %+v", last)
+				}
+				if s.HistoryBroken[RuleToolUseWithoutResult] != 1 || s.HistoryBroken[RuleLateToolResult] != 1 {
+					t.Errorf("history broken: %v", s.HistoryBroken)
+				}
+			},
+		},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			evs := build(t, c.steps())
+			s := FoldLog(evs)
+			c.check(t, s)
+			body, err := encodeSnapshot(s, epoch)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(body) > MaxSnapshotBytes {
+				t.Errorf("snapshot of %d bytes, over MaxSnapshotBytes (%d)", len(body), MaxSnapshotBytes)
+			}
+			// Snapshot + tail = full fold, from half-way.
+			half := FoldLog(evs[:len(evs)/2])
+			restored := &Session{}
+			if err := json.Unmarshal(mustJSON(t, half), restored); err != nil {
+				t.Fatal(err)
+			}
+			for _, ev := range evs[len(evs)/2:] {
+				restored.Apply(ev)
+			}
+			if got, want := fingerprint(t, restored), fingerprint(t, s); string(got) != string(want) {
+				t.Errorf("snapshot + tail differs from the full fold\n got: %.300s\nwant: %.300s", diffAt(got, want), diffAt(want, got))
+			}
+		})
+	}
+}
