@@ -2,6 +2,7 @@ package projections
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math"
 	"strings"
@@ -430,5 +431,112 @@ func TestStateBounds(t *testing.T) {
 				t.Errorf("snapshot + tail differs from the full fold\n got: %.300s\nwant: %.300s", diffAt(got, want), diffAt(want, got))
 			}
 		})
+	}
+}
+
+// longSession returns n events of one session that never distills: turns
+// with a prompt, a user message, a tool call and its result (a 24 KB
+// output every 500th), the answer, an error every 50th turn, a failed
+// turn every 97th, and an event of a new unknown type every 50th. The
+// payloads are written straight as JSON, so that building 200,000 events
+// costs little next to folding them.
+func longSession(n int) []events.Event {
+	out := make([]events.Event, 0, n)
+	big, _ := json.Marshal(strings.Repeat("output line\n", 2000))
+	add := func(typ events.Type, turn, data string) {
+		seq := uint64(len(out) + 1)
+		ev := rawEvent(typ, turn, data)
+		ev.ID = events.DeterministicID(epoch, strconvU(seq))
+		ev.Seq, ev.Time = seq, epoch.Add(time.Duration(seq)*time.Millisecond)
+		out = append(out, ev)
+	}
+	for i := 0; len(out) < n; i++ {
+		turn := "t" + strconvU(uint64(i))
+		id := "toolu_" + strconvU(uint64(i))
+		output := `"ok"`
+		if i%500 == 0 {
+			output = string(big)
+		}
+		add(events.TypeTurnStarted, turn, `{"prompt":"prompt `+strconvU(uint64(i))+`","trigger":"user"}`)
+		add(events.TypeMessageAppended, turn, `{"role":"user","content":[{"type":"text","text":"please go on"}]}`)
+		add(events.TypeMessageAppended, turn, `{"role":"assistant","model":"claude-sonnet-4-5","content":[{"type":"text","text":"running it"},{"type":"tool_use","id":"`+id+`","name":"Bash","input":{"command":"make test"}}]}`)
+		add(events.TypeMessageAppended, turn, `{"role":"user","content":[{"type":"tool_result","tool_use_id":"`+id+`","content":`+output+`}]}`)
+		if i%50 == 3 {
+			add(events.TypeErrorRecorded, turn, `{"message":"overloaded `+strconvU(uint64(i))+`","kind":"transient","http_status":529,"consecutive":1}`)
+		}
+		if i%50 == 5 {
+			add(events.Type("x.new_"+strconvU(uint64(i))), "", `{}`)
+		}
+		add(events.TypeMessageAppended, turn, `{"role":"assistant","content":[{"type":"text","text":"done `+strconvU(uint64(i))+`"}],"stop_reason":"end_turn"}`)
+		if i%97 == 0 {
+			add(events.TypeTurnFailed, turn, `{"stage":"execute","error":{"message":"boom","kind":"logic"}}`)
+		} else {
+			add(events.TypeTurnCompleted, turn, `{"reason":"end_turn"}`)
+		}
+	}
+	return out[:n]
+}
+
+func strconvU(u uint64) string { return fmt.Sprint(u) }
+
+// TestLongSessionSnapshotStaysBounded folds a 200,000-event session and
+// checks its snapshot at every 20,000 events: under MaxSnapshotBytes, and
+// no larger at the end than a tenth of the way (the state is a window, not
+// the history). The last one is saved to a real snapshot store and loaded
+// back.
+func TestLongSessionSnapshotStaysBounded(t *testing.T) {
+	const n = 200000
+	evs := longSession(n)
+	s := &Session{}
+	var first, largest int
+	for i, ev := range evs {
+		s.Apply(ev)
+		if (i+1)%20000 != 0 {
+			continue
+		}
+		body, err := encodeSnapshot(s, epoch)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if first == 0 {
+			first = len(body)
+		}
+		largest = max(largest, len(body))
+		if len(body) > MaxSnapshotBytes {
+			t.Fatalf("after %d events the snapshot is %d bytes, over MaxSnapshotBytes (%d)", i+1, len(body), MaxSnapshotBytes)
+		}
+	}
+	t.Logf("snapshot of a %d-event session: %d bytes after 20,000 events, at most %d after", n, first, largest)
+	if largest > first+first/4 {
+		t.Errorf("the snapshot grew with the session: %d bytes after 20,000 events, %d later", first, largest)
+	}
+	if s.Events != n || s.Totals.Turns < n/7 || s.Totals.FailedTurns == 0 || s.UnknownOther == 0 {
+		t.Fatalf("the session folded to %d events, %d turns, %d failed, %d other unknown", s.Events, s.Totals.Turns, s.Totals.FailedTurns, s.UnknownOther)
+	}
+
+	ctx := testContext(t)
+	store := newStore(t, startJetStream(t))
+	if err := store.EnsureStream(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := store.Save(ctx, s); err != nil {
+		t.Fatalf("save: %v", err)
+	}
+	got, err := store.Load(ctx, testTenant, testSession)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(fingerprint(t, got)) != string(fingerprint(t, s)) {
+		t.Errorf("the loaded snapshot differs from the state saved")
+	}
+	// A state the fold could not make (a field set by hand past its
+	// bound) is refused before it is sent.
+	s.PauseReason = strings.Repeat("x", MaxSnapshotBytes)
+	s.LastSeq++
+	if err := store.Save(ctx, s); !errors.Is(err, ErrSnapshotTooLarge) {
+		t.Errorf("save of an oversized state: %v, want ErrSnapshotTooLarge", err)
+	}
+	if snap, err := store.Latest(ctx, testTenant, testSession); err != nil || snap.CoversSeq != s.LastSeq-1 {
+		t.Errorf("after the refused save, the latest snapshot is %+v, %v", snap, err)
 	}
 }
