@@ -161,10 +161,11 @@ func (w *Worker) planRepair(ctx context.Context, cmd Command, state *projections
 		}
 		evs[i] = w.event(cmd, cmd.Session, "", key, &events.MessageAppended{Role: events.RoleUser, Content: blocks, Synthetic: true})
 	}
-	detail := "repaired orphaned tool_use " + nameSome(repaired)
+	detail := fmt.Sprintf("repaired %d orphaned tool_use", len(repaired))
 	if len(records) > 1 {
 		detail += fmt.Sprintf(" in %d records", len(records))
 	}
+	detail += ": " + nameSome(repaired)
 	if len(left) > 0 {
 		return evs, events.OutcomeDegraded, detail + fmt.Sprintf("; %d not repaired (%s): %s", len(left), nameSome(left), why), nil
 	}

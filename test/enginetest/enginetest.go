@@ -28,6 +28,8 @@ type Options struct {
 	Log events.Config
 	// Runtime configures the reference runtime (Tenant defaults to "acme").
 	Runtime refruntime.Config
+	// MaxCommandBytes is the reconciler's (0: its default).
+	MaxCommandBytes int
 }
 
 // Engine is a running engine in a test.
@@ -76,7 +78,7 @@ func Start(tb testing.TB, o Options) *Engine {
 	if err := tracker.Open(ctx); err != nil {
 		tb.Fatal(err)
 	}
-	rec := reconciler.New(log, proj, reconciler.Config{Policy: policy, Clock: clock, Presence: tracker}, nil)
+	rec := reconciler.New(log, proj, reconciler.Config{Policy: policy, Clock: clock, Presence: tracker, MaxCommandBytes: o.MaxCommandBytes}, nil)
 	rec.Attach()
 	if err := proj.Open(ctx); err != nil {
 		tb.Fatal(err)
