@@ -155,13 +155,17 @@ func TestHeadOfLineSessionDoesNotHoldTheOthers(t *testing.T) {
 		return s.Paused && commandOutcome(s, "repair_orphans") == "parked"
 	}, "toobig")
 	var park string
+	var deliveries int
 	for _, c := range s.Commands {
 		if c.Kind == "repair_orphans" {
-			park = c.ParkReason
+			park, deliveries = c.ParkReason, c.Deliveries
 		}
 	}
 	if s.PauseCause != events.CauseParked || !strings.Contains(park, "refused") || !strings.Contains(park, "event too large") {
 		t.Errorf("toobig: paused %v (%s), park reason %q", s.Paused, s.PauseCause, park)
+	}
+	if deliveries != 1 {
+		t.Errorf("toobig: parked after %d deliveries; a refusal is parked at the first", deliveries)
 	}
 	if !s.Anomalous() || s.Status() != projections.StatusPaused {
 		t.Errorf("toobig is not flagged: status %s, anomalous %v", s.Status(), s.Anomalous())
