@@ -157,7 +157,7 @@ func TestWorstStateFitsMaxSnapshotBytes(t *testing.T) {
 	var parts map[string]json.RawMessage
 	_ = json.Unmarshal(b, &parts)
 	for k, v := range parts {
-		if len(v) > 8<<10 {
+		if len(v) > 2<<10 {
 			t.Logf("  %-18s %7d bytes", k, len(v))
 		}
 	}
