@@ -223,8 +223,9 @@ type Session struct {
 	// still await their tool_result (the tool is running), in block order.
 	Pending []string `json:"pending,omitempty"`
 	// ToolCalls pairs the tool_use blocks of the current history with
-	// their tool_result, in order of appearance (the latest KeepToolCalls,
-	// pending ones always kept).
+	// their tool_result, in order of appearance: every one of the latest
+	// assistant message (up to MaxToolUsesPerMessage) and the pending
+	// ones, and the latest KeepToolCalls others.
 	ToolCalls []ToolCall `json:"tool_calls,omitempty"`
 	// Orphans are the tool_use blocks judged to have no tool_result (the
 	// latest KeepOrphans).
@@ -273,11 +274,13 @@ type Session struct {
 	LastSnapshotSeq uint64 `json:"last_snapshot_seq,omitempty"`
 
 	// Commands are the recovery commands run on the session, by id, in
-	// order of their first recovery.* event (the latest KeepCommands; the
-	// ones without an outcome or a park are always kept). See CommandDone.
+	// order of their first recovery.* event: the latest KeepCommands done
+	// ones (with an outcome or a park) and up to MaxOpenCommands more. See
+	// CommandDone.
 	Commands []CommandRecord `json:"commands,omitempty"`
 	// Breakers is the latest state of each provider's circuit breaker that
-	// a breaker.changed event named, sorted by provider. Breaker events
+	// a breaker.changed event named (the MaxBreakers changed last), sorted
+	// by provider. Breaker events
 	// usually live in a pseudo-session of their own per tenant
 	// (BreakersSession).
 	Breakers []Breaker `json:"breakers,omitempty"`
@@ -292,7 +295,8 @@ type Session struct {
 	// Rewound are the ranges of stream sequences whose events rewinds
 	// undid: they are kept in the log but no longer count. Sorted,
 	// disjoint and not adjacent; never trimmed (each rewind adds at most
-	// one range, and the state needs them all to refold).
+	// one range, and the state needs them all to refold): a rewind that
+	// would make more than MaxRewoundRanges is an invalid event.
 	Rewound []SeqRange `json:"rewound,omitempty"`
 	// RewoundEvents is how many of the session's events lie in Rewound,
 	// as of the last refold.
