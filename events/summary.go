@@ -56,9 +56,9 @@ func (e Event) Summary() string {
 	case *MessageAppended:
 		return messageLine(p)
 	case *ToolCallStarted:
-		return fmt.Sprintf("%s %s started", p.Name, p.ToolUseID)
+		return fmt.Sprintf("%s %s started", oneLine(p.Name, idWidth), oneLine(p.ToolUseID, idWidth))
 	case *ToolCallCompleted:
-		s := fmt.Sprintf("%s %s completed%s", p.Name, p.ToolUseID, ms(p.DurationMS))
+		s := fmt.Sprintf("%s %s completed%s", oneLine(p.Name, idWidth), oneLine(p.ToolUseID, idWidth), ms(p.DurationMS))
 		if p.IsError {
 			s += " with an error"
 		}
@@ -151,9 +151,9 @@ func blockLine(c ContentBlock) string {
 	case BlockThinking:
 		return fmt.Sprintf("thinking %q", oneLine(c.Thinking, 40))
 	case BlockToolUse:
-		return fmt.Sprintf("tool_use %s %s %s", c.Name, c.ID, oneLine(string(c.Input), 60))
+		return fmt.Sprintf("tool_use %s %s %s", oneLine(c.Name, idWidth), oneLine(c.ID, idWidth), oneLine(string(c.Input), 60))
 	case BlockToolResult:
-		s := "tool_result " + c.ToolUseID
+		s := "tool_result " + oneLine(c.ToolUseID, idWidth)
 		if c.IsError {
 			s += " ERROR"
 		}
@@ -231,6 +231,10 @@ func orNone(s string) string {
 
 // oneLine collapses whitespace runs to one space and cuts s to max runes,
 // marking a cut with "...".
+// idWidth is how many runes of an id or a tool name a summary shows: ids
+// have no length limit on the wire, and a summary is one line.
+const idWidth = 64
+
 func oneLine(s string, max int) string {
 	s = strings.Join(strings.Fields(s), " ")
 	if utf8.RuneCountInString(s) <= max {

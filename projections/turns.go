@@ -30,8 +30,10 @@ type Turn struct {
 	// Reason is turn.completed's stop reason ("end_turn", "interrupted")
 	// or turn.abandoned's reason.
 	Reason string `json:"reason,omitempty"`
-	// Prompt is a preview (PreviewRunes runes) of what started the turn;
-	// Trigger is what kind of thing started it.
+	// Prompt is a preview (PreviewRunes runes, 2 × PreviewRunes bytes of
+	// JSON) of what started the turn
+	// (the whole prompt is in the turn.started at StartedSeq); Trigger is
+	// what kind of thing started it.
 	Prompt  string `json:"prompt,omitempty"`
 	Trigger string `json:"trigger,omitempty"`
 	// DeadlineMS is how long the turn may run, in milliseconds (0: no
@@ -51,7 +53,9 @@ type Turn struct {
 	// LastStage is the last stage the turn completed.
 	LastStage events.Stage `json:"last_stage,omitempty"`
 	// FailedStage and Error are set on a failed turn: the stage that threw
-	// and what it threw (message and stack shortened).
+	// and what it threw (its message clipped to DetailRunes, no stack: the
+	// whole error is in the event at EndedSeq, the latest one in
+	// Session.Errors).
 	FailedStage events.Stage      `json:"failed_stage,omitempty"`
 	Error       *events.ErrorInfo `json:"error,omitempty"`
 	// DurationMS is the turn's wall time in milliseconds: turn.completed's
@@ -86,12 +90,16 @@ func (s *Session) turnStarted(ev events.Event, id string, p *events.TurnStarted)
 	}
 	s.judgeStale(ev, "a new turn started")
 	s.Totals.Turns++
+	if len(s.InFlight) >= MaxInFlightTurns {
+		s.violate(ev, RuleTooManyTurns, fmt.Sprintf("turn %s started while %d turns are in flight (%s first); it is not tracked", id, len(s.InFlight), s.InFlight[0]), "", id)
+		return
+	}
 	s.Turns = append(s.Turns, Turn{
 		ID:         id,
 		Index:      s.Totals.Turns,
 		Status:     TurnInFlight,
-		Prompt:     preview(p.Prompt, PreviewRunes),
-		Trigger:    p.Trigger,
+		Prompt:     clip(p.Prompt, PreviewRunes, 2*PreviewRunes),
+		Trigger:    IDKey(p.Trigger),
 		DeadlineMS: p.DeadlineMS,
 		StartedSeq: ev.Seq,
 		StartedAt:  ev.Time.Round(0),
@@ -125,7 +133,13 @@ func (s *Session) turnEvent(ev events.Event, id string) *Turn {
 // history's latest message, when it is an assistant message of the turn
 // (or of no turn), is complete too: it counts in the output streak.
 func (s *Session) endTurn(ev events.Event, t *Turn, status TurnStatus, reason string, durationMS int64) {
-	t.Status, t.Reason = status, reason
+	t.Status, t.Reason = status, detail(reason)
+	switch status {
+	case TurnFailed:
+		s.Totals.FailedTurns++
+	case TurnAbandoned:
+		s.Totals.AbandonedTurns++
+	}
 	t.EndedSeq, t.EndedAt = ev.Seq, ev.Time.Round(0)
 	t.DurationMS = durationMS
 	if t.DurationMS == 0 && !t.StartedAt.IsZero() && !t.EndedAt.IsZero() && t.EndedAt.After(t.StartedAt) {

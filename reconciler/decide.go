@@ -111,6 +111,10 @@ func Decide(in Input) []Action {
 	}
 
 	// Invariant 2: an orphaned tool_use is repaired before anything else.
+	// The command names the orphans by their keys (projections.IDKey: an
+	// id too long for one is a digest, which the worker reads back whole
+	// from the record at the orphan's sequence) and its reason names a
+	// few, so that it stays small whatever the ids.
 	if *p.Orphans.Repair {
 		if ids := s.OrphanedToolUseIDs(); len(ids) > 0 {
 			var seqs []uint64
@@ -121,7 +125,7 @@ func Decide(in Input) []Action {
 			}
 			slices.Sort(seqs)
 			seqs = slices.Compact(seqs)
-			cmd(recovery.KindRepairOrphans, "", fmt.Sprintf("orphaned tool_use %s: no tool_result before the history moved on", strings.Join(ids, ", ")),
+			cmd(recovery.KindRepairOrphans, "", fmt.Sprintf("orphaned tool_use %s: no tool_result before the history moved on", nameSome(ids)),
 				seqs, recovery.Params{ToolUseIDs: ids})
 		}
 	}
@@ -233,6 +237,16 @@ func lastTurn(s *projections.Session) *projections.Turn {
 		return nil
 	}
 	return &s.Turns[len(s.Turns)-1]
+}
+
+// nameSome names at most 5 of ids (keys, each short) and how many more
+// there are.
+func nameSome(ids []string) string {
+	const most = 5
+	if len(ids) <= most {
+		return strings.Join(ids, ", ")
+	}
+	return fmt.Sprintf("%s and %d more", strings.Join(ids[:most], ", "), len(ids)-most)
 }
 
 func oneLine(s string) string {

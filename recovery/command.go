@@ -206,6 +206,8 @@ func (c *Command) Validate() error {
 	}
 	if c.Reason == "" {
 		bad("reason: required")
+	} else if len(c.Reason) > MaxReasonBytes {
+		bad("reason: %d bytes, the limit is %d", len(c.Reason), MaxReasonBytes)
 	}
 	if c.Issue < 1 {
 		bad("issue: must be at least 1, got %d", c.Issue)

@@ -164,8 +164,11 @@ func Setup(ctx context.Context, log *events.Log, c DeliveryConfig) (jetstream.Ke
 // Issue publishes a command to agent.cmd.<tenant>.<session> with its id as
 // Nats-Msg-Id, and returns the stream sequence it is stored at and whether
 // JetStream dropped it as a duplicate of the same command issued within
-// the duplicate window. Errors: ErrInvalidCommand (nothing sent), or the
-// publish's error.
+// the duplicate window. Errors: ErrInvalidCommand (nothing sent);
+// events.ErrTooLarge when its body is over MaxCommandBytes (nothing sent)
+// or the server refuses its size; events.ErrLogUnavailable when JetStream
+// does not answer; a JetStream API error as it is. Refused tells the
+// refusals from the rest.
 func Issue(ctx context.Context, js jetstream.JetStream, cmd Command) (seq uint64, duplicate bool, err error) {
 	if err := cmd.Validate(); err != nil {
 		return 0, false, fmt.Errorf("issue command: %w", err)
@@ -174,10 +177,13 @@ func Issue(ctx context.Context, js jetstream.JetStream, cmd Command) (seq uint64
 	if err != nil {
 		return 0, false, fmt.Errorf("issue command %s: %w", cmd.ID, err)
 	}
+	if len(body) > MaxCommandBytes {
+		return 0, false, fmt.Errorf("issue command %s: %w: %d bytes encoded, the limit is %d", cmd.ID, events.ErrTooLarge, len(body), MaxCommandBytes)
+	}
 	ack, err := js.Publish(ctx, CommandSubject(cmd.Tenant, cmd.Session), body,
 		jetstream.WithMsgID(cmd.ID), jetstream.WithExpectStream(Stream))
 	if err != nil {
-		return 0, false, fmt.Errorf("issue command %s: %w", cmd.ID, err)
+		return 0, false, fmt.Errorf("issue command %s: %w", cmd.ID, publishError(err))
 	}
 	return ack.Sequence, ack.Duplicate, nil
 }

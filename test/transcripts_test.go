@@ -6,6 +6,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"os"
 	"path/filepath"
 	"sort"
@@ -145,10 +146,26 @@ func TestCompactionBecomesADistillation(t *testing.T) {
 	if s.HistoryStart.Seq != d.CompletedSeq {
 		t.Fatalf("history starts at seq %d, the distillation completed at %d", s.HistoryStart.Seq, d.CompletedSeq)
 	}
-	if len(s.Messages) == 0 || s.Messages[0].Role != events.RoleUser || !s.Messages[0].Meta {
-		t.Fatalf("first message after the compaction: %+v, want the summary (user, meta)", s.Messages[0])
+	// The state keeps the latest messages of the history
+	// (projections.KeepMessages): the first one after the compaction is
+	// the first the state holds when folded up to it.
+	at := &projections.Session{}
+	err := e.log.ReadSession(context.Background(), "real", s.Session, events.ReadOptions{}, func(ev events.Event) error {
+		at.Apply(ev)
+		if ev.Seq > d.CompletedSeq && ev.Type == events.TypeMessageAppended {
+			return errStopFold
+		}
+		return nil
+	})
+	if err != nil && !errors.Is(err, errStopFold) {
+		t.Fatal(err)
+	}
+	if len(at.Messages) != 1 || at.MessagesDropped != 0 || at.Messages[0].Role != events.RoleUser || !at.Messages[0].Meta {
+		t.Fatalf("first message after the compaction: %+v, want the summary (user, meta)", at.Messages)
 	}
 }
+
+var errStopFold = errors.New("stop the fold")
 
 func TestSecondImportAddsNothing(t *testing.T) {
 	e := newEnv(t)

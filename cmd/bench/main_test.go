@@ -33,7 +33,7 @@ func tinySizes(t *testing.T) Sizes {
 		AppendEvents: 600, AppendSessions: 50, AppendBatch: 100, AppendWriters: 2, AppendWarmup: 100, Runs: 1,
 		SyncEvents: 120,
 		FoldEvents: 300, FoldSessions: 30,
-		RestoreSizes: []int{120, 400}, Restores: 3, DistillEvery: 100,
+		RestoreSizes: []int{120, 400}, Restores: 3, DistillEvery: 100, InspectEvents: 500,
 		Incidents:   3,
 		MemSessions: 50, MemHeldSessions: 30,
 		ImportPaths: []string{transcript},
@@ -57,7 +57,7 @@ func TestRunProducesEveryFigure(t *testing.T) {
 	if err != nil {
 		t.Fatalf("run: %v\n%s", err, stderr.String())
 	}
-	want := map[string]int{"append": 1, "fold": 1, "restore": 2, "incident": 2, "memory": 2, "import": 1, "sync": 1, "durability": 5}
+	want := map[string]int{"append": 1, "fold": 1, "restore": 2, "inspect": 1, "incident": 2, "memory": 2, "import": 1, "sync": 1, "durability": 5}
 	got := map[string]int{}
 	for _, row := range rep.Rows {
 		got[row.Bench]++
@@ -88,7 +88,7 @@ func TestRunProducesEveryFigure(t *testing.T) {
 			if row.Metrics["fold_events_per_s"] <= 0 || row.Metrics["raw_events_per_s"] <= 0 {
 				t.Errorf("fold: no rates: %+v", row.Metrics)
 			}
-		case "restore", "incident":
+		case "restore", "incident", "inspect":
 			for k, v := range row.Metrics {
 				if strings.HasSuffix(k, "_ms") && v <= 0 {
 					t.Errorf("%s: %s = %v", row.Figure, k, v)

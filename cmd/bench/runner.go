@@ -44,6 +44,9 @@ type Sizes struct {
 	RestoreSizes []int
 	Restores     int
 	DistillEvery int
+	// InspectEvents is the length of the session the inspect figure
+	// restores and encodes (it never distils).
+	InspectEvents int
 	// Incidents is how many sessions break an invariant one after another
 	// (and again all at once) in the incident figure.
 	Incidents int
@@ -68,7 +71,7 @@ func FullSizes() Sizes {
 		AppendEvents: 100_000, AppendSessions: 10_000, AppendBatch: 100, AppendWriters: 4, AppendWarmup: 20_000, Runs: 5, Settle: time.Second,
 		SyncEvents: 20_000,
 		FoldEvents: 100_000, FoldSessions: 10_000,
-		RestoreSizes: []int{1_000, 10_000, 100_000}, Restores: 200, DistillEvery: 300,
+		RestoreSizes: []int{1_000, 10_000, 100_000}, Restores: 200, DistillEvery: 300, InspectEvents: 200_000,
 		Incidents:   200,
 		MemSessions: 100_000, MemHeldSessions: 20_000,
 		ImportPaths: []string{DefaultTranscripts}, ImportSyncAlways: true,
@@ -81,7 +84,7 @@ func QuickSizes() Sizes {
 		AppendEvents: 20_000, AppendSessions: 10_000, AppendBatch: 100, AppendWriters: 4, AppendWarmup: 5_000, Runs: 3, Settle: 200 * time.Millisecond,
 		SyncEvents: 2_000,
 		FoldEvents: 20_000, FoldSessions: 2_000,
-		RestoreSizes: []int{1_000, 5_000, 20_000}, Restores: 50, DistillEvery: 300,
+		RestoreSizes: []int{1_000, 5_000, 20_000}, Restores: 50, DistillEvery: 300, InspectEvents: 20_000,
 		Incidents:   30,
 		MemSessions: 5_000, MemHeldSessions: 2_000,
 		ImportPaths: []string{DefaultTranscripts},
@@ -89,7 +92,7 @@ func QuickSizes() Sizes {
 }
 
 // Benchmarks are the names --only takes, in the order they run.
-var Benchmarks = []string{"append", "fold", "restore", "incident", "memory", "import", "sync", "durability"}
+var Benchmarks = []string{"append", "fold", "restore", "inspect", "incident", "memory", "import", "sync", "durability"}
 
 // Row is one line of the results table.
 type Row struct {
@@ -241,6 +244,7 @@ func (m *Main) Run(ctx context.Context) (*Report, error) {
 		"append":     r.appendFigure,
 		"fold":       r.foldFigure,
 		"restore":    r.restoreFigure,
+		"inspect":    r.inspectFigure,
 		"incident":   r.incidentFigure,
 		"memory":     r.memoryFigure,
 		"import":     r.importFigure,

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -52,7 +53,7 @@ per event (JSON Lines) instead.`,
 			if err != nil {
 				return err
 			}
-			r := &replayer{w: g.stdout, json: f.json, until: until}
+			r := &replayer{ctx: ctx, log: log, w: g.stdout, json: f.json, until: until}
 			err = log.ReadSession(ctx, ref.Tenant, ref.Session, events.ReadOptions{UntilSeq: f.untilSeq}, r.event)
 			if err != nil && !errors.Is(err, errStopReplay) {
 				return err
@@ -70,14 +71,16 @@ per event (JSON Lines) instead.`,
 var errStopReplay = errors.New("replay reached --until-time")
 
 // replayer folds a session event by event and prints the timeline. It
-// keeps the events it read, so that a rewind (session.rewound) can refold
-// the state from them.
+// holds no event: a rewind (session.rewound) that needs a refold reads the
+// session again from the log, up to the rewind, so a replay streams
+// whatever the session's length.
 type replayer struct {
+	ctx   context.Context
+	log   projections.SessionReader
 	w     io.Writer
 	json  bool
 	until time.Time
 	state projections.Session
-	seen  []events.Event
 	n     int
 }
 
@@ -98,18 +101,9 @@ func (r *replayer) event(ev events.Event) error {
 		return errStopReplay
 	}
 	anomalies := r.state.Apply(ev)
-	r.seen = append(r.seen, ev)
 	r.n++
 	if r.state.NeedsRefold {
-		err := r.state.Refold(func(fn func(events.Event) error) error {
-			for _, e := range r.seen {
-				if err := fn(e); err != nil {
-					return err
-				}
-			}
-			return nil
-		})
-		if err != nil {
+		if err := r.state.RefoldLog(r.ctx, r.log); err != nil {
 			return err
 		}
 	}
