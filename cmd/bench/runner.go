@@ -59,6 +59,15 @@ type Sizes struct {
 	// ImportSyncAlways imports them a second time with fsync on every ack.
 	ImportPaths      []string
 	ImportSyncAlways bool
+	// ScaleEvents are folded by one engine, then by two sharing the
+	// partitions (over FoldSessions sessions); Handovers is how many
+	// SIGKILLs the handover figure times per kind; NewSessions how many
+	// brand-new sessions the newsessions figure projects; FleetSessions
+	// how many summaries the fleet figure reads.
+	ScaleEvents   int
+	Handovers     int
+	NewSessions   int
+	FleetSessions int
 }
 
 // DefaultTranscripts is where the shipped Claude Code transcripts are, from
@@ -75,6 +84,7 @@ func FullSizes() Sizes {
 		Incidents:   200,
 		MemSessions: 100_000, MemHeldSessions: 20_000,
 		ImportPaths: []string{DefaultTranscripts}, ImportSyncAlways: true,
+		ScaleEvents: 100_000, Handovers: 10, NewSessions: 20_000, FleetSessions: 100_000,
 	}
 }
 
@@ -88,11 +98,13 @@ func QuickSizes() Sizes {
 		Incidents:   30,
 		MemSessions: 5_000, MemHeldSessions: 2_000,
 		ImportPaths: []string{DefaultTranscripts},
+		ScaleEvents: 20_000, Handovers: 2, NewSessions: 5_000, FleetSessions: 20_000,
 	}
 }
 
 // Benchmarks are the names --only takes, in the order they run.
-var Benchmarks = []string{"append", "fold", "restore", "inspect", "incident", "memory", "import", "sync", "durability"}
+var Benchmarks = []string{"append", "fold", "restore", "inspect", "incident", "memory", "import", "sync", "durability",
+	"scale", "handover", "newsessions", "fleet"}
 
 // Row is one line of the results table.
 type Row struct {
@@ -241,15 +253,19 @@ func (m *Main) Run(ctx context.Context) (*Report, error) {
 	}
 	r := &runner{sizes: m.Sizes, out: m.Stderr, rep: rep, memProfile: m.MemProfile}
 	steps := map[string]func(context.Context) error{
-		"append":     r.appendFigure,
-		"fold":       r.foldFigure,
-		"restore":    r.restoreFigure,
-		"inspect":    r.inspectFigure,
-		"incident":   r.incidentFigure,
-		"memory":     r.memoryFigure,
-		"import":     r.importFigure,
-		"sync":       r.syncFigure,
-		"durability": r.durabilityFigure,
+		"append":      r.appendFigure,
+		"fold":        r.foldFigure,
+		"restore":     r.restoreFigure,
+		"inspect":     r.inspectFigure,
+		"incident":    r.incidentFigure,
+		"memory":      r.memoryFigure,
+		"import":      r.importFigure,
+		"sync":        r.syncFigure,
+		"durability":  r.durabilityFigure,
+		"scale":       r.scaleFigure,
+		"handover":    r.handoverFigure,
+		"newsessions": r.newSessionsFigure,
+		"fleet":       r.fleetFigure,
 	}
 	for _, name := range Benchmarks {
 		if len(m.Only) > 0 && !slices.Contains(m.Only, name) {
