@@ -58,9 +58,6 @@ func Live(s *projections.Session, now time.Time, p *Policy, runtimePresent bool)
 	return !s.LastLiveStored.IsZero() && now.Sub(s.LastLiveStored) <= time.Duration(p.Live.Horizon)
 }
 
-// maxIssue bounds how many times one detection is issued again after its
-// runtime came back (each return issues it once more).
-const maxIssue = 20
 
 // transientClasses are the error classes the transient policy covers.
 var transientClasses = []recovery.Class{
@@ -82,18 +79,6 @@ func Decide(in Input) []Action {
 	var out []Action
 	cmd := func(kind recovery.Kind, turn, reason string, evidence []uint64, params recovery.Params) {
 		c := recovery.NewCommand(kind, s.Tenant, s.Session, turn, reason, evidence)
-		// A detection whose command could not reach the runtime (it
-		// failed runtime_unavailable and paused the session) is issued
-		// again, once, after the session was resumed for the runtime's
-		// return: a new issue, a new id.
-		for c.Issue < maxIssue && !s.Paused && in.RuntimePresent {
-			rec := s.Command(c.ID)
-			if rec == nil || !rec.Done() || rec.PauseCause != events.CauseRuntimeUnavailable {
-				break
-			}
-			c.Issue++
-			c.ID = recovery.CommandID(kind, s.Tenant, s.Session, turn, evidence, c.Issue)
-		}
 		if rec := s.Command(c.ID); rec != nil && rec.Done() {
 			return // decided before, and carried out: nothing new
 		}
@@ -104,10 +89,12 @@ func Decide(in Input) []Action {
 	}
 
 	// A session paused because no runtime answered resumes when its
-	// runtime is back; what needed the runtime is then issued again.
+	// runtime is back, and the command that could not reach it is issued
+	// again, once, after the resume (recovery.Params.Reissue: the worker
+	// issues its next issue, whoever issued it first).
 	if s.Paused && s.PauseCause == events.CauseRuntimeUnavailable && in.RuntimePresent {
 		cmd(recovery.KindResumeSession, "", fmt.Sprintf("the runtime of %s/%s is back (paused at seq %d: %s)", s.Tenant, s.Session, s.PausedSeq, oneLine(s.PauseReason)),
-			[]uint64{s.PausedSeq}, recovery.Params{})
+			[]uint64{s.PausedSeq}, recovery.Params{Reissue: s.PauseCommand})
 	}
 
 	// Invariant 2: an orphaned tool_use is repaired before anything else.

@@ -108,6 +108,7 @@ type Params struct {
 	ToProvider     string   `json:"to_provider,omitempty"`
 	Strategy       string   `json:"strategy,omitempty"`
 	ErrorClass     string   `json:"error_class,omitempty"`
+	Reissue        string   `json:"reissue,omitempty"`
 }
 
 // Diagnostics travel with abort_session: what failed, what was tried, and
@@ -181,6 +182,23 @@ func NewCommand(kind Kind, tenant, session, turn, reason string, evidence []uint
 // IssuerReconciler is Command.IssuedBy on the commands the engine's
 // reconciler issues; commands issued by hand name their issuer otherwise.
 const IssuerReconciler = "reconciler"
+
+// Reissued returns c issued again: the same kind, session, turn, evidence
+// and parameters, the next issue number, and the id that issue number
+// gives (CommandID), so that issuing it twice stores it once. issuedBy and
+// at are who issues it and when.
+func Reissued(c Command, issuedBy string, at time.Time) Command {
+	n := c
+	n.Issue = c.Issue + 1
+	n.ID = CommandID(c.Kind, c.Tenant, c.Session, c.Turn, c.Evidence, n.Issue)
+	n.IssuedAt, n.IssuedBy = at.UTC(), issuedBy
+	if !strings.HasSuffix(n.Reason, reissueNote) {
+		n.Reason += reissueNote
+	}
+	return n
+}
+
+const reissueNote = " (issued again: its runtime is back)"
 
 // ErrInvalidCommand wraps every rule a command breaks.
 var ErrInvalidCommand = errors.New("invalid command")

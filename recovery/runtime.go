@@ -263,6 +263,15 @@ func (w *Worker) logThenNotice(ctx context.Context, cmd Command, state *projecti
 			detail += "; the runtime was not told: " + res.Err.Message
 		}
 	}
+	if cmd.Kind == KindResumeSession && cmd.Params.Reissue != "" {
+		// The runtime is back: what could not reach it goes again, after
+		// this resume (commands of a session run in order).
+		if again, err := w.reissue(ctx, cmd); err != nil {
+			detail += "; " + cmd.Params.Reissue + " not issued again: " + err.Error()
+		} else {
+			detail += "; " + cmd.Params.Reissue + " issued again as " + again
+		}
+	}
 	done := []events.Event{
 		w.attempted(cmd, n, string(cmd.Kind), result, class, res.Err, time.Since(start)),
 		w.completed(cmd, outcome, string(cmd.Kind), n, detail),
@@ -271,6 +280,21 @@ func (w *Worker) logThenNotice(ctx context.Context, cmd Command, state *projecti
 		return "", 0, err
 	}
 	return outcome, n, nil
+}
+
+// reissue issues again the command cmd.Params.Reissue names and returns
+// the new issue's id. Its id is deterministic (Reissued), so a resume run
+// twice issues it once.
+func (w *Worker) reissue(ctx context.Context, cmd Command) (string, error) {
+	orig, err := FindCommand(ctx, w.log.JetStream(), cmd.Tenant, cmd.Session, cmd.Params.Reissue)
+	if err != nil {
+		return "", err
+	}
+	again := Reissued(orig, orig.IssuedBy, time.Now())
+	if _, _, err := Issue(ctx, w.log.JetStream(), again); err != nil {
+		return "", err
+	}
+	return again.ID, nil
 }
 
 func configLine(c map[string]string) string {

@@ -188,6 +188,35 @@ func Issue(ctx context.Context, js jetstream.JetStream, cmd Command) (seq uint64
 	return ack.Sequence, ack.Duplicate, nil
 }
 
+// FindCommand returns the command with id among the session's commands in
+// AGENT_RECOVERY (a few messages: one direct get per command of the
+// session). ErrCommandNotFound when it is not there (or its record has
+// gone past CommandMaxAge).
+func FindCommand(ctx context.Context, js jetstream.JetStream, tenant, session, id string) (Command, error) {
+	st, err := js.Stream(ctx, Stream)
+	if err != nil {
+		return Command{}, fmt.Errorf("find command %s: %w", id, err)
+	}
+	subject := CommandSubjectPrefix + ".*." + tenant + "." + session
+	for seq := uint64(1); ; {
+		msg, err := st.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(subject))
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			return Command{}, fmt.Errorf("find command %s: %w", id, ErrCommandNotFound)
+		}
+		if err != nil {
+			return Command{}, fmt.Errorf("find command %s: %w", id, err)
+		}
+		var c Command
+		if json.Unmarshal(msg.Data, &c) == nil && c.ID == id {
+			return c, nil
+		}
+		seq = msg.Sequence + 1
+	}
+}
+
+// ErrCommandNotFound: no command with that id is stored for the session.
+var ErrCommandNotFound = errors.New("command not found")
+
 // Status is what the status bucket holds for a command: its State
 // ("running", "completed", "parked", "skipped"), Outcome once completed,
 // Attempts so far, the Worker that last ran it, Reason (for parked and

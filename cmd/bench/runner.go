@@ -11,6 +11,7 @@ import (
 	"runtime/pprof"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -251,7 +252,7 @@ func (m *Main) Run(ctx context.Context) (*Report, error) {
 		}
 		defer pprof.StopCPUProfile()
 	}
-	r := &runner{sizes: m.Sizes, out: m.Stderr, rep: rep, memProfile: m.MemProfile}
+	r := &runner{sizes: m.Sizes, out: &lockedWriter{w: m.Stderr}, rep: rep, memProfile: m.MemProfile}
 	steps := map[string]func(context.Context) error{
 		"append":      r.appendFigure,
 		"fold":        r.foldFigure,
@@ -298,6 +299,19 @@ type runner struct {
 	out        io.Writer
 	rep        *Report
 	memProfile string
+}
+
+// lockedWriter serialises writes: child processes write their stderr to
+// the runner's output from goroutines of their own.
+type lockedWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
 }
 
 func (r *runner) logf(format string, args ...any) {
