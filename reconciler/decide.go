@@ -58,7 +58,6 @@ func Live(s *projections.Session, now time.Time, p *Policy, runtimePresent bool)
 	return !s.LastLiveStored.IsZero() && now.Sub(s.LastLiveStored) <= time.Duration(p.Live.Horizon)
 }
 
-
 // transientClasses are the error classes the transient policy covers.
 var transientClasses = []recovery.Class{
 	recovery.ClassNetwork, recovery.ClassTimeout, recovery.ClassRateLimit, recovery.ClassOverloaded, recovery.ClassServer,
