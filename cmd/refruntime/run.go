@@ -88,7 +88,11 @@ SIGINT or SIGTERM.`,
 	cmd.SetErr(m.stderr)
 	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
 	fs := cmd.Flags()
-	fs.StringVar(&m.natsURL, "nats-url", embedded.DefaultURL, "NATS server URL")
+	url := os.Getenv("TURNSTONE_NATS_URL")
+	if url == "" {
+		url = embedded.DefaultURL
+	}
+	fs.StringVar(&m.natsURL, "nats-url", url, "NATS server URL (env TURNSTONE_NATS_URL)")
 	fs.StringVar(&m.tenant, "tenant", "demo", "tenant to record under")
 	fs.StringVar(&m.name, "name", refruntime.DefaultName, "runtime name (session.started, event source)")
 	fs.IntVar(&m.sessions, "sessions", 1, "sessions to run")
