@@ -18,7 +18,10 @@ import (
 //
 // Version 3: invariant 4's counts (the output streak and message hashes,
 // turns' failed attempts, flaky-suspected tool runs) and violation times.
-const Version = 3
+//
+// Version 4: the stage a turn is in (Turn.Stage), from turn.abandoned's
+// stage; typed recovery outcomes.
+const Version = 4
 
 // Retention bounds: the state keeps the latest entries of the lists that
 // grow with a session's length, so that a snapshot stays small whatever
@@ -349,7 +352,7 @@ func (s *Session) apply(ev events.Event) {
 		s.turnStarted(ev, turn, p)
 	case *events.TurnStageCompleted:
 		if t := s.turnEvent(ev, turn); t != nil {
-			t.LastStage = p.Stage
+			t.LastStage, t.Stage = p.Stage, p.Stage.Next()
 		}
 	case *events.TurnCompleted:
 		if t := s.turnEvent(ev, turn); t != nil {
@@ -363,15 +366,16 @@ func (s *Session) apply(ev events.Event) {
 	case *events.TurnFailed:
 		if t := s.turnEvent(ev, turn); t != nil {
 			info := shortError(p.Error)
-			t.FailedStage, t.Error = p.Stage, &info
+			t.FailedStage, t.Error, t.Stage = p.Stage, &info, p.Stage
 			s.endTurn(ev, t, TurnFailed, "", 0)
 			s.recordError(ev, turn, p.Stage, p.Error, 0)
 		}
 	case *events.TurnAbandoned:
 		if t := s.turnEvent(ev, turn); t != nil {
-			if p.LastStage != "" {
-				t.LastStage = p.LastStage
+			if c := p.Completed(); c != "" {
+				t.LastStage = c
 			}
+			t.Stage = p.InStage()
 			s.endTurn(ev, t, TurnAbandoned, p.Reason, 0)
 		}
 	case *events.MessageAppended:

@@ -44,8 +44,14 @@ type Turn struct {
 	// StartedAt and EndedAt are those events' times.
 	StartedAt time.Time `json:"started_at,omitzero"`
 	EndedAt   time.Time `json:"ended_at,omitzero"`
-	// LastStage is the last stage the turn completed.
+	// LastStage is the last stage the turn completed (empty when none).
 	LastStage events.Stage `json:"last_stage,omitempty"`
+	// Stage is the stage the turn is in while in flight (the one after
+	// LastStage: events.Stage.Next), or was in when it failed (the stage
+	// that threw) or was abandoned (turn.abandoned's stage). It is
+	// finalize once every stage completed, and means nothing for a turn
+	// that completed.
+	Stage events.Stage `json:"stage,omitempty"`
 	// FailedStage and Error are set on a failed turn: the stage that threw
 	// and what it threw (message and stack shortened).
 	FailedStage events.Stage      `json:"failed_stage,omitempty"`
@@ -86,6 +92,7 @@ func (s *Session) turnStarted(ev events.Event, id string, p *events.TurnStarted)
 		ID:         id,
 		Index:      s.Totals.Turns,
 		Status:     TurnInFlight,
+		Stage:      events.StageContext,
 		Prompt:     preview(p.Prompt, PreviewRunes),
 		Trigger:    p.Trigger,
 		DeadlineMS: p.DeadlineMS,

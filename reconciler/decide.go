@@ -93,15 +93,12 @@ func Decide(in Input) []Action {
 		if t.DeadlineMS > 0 {
 			deadline = time.Duration(t.DeadlineMS) * time.Millisecond
 		}
-		last := string(t.LastStage)
-		if last == "" {
-			last = "none"
-		}
+		stages := stagesOf(t)
 		switch {
 		case in.RestartAbandon:
-			cmd(recovery.KindAbandonTurn, t.ID, fmt.Sprintf("in flight when the engine restarted; last stage: %s", last), []uint64{t.StartedSeq}, recovery.Params{})
+			cmd(recovery.KindAbandonTurn, t.ID, "in flight when the engine restarted; "+stages, []uint64{t.StartedSeq}, recovery.Params{})
 		case !t.StartedAt.IsZero() && in.Now.Sub(later(t.StartedAt, seenAt(in.TurnSeenAt, t.ID, in.Now))) >= deadline:
-			cmd(recovery.KindAbandonTurn, t.ID, fmt.Sprintf("no outcome within %s of its start; last stage: %s", deadline, last), []uint64{t.StartedSeq}, recovery.Params{})
+			cmd(recovery.KindAbandonTurn, t.ID, fmt.Sprintf("no outcome within %s of its start; %s", deadline, stages), []uint64{t.StartedSeq}, recovery.Params{})
 		}
 	}
 
@@ -212,4 +209,18 @@ func later(a, b time.Time) time.Time {
 		return b
 	}
 	return a
+}
+
+// stagesOf says where an in-flight turn is, in turn.abandoned's words:
+// "in stage execute, last stage completed: history".
+func stagesOf(t projections.Turn) string {
+	in, last := t.Stage, t.LastStage
+	if in == "" {
+		in = last.Next()
+	}
+	done := string(last)
+	if done == "" {
+		done = "none"
+	}
+	return fmt.Sprintf("in stage %s, last stage completed: %s", in, done)
 }

@@ -21,15 +21,15 @@ const LostResultText = "Turnstone: the result of this tool call was lost: the pr
 // plans the events from the session's state and appends them, with the
 // attempt and the outcome, conditionally on the session not having moved
 // (events.ErrConflict sends the caller back to read it again).
-func (w *Worker) logEffect(ctx context.Context, cmd Command, state *projections.Session) (string, int, error) {
+func (w *Worker) logEffect(ctx context.Context, cmd Command, state *projections.Session) (events.Outcome, int, error) {
 	evs, outcome, detail := w.plan(cmd, state)
 	attempt := 1
 	if rec := state.Command(cmd.ID); rec != nil {
 		attempt = rec.Attempts + 1
 	}
-	result := "ok"
+	result := AttemptOK
 	if outcome == events.OutcomeFailed {
-		result = "failed"
+		result = AttemptFailed
 	}
 	evs = append(evs,
 		w.attempted(cmd, attempt, string(cmd.Kind), result, "", nil, 0),
@@ -37,7 +37,7 @@ func (w *Worker) logEffect(ctx context.Context, cmd Command, state *projections.
 	if _, err := w.log.Append(ctx, evs, events.ExpectLastSeq(state.LastSeq)); err != nil {
 		return "", 0, fmt.Errorf("%s %s: %w", cmd.Kind, cmd.ID, err)
 	}
-	w.l.Info().Str("command", cmd.ID).Str("session", cmd.Tenant+"/"+cmd.Session).Str("outcome", outcome).Msg(detail)
+	w.l.Info().Str("command", cmd.ID).Str("session", cmd.Tenant+"/"+cmd.Session).Str("outcome", string(outcome)).Msg(detail)
 	return outcome, attempt, nil
 }
 
@@ -45,7 +45,7 @@ func (w *Worker) logEffect(ctx context.Context, cmd Command, state *projections.
 // outcome, and a detail for people. A command whose effect is already in
 // the state (the orphans are repaired, the session is paused) plans no
 // event and is recovered: executing a command twice changes nothing.
-func (w *Worker) plan(cmd Command, state *projections.Session) ([]events.Event, string, string) {
+func (w *Worker) plan(cmd Command, state *projections.Session) ([]events.Event, events.Outcome, string) {
 	switch cmd.Kind {
 	case KindRepairOrphans:
 		return w.planRepair(cmd, state)
@@ -68,7 +68,7 @@ func (w *Worker) plan(cmd Command, state *projections.Session) ([]events.Event, 
 	return nil, events.OutcomeFailed, fmt.Sprintf("%s is not a log-only command", cmd.Kind)
 }
 
-func (w *Worker) planRepair(cmd Command, state *projections.Session) ([]events.Event, string, string) {
+func (w *Worker) planRepair(cmd Command, state *projections.Session) ([]events.Event, events.Outcome, string) {
 	want := map[string]bool{}
 	for _, id := range cmd.Params.ToolUseIDs {
 		want[id] = true
@@ -96,16 +96,16 @@ func (w *Worker) planRepair(cmd Command, state *projections.Session) ([]events.E
 // event of the prefix (new ids derived from the originals, so a repeat
 // stores nothing new); then session.forked, the attempt and the outcome in
 // the source session.
-func (w *Worker) forkEffect(ctx context.Context, cmd Command, state *projections.Session) (string, int, error) {
+func (w *Worker) forkEffect(ctx context.Context, cmd Command, state *projections.Session) (events.Outcome, int, error) {
 	at, target := cmd.Params.AtSeq, cmd.Params.ForkSession
 	attempt := 1
 	if rec := state.Command(cmd.ID); rec != nil {
 		attempt = rec.Attempts + 1
 	}
-	finish := func(outcome, detail string, extra ...events.Event) (string, int, error) {
-		result := "ok"
+	finish := func(outcome events.Outcome, detail string, extra ...events.Event) (events.Outcome, int, error) {
+		result := AttemptOK
 		if outcome == events.OutcomeFailed {
-			result = "failed"
+			result = AttemptFailed
 		}
 		evs := append(extra,
 			w.attempted(cmd, attempt, string(cmd.Kind), result, "", nil, 0),

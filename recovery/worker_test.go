@@ -334,7 +334,7 @@ func TestRetryTurnChainOutcomes(t *testing.T) {
 	cases := []struct {
 		name    string
 		script  map[string][]recovery.ControlReply
-		outcome string
+		outcome events.Outcome
 		actions string
 		paused  bool
 	}{
