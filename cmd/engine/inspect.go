@@ -208,8 +208,12 @@ func printInspect(w io.Writer, s *projections.Session) error {
 		} else if !t.EndedAt.IsZero() && !t.StartedAt.IsZero() {
 			dur = t.EndedAt.Sub(t.StartedAt).Round(time.Second).String()
 		}
-		fmt.Fprintf(tw, "  %d\t%s\t%s\t%s\t%s\t%d..%d\t%s\n", t.Index, status, turnStage(t), tableTime(t.StartedAt), dur,
-			t.StartedSeq, t.EndedSeq, cut(t.Prompt, 60))
+		seqs := fmt.Sprintf("%d..", t.StartedSeq)
+		if t.EndedSeq != 0 {
+			seqs += fmt.Sprint(t.EndedSeq)
+		}
+		fmt.Fprintf(tw, "  %d\t%s\t%s\t%s\t%s\t%s\t%s\n", t.Index, status, turnStage(t), tableTime(t.StartedAt), dur,
+			seqs, cut(t.Prompt, 60))
 	}
 	return tw.Flush()
 }

@@ -69,23 +69,24 @@ func countCell(open, fixed int, fixedWord string) string {
 	return fmt.Sprintf("%d (%d %s)", open, fixed, fixedWord)
 }
 
-// anomalyText is a View's first anomaly in one line: "seq N what: detail",
-// with its state when it was fixed or reset.
+// anomalyText is a View's first anomaly in one line: "seq N what:
+// detail", with its state after what when it was fixed or reset, so that a
+// cut line still says so.
 func anomalyText(a *projections.ViewAnomaly) string {
 	if a == nil {
 		return "-"
 	}
-	s := a.What + ": " + a.Detail
+	s := a.What
 	if a.Seq != 0 {
 		s = fmt.Sprintf("seq %d %s", a.Seq, s)
 	}
 	switch a.State {
 	case projections.StateResolved:
-		s += fmt.Sprintf(" [resolved at seq %d]", a.ResolvedSeq)
+		s += fmt.Sprintf(" (resolved at seq %d)", a.ResolvedSeq)
 	case projections.StateReset:
-		s += " [reset by a distillation]"
+		s += " (reset by a distillation)"
 	}
-	return s
+	return s + ": " + a.Detail
 }
 
 // recoveryText is a View's latest recovery command in one line.
