@@ -129,13 +129,13 @@ func Decide(in Input) []Action {
 		switch {
 		case slices.Contains(transientClasses, class):
 			cmd(recovery.KindRetryTurn, t.ID, reason, []uint64{t.EndedSeq},
-				recovery.Params{Chain: p.Transient.Chain, Recommendation: p.Transient.Recommendation, ErrorClass: string(class), Provider: t.Error.Provider})
+				recovery.Params{Chain: p.Transient.Chain, Recommendation: p.Transient.Recommendation, ErrorClass: class, Provider: t.Error.Provider})
 		case class == recovery.ClassAuthentication:
 			cmd(recovery.KindRetryTurn, t.ID, reason, []uint64{t.EndedSeq},
-				recovery.Params{Chain: p.Authentication, Recommendation: "fix the credentials, then resume the session", ErrorClass: string(class)})
+				recovery.Params{Chain: p.Authentication, Recommendation: "fix the credentials, then resume the session", ErrorClass: class})
 		case class == recovery.ClassParseError:
 			cmd(recovery.KindRetryTurn, t.ID, reason, []uint64{t.EndedSeq},
-				recovery.Params{Chain: p.ParseFailure, ErrorClass: string(class)})
+				recovery.Params{Chain: p.ParseFailure, ErrorClass: class})
 		}
 	}
 

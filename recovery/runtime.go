@@ -152,7 +152,7 @@ func completionDetail(cmd Command, chain []Strategy, class Class, res Result) st
 func (w *Worker) chainFor(cmd Command, state *projections.Session) ([]Strategy, Class) {
 	if len(cmd.Params.Chain) > 0 {
 		if chain, err := ParseChain(cmd.Params.Chain); err == nil {
-			return chain, Class(cmd.Params.ErrorClass)
+			return chain, cmd.Params.ErrorClass
 		} else {
 			w.l.Warn().Err(err).Str("command", cmd.ID).Msg("the command's chain is invalid; using the default")
 		}
@@ -171,7 +171,7 @@ func (w *Worker) chainFor(cmd Command, state *projections.Session) ([]Strategy, 
 	case KindPivotStrategy:
 		return own(ActionPivotStrategy, 1, true), ""
 	}
-	class := Class(cmd.Params.ErrorClass)
+	class := cmd.Params.ErrorClass
 	if !class.Valid() {
 		class = ClassUnknown
 		if t := state.Turn(cmd.Turn); t != nil && t.Error != nil {

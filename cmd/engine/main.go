@@ -19,7 +19,7 @@ func main() {
 	err := newRootCommand(os.Stdout, os.Stderr).ExecuteContext(ctx)
 	stop()
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "engine:", console.Escape(err.Error()))
+		fmt.Fprintln(os.Stderr, "engine:", console.EscapeKeepLayout(err.Error()))
 		os.Exit(1)
 	}
 }
