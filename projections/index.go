@@ -30,7 +30,7 @@ type Summary struct {
 	Session   string `json:"session"`
 	Partition int    `json:"partition"`
 	// Status is Session.Status: paused, in_turn, broken or idle.
-	Status string `json:"status"`
+	Status SessionStatus `json:"status"`
 	// Kind, Runtime, Model and Provider are the state's.
 	Kind     string `json:"kind,omitempty"`
 	Runtime  string `json:"runtime,omitempty"`

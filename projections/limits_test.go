@@ -118,8 +118,8 @@ func worstState() *Session {
 			Trigger: worstKey, Turn: worstToken, DirtyReasons: dirty})
 	}
 	for range list(KeepCommands + MaxOpenCommands) {
-		s.Commands = append(s.Commands, CommandRecord{ID: worstKey, Kind: worstKey, Attempts: worstInt, LastResult: worstKey, LastClass: worstKey,
-			LastError: worstDetail, Strategy: worstKey, Outcome: worstKey, Detail: worstDetail, OutcomeSeq: worstSeq, Parked: true,
+		s.Commands = append(s.Commands, CommandRecord{ID: worstKey, Kind: worstKey, Attempts: worstInt, LastResult: events.AttemptResult(worstKey), LastClass: worstKey,
+			LastError: worstDetail, Strategy: worstKey, Outcome: events.Outcome(worstKey), Detail: worstDetail, OutcomeSeq: worstSeq, Parked: true,
 			ParkReason: worstDetail, Deliveries: worstInt, PauseCause: events.PauseCause(worstKey), FirstSeq: worstSeq, LastSeq: worstSeq})
 	}
 	for range MaxBreakers {

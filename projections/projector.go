@@ -278,7 +278,7 @@ type tracked struct {
 // Summary.Attention): comparable, and cheap to compute per event.
 type attention struct {
 	written  bool
-	status   string
+	status   SessionStatus
 	inFlight int
 	pending  bool
 	paused   bool

@@ -32,7 +32,10 @@ import (
 // message, unknown types capped (UnknownOther), HistoryBroken, the
 // failed, abandoned and parked totals, Block.Seq, and the
 // too_many_turns_in_flight rule.
-const Version = 5
+//
+// Version 6: the stage a turn is in (Turn.Stage), from turn.abandoned's
+// stage; typed recovery outcomes.
+const Version = 6
 
 // MaxClockSkew is how far an event's own time may lie ahead of its store
 // time (Event.Stored, JetStream's clock) before the fold flags it with a
@@ -522,7 +525,7 @@ func (s *Session) apply(ev events.Event) {
 		s.turnStarted(ev, turn, p)
 	case *events.TurnStageCompleted:
 		if t := s.turnEvent(ev, turn); t != nil {
-			t.LastStage = stageKey(p.Stage)
+			t.LastStage, t.Stage = stageKey(p.Stage), stageKey(p.Stage.Next())
 		}
 	case *events.TurnCompleted:
 		if t := s.turnEvent(ev, turn); t != nil {
@@ -536,15 +539,16 @@ func (s *Session) apply(ev events.Event) {
 	case *events.TurnFailed:
 		if t := s.turnEvent(ev, turn); t != nil {
 			info := turnError(p.Error)
-			t.FailedStage, t.Error = stageKey(p.Stage), &info
+			t.FailedStage, t.Error, t.Stage = stageKey(p.Stage), &info, stageKey(p.Stage)
 			s.endTurn(ev, t, TurnFailed, "", 0)
 			s.recordError(ev, turn, p.Stage, p.Error, 0)
 		}
 	case *events.TurnAbandoned:
 		if t := s.turnEvent(ev, turn); t != nil {
-			if p.LastStage != "" {
-				t.LastStage = stageKey(p.LastStage)
+			if c := p.Completed(); c != "" {
+				t.LastStage = stageKey(c)
 			}
+			t.Stage = stageKey(p.InStage())
 			s.endTurn(ev, t, TurnAbandoned, p.Reason, 0)
 		}
 	case *events.MessageAppended:

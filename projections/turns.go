@@ -50,8 +50,14 @@ type Turn struct {
 	// event carried no store time.
 	SeenAt  time.Time `json:"seen_at,omitzero"`
 	EndedAt time.Time `json:"ended_at,omitzero"`
-	// LastStage is the last stage the turn completed.
+	// LastStage is the last stage the turn completed (empty when none).
 	LastStage events.Stage `json:"last_stage,omitempty"`
+	// Stage is the stage the turn is in while in flight (the one after
+	// LastStage: events.Stage.Next), or was in when it failed (the stage
+	// that threw) or was abandoned (turn.abandoned's stage). It is
+	// finalize once every stage completed, and means nothing for a turn
+	// that completed.
+	Stage events.Stage `json:"stage,omitempty"`
 	// FailedStage and Error are set on a failed turn: the stage that threw
 	// and what it threw (its message clipped to DetailRunes, no stack: the
 	// whole error is in the event at EndedSeq, the latest one in
@@ -98,6 +104,7 @@ func (s *Session) turnStarted(ev events.Event, id string, p *events.TurnStarted)
 		ID:         id,
 		Index:      s.Totals.Turns,
 		Status:     TurnInFlight,
+		Stage:      events.StageContext,
 		Prompt:     clip(p.Prompt, PreviewRunes, 2*PreviewRunes),
 		Trigger:    IDKey(p.Trigger),
 		DeadlineMS: p.DeadlineMS,

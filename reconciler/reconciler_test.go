@@ -83,7 +83,7 @@ func (e *env) commands(session string) []string {
 	return kinds
 }
 
-func commandOutcome(s *projections.Session, kind string) string {
+func commandOutcome(s *projections.Session, kind string) events.Outcome {
 	for _, c := range s.Commands {
 		if c.Kind == kind {
 			if c.Parked {
@@ -111,7 +111,7 @@ func TestDeadlineAbandonsASilentTurn(t *testing.T) {
 		return s.Turn(res.Turn).Status == projections.TurnAbandoned
 	}, "hang")
 	tn := s.Turn(res.Turn)
-	if tn.LastStage != events.StageContext || !strings.Contains(tn.Reason, "last stage: context") {
+	if tn.LastStage != events.StageContext || !strings.Contains(tn.Reason, "last stage completed: context") {
 		t.Fatalf("abandoned turn: %+v", tn)
 	}
 	if n := e.rt.Notices("hang"); len(n) == 0 || !strings.Contains(n[0].Notice, "abandoned") {

@@ -32,6 +32,7 @@ var WorkerCommandBuckets = []float64{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1
 type Metrics struct {
 	reg   *prometheus.Registry
 	turns *turnTracker
+	views *viewTracker
 
 	events        *prometheus.CounterVec
 	redelivered   prometheus.Counter
@@ -73,6 +74,7 @@ func NewMetrics(namespace string) *Metrics {
 		return prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: namespace, Name: name, Help: help}, labels)
 	}
 	m.turns = newTurnTracker(namespace)
+	m.views = newViewTracker(namespace)
 	m.events = counterVec("events_total", "Events observed once, by type (\"unknown\" for types this version does not know).", "type")
 	m.redelivered = counter("events_redelivered_total", "Events dropped because their session's stream sequence was already observed (redeliveries).")
 	m.invalid = counter("invalid_events_total", "Events that break the wire contract or whose data does not decode.")
@@ -102,7 +104,7 @@ func NewMetrics(namespace string) *Metrics {
 		m.partitionsOwned, m.rebalances, m.partitionLag,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		m.turns,
+		m.turns, m.views,
 		m.events, m.redelivered, m.invalid, m.orphanRepairs, m.distillations, m.outcomes, m.attempts,
 		m.parked, m.breakers, m.violations, m.issued, m.failClosed, m.workerCommands, m.workerSeconds,
 	)

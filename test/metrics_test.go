@@ -99,10 +99,17 @@ func TestEngineMetricsAccountForEveryTurn(t *testing.T) {
 	// engine incidents lists the six sessions with a fault, not the clean
 	// one, newest first, each with a first anomaly and a recovery outcome.
 	var incidents []struct {
-		Session      string    `json:"session"`
-		FirstAnomaly string    `json:"first_anomaly"`
-		Recovery     string    `json:"recovery"`
-		LastTime     time.Time `json:"last_time"`
+		Session      string `json:"session"`
+		FirstAnomaly *struct {
+			What   string `json:"what"`
+			Detail string `json:"detail"`
+		} `json:"first_anomaly"`
+		LastCommand *struct {
+			Kind    string `json:"kind"`
+			Outcome string `json:"outcome"`
+			Parked  bool   `json:"parked"`
+		} `json:"last_command"`
+		LastTime time.Time `json:"last_time"`
 	}
 	if err := json.Unmarshal([]byte(run(t, eng.url, "incidents", "--json", "--since", "1h")), &incidents); err != nil {
 		t.Fatal(err)
@@ -116,7 +123,8 @@ func TestEngineMetricsAccountForEveryTurn(t *testing.T) {
 		}
 		// A stage that throws a logic error ends its turn failed with its
 		// stage; no recovery applies to it.
-		if in.FirstAnomaly == "" || in.Recovery == "" || (in.Recovery == "none" && in.Session != sessions["stage-throws:history"]) {
+		if in.FirstAnomaly == nil || in.FirstAnomaly.What == "" || (in.LastCommand == nil && in.Session != sessions["stage-throws:history"]) ||
+			(in.LastCommand != nil && in.LastCommand.Outcome == "" && !in.LastCommand.Parked) {
 			t.Errorf("incident %+v lacks its first anomaly or recovery outcome", in)
 		}
 		if i > 0 && in.LastTime.After(incidents[i-1].LastTime) {

@@ -1,27 +1,17 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
+	"io"
 	"sort"
 	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/turnstone-dev/turnstone/events"
+	"github.com/turnstone-dev/turnstone/internal/console"
 	"github.com/turnstone-dev/turnstone/projections"
 )
-
-// incident is one line of `engine incidents`.
-type incident struct {
-	Tenant       string    `json:"tenant"`
-	Session      string    `json:"session"`
-	LastTime     time.Time `json:"last_time"`
-	Status       string    `json:"status"`
-	FirstAnomaly string    `json:"first_anomaly"`
-	AnomalySeq   uint64    `json:"anomaly_seq,omitempty"`
-	Recovery     string    `json:"recovery"`
-	Violations   int       `json:"violations"`
-}
 
 func newIncidentsCommand(g *globals) *cobra.Command {
 	var (
@@ -30,22 +20,28 @@ func newIncidentsCommand(g *globals) *cobra.Command {
 		asJSON bool
 	)
 	cmd := &cobra.Command{
-		Use:   "incidents [--since DURATION]",
+		Use:   "incidents [--since DURATION] [--tenant T] [--json]",
 		Short: "Sessions with anomalies across the fleet, newest first, with the first anomaly and the recovery outcome",
 		Long: `List the sessions that broke an invariant or needed recovery (orphans,
-violations, failed or abandoned turns, loops, parked commands, flaky
-verifier runs), newest first: each with its first anomaly and the outcome
-of its latest recovery command. --since keeps sessions active within that
-duration (by event time).`,
+violations, failed or abandoned turns, loops, parked or failed commands,
+flaky verifier runs), newest first: each with its status, its first
+anomaly (marked resolved when a repair fixed it) and its latest recovery
+command with its outcome. Events stored under a subject that names no
+valid session are listed too. --since keeps sessions active within that
+duration (by event time). --json prints an array of the sessions' views,
+the same objects as sessions --json (docs/cli.md).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if tenant != "" && !events.ValidToken(tenant) {
+				return fmt.Errorf("--tenant %q: must be 1-%d characters of [A-Za-z0-9_-]", tenant, events.MaxTokenLen)
+			}
 			ctx := cmd.Context()
 			nc, log, err := g.connect(ctx)
 			if err != nil {
 				return err
 			}
 			defer nc.Close()
-			states, err := restoreAll(ctx, log, tenant)
+			views, err := loadViews(ctx, log, tenant)
 			if err != nil {
 				return err
 			}
@@ -53,75 +49,55 @@ duration (by event time).`,
 			if since > 0 {
 				cutoff = time.Now().Add(-since)
 			}
-			var out []incident
-			for _, s := range states {
-				if !s.Anomalous() || (!cutoff.IsZero() && s.LastTime.Before(cutoff)) {
-					continue
-				}
-				out = append(out, describeIncident(s))
-			}
-			sort.SliceStable(out, func(i, j int) bool { return out[i].LastTime.After(out[j].LastTime) })
-			if asJSON {
-				if out == nil {
-					out = []incident{}
-				}
-				enc := json.NewEncoder(g.stdout)
-				enc.SetIndent("", "  ")
-				return enc.Encode(out)
-			}
-			if len(out) == 0 {
-				fmt.Fprintln(g.stdout, "no incidents")
-				return nil
-			}
-			tw := tabwriter.NewWriter(g.stdout, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "LAST EVENT\tSESSION\tSTATUS\tFIRST ANOMALY\tRECOVERY")
-			for _, in := range out {
-				fmt.Fprintf(tw, "%s\t%s/%s\t%s\t%s\t%s\n", in.LastTime.UTC().Format(time.DateTime), in.Tenant, in.Session, in.Status,
-					cut(in.FirstAnomaly, 70), cut(in.Recovery, 60))
-			}
-			return tw.Flush()
+			return renderIncidents(g.stdout, incidents(views, cutoff), asJSON)
 		},
 	}
 	cmd.Flags().DurationVar(&since, "since", 0, "only sessions with an event within this duration (e.g. 24h)")
 	cmd.Flags().StringVar(&tenant, "tenant", "", "only this tenant")
-	cmd.Flags().BoolVar(&asJSON, "json", false, "print a JSON array")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print a JSON array of views (docs/cli.md)")
 	return cmd
 }
 
-func describeIncident(s *projections.Session) incident {
-	in := incident{Tenant: s.Tenant, Session: s.Session, LastTime: s.LastTime, Status: s.Status(), Violations: s.Totals.Violations, Recovery: "none"}
-	if v := s.FirstAnomaly(); v != nil {
-		in.FirstAnomaly, in.AnomalySeq = fmt.Sprintf("seq %d %s: %s", v.Seq, v.Rule, v.Detail), v.Seq
-	} else {
-		for _, t := range s.Turns {
-			if t.Status == projections.TurnFailed || t.Status == projections.TurnAbandoned {
-				in.FirstAnomaly, in.AnomalySeq = fmt.Sprintf("seq %d turn %s %s %s", t.EndedSeq, t.ID, t.Status, t.FailedStage), t.EndedSeq
-				break
-			}
+// incidents keeps the anomalous views (View.Anomalous) with an event
+// after cutoff (any when zero; invalid subjects have no time and are
+// always kept), newest first.
+func incidents(views []projections.View, cutoff time.Time) []projections.View {
+	var out []projections.View
+	for _, v := range views {
+		if !v.Anomalous || (!cutoff.IsZero() && v.Status != projections.StatusInvalid && v.LastTime.Before(cutoff)) {
+			continue
 		}
-		if in.FirstAnomaly == "" {
-			switch {
-			case s.Outputs.Count >= 3:
-				in.FirstAnomaly = fmt.Sprintf("loop: the same output %d times in a row", s.Outputs.Count)
-			case s.Errors.Streak.Count >= 3:
-				in.FirstAnomaly = fmt.Sprintf("loop: the same error %d times in a row", s.Errors.Streak.Count)
-			case len(s.Flaky) > 0:
-				in.FirstAnomaly = fmt.Sprintf("flaky-suspected %s at seq %d", s.Flaky[0].Tool, s.Flaky[0].FailSeq)
-			default:
-				in.FirstAnomaly = "recovery"
-			}
-		}
+		out = append(out, v)
 	}
-	if n := len(s.Commands); n > 0 {
-		c := s.Commands[n-1]
-		switch {
-		case c.Parked:
-			in.Recovery = fmt.Sprintf("%s parked: %s", c.Kind, c.ParkReason)
-		case c.Outcome != "":
-			in.Recovery = fmt.Sprintf("%s %s after %d attempt(s)", c.Kind, c.Outcome, c.Attempts)
-		default:
-			in.Recovery = fmt.Sprintf("%s in progress", c.Kind)
-		}
+	sort.SliceStable(out, func(i, j int) bool { return out[i].LastTime.After(out[j].LastTime) })
+	return out
+}
+
+// renderIncidents prints views as `engine incidents` does: a table, or
+// (asJSON) a JSON array of the views.
+func renderIncidents(w io.Writer, views []projections.View, asJSON bool) error {
+	if asJSON {
+		return writeJSON(w, nonNil(views))
 	}
-	return in
+	w = console.NewWriter(w)
+	if len(views) == 0 {
+		_, err := fmt.Fprintln(w, "no incidents")
+		return err
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "LAST EVENT\tSESSION\tSTATUS\tORPHANS\tVIOLATIONS\tFIRST ANOMALY\tRECOVERY")
+	for _, v := range views {
+		name := v.Tenant + "/" + v.Session
+		orphans, violations := "-", "-"
+		if v.Status == projections.StatusInvalid {
+			name = v.Subject
+		} else {
+			c := v.Counts
+			orphans = countCell(c.OrphansOpen, c.OrphansRepaired, "repaired")
+			violations = countCell(c.ViolationsOpen, c.ViolationsResolved, "resolved")
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", tableTime(v.LastTime), name, v.Status, orphans, violations,
+			cut(anomalyText(v.FirstAnomaly), 90), cut(recoveryText(v.LastCommand), 70))
+	}
+	return tw.Flush()
 }

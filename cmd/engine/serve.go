@@ -2,10 +2,12 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"os"
 	"strconv"
+	"syscall"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -85,6 +87,18 @@ func runServe(ctx context.Context, g *globals, f serveFlags, external bool) erro
 	if err != nil {
 		return err // names the file and every bad key
 	}
+	// A busy port is reported at once, naming the flag, before the
+	// embedded server spends its start-up wait on it.
+	if !external {
+		if err := checkListen("--listen", f.listen, "HOST:PORT"); err != nil {
+			return err
+		}
+	}
+	if f.telemetry != "" {
+		if err := checkListen("--telemetry-listen", f.telemetry, `HOST:PORT (or "" for none)`); err != nil {
+			return err
+		}
+	}
 	var (
 		nc  *nats.Conn
 		srv *embedded.Server
@@ -132,7 +146,7 @@ func runServe(ctx context.Context, g *globals, f serveFlags, external bool) erro
 	if f.telemetry != "" {
 		ts := telemetry.NewServer(f.telemetry, metrics, health, &logger)
 		if err := ts.Start(); err != nil {
-			return fmt.Errorf("--telemetry-listen %s: %w", f.telemetry, err)
+			return listenError("--telemetry-listen", f.telemetry, `HOST:PORT (or "" for none)`, err)
 		}
 		defer func() {
 			cctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -150,6 +164,25 @@ func runServe(ctx context.Context, g *globals, f serveFlags, external bool) erro
 	<-ctx.Done()
 	logger.Info().Msg("engine stopping")
 	return nil
+}
+
+// checkListen reports whether addr, the value of flag, can be listened on
+// now: an address in use is an error that says so and names the flag to
+// change (hint is the form of its value).
+func checkListen(flag, addr, hint string) error {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return listenError(flag, addr, hint, err)
+	}
+	return ln.Close()
+}
+
+// listenError is the error of a failed listen on addr, the value of flag.
+func listenError(flag, addr, hint string, err error) error {
+	if errors.Is(err, syscall.EADDRINUSE) {
+		return fmt.Errorf("%s %s: address in use (another engine or server listens there); choose another with %s %s", flag, addr, flag, hint)
+	}
+	return fmt.Errorf("%s %s: %w", flag, addr, err)
 }
 
 func embeddedConfig(f serveFlags) (embedded.Config, error) {
