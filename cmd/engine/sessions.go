@@ -23,8 +23,10 @@ func newSessionsCommand(g *globals) *cobra.Command {
 		Long: `List every session in the log, one line each: tenant, session, turns,
 status (paused, in_turn, broken or idle), open orphaned tool_use blocks
 (and how many were repaired), open violations (and how many were
-resolved), events and the time of the last event. Each session is
-rebuilt from its last snapshot plus the events after it.
+resolved), events and the time of the last event. The rows come from the
+fleet index the engines keep (bucket turnstone_sessions: one summary per
+session, written within a second of its last event), so listing 100,000
+sessions takes a moment; inspect a session for its whole state.
 
 Events stored under a subject that names no valid session (a token the
 contract forbids, such as a literal "*") are listed too, with status
@@ -32,7 +34,7 @@ contract forbids, such as a literal "*") are listed too, with status
 
 --broken lists only the sessions with an open orphan or an open violation
 (whatever their status shows first) and the invalid subjects. --json
-prints an array of the sessions' views (docs/cli.md).`,
+prints an array of the sessions' summaries (docs/cli.md).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if tenant != "" && !events.ValidToken(tenant) {
@@ -44,14 +46,14 @@ prints an array of the sessions' views (docs/cli.md).`,
 				return err
 			}
 			defer nc.Close()
-			views, err := loadViews(ctx, log, tenant)
+			rows, err := projections.ReadIndex(ctx, log.JetStream(), projections.IndexFilter{Tenant: tenant})
 			if err != nil {
-				return err
+				return fmt.Errorf("read the fleet index: %w (has an engine run on this log? engine setup builds the index)", err)
 			}
 			if broken {
-				views = brokenViews(views)
+				rows = brokenRows(rows)
 			}
-			return renderSessions(g.stdout, views, asJSON)
+			return renderSessions(g.stdout, rows, asJSON)
 		},
 	}
 	cmd.Flags().StringVar(&tenant, "tenant", "", "list only this tenant's sessions")
@@ -60,12 +62,12 @@ prints an array of the sessions' views (docs/cli.md).`,
 	return cmd
 }
 
-// brokenViews keeps the views with an open orphan or an open violation,
+// brokenRows keeps the rows with an open orphan or an open violation,
 // and the invalid subjects: the rows whose ORPHANS or VIOLATIONS column
 // does not start with 0.
-func brokenViews(views []projections.View) []projections.View {
-	var kept []projections.View
-	for _, v := range views {
+func brokenRows(rows []projections.Summary) []projections.Summary {
+	var kept []projections.Summary
+	for _, v := range rows {
 		if v.Status == projections.StatusInvalid || v.Counts.OrphansOpen > 0 || v.Counts.ViolationsOpen > 0 {
 			kept = append(kept, v)
 		}
@@ -73,20 +75,20 @@ func brokenViews(views []projections.View) []projections.View {
 	return kept
 }
 
-// renderSessions prints views as `engine sessions` does: a table, with
-// the invalid subjects' reasons below it, or (asJSON) a JSON array of the
-// views.
-func renderSessions(w io.Writer, views []projections.View, asJSON bool) error {
+// renderSessions prints the fleet index's rows as `engine sessions`
+// does: a table, with the invalid subjects' reasons below it, or (asJSON)
+// a JSON array of the rows.
+func renderSessions(w io.Writer, views []projections.Summary, asJSON bool) error {
 	if asJSON {
 		if views == nil {
-			views = []projections.View{}
+			views = []projections.Summary{}
 		}
 		return writeJSON(w, views)
 	}
 	w = console.NewWriter(w)
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "TENANT\tSESSION\tTURNS\tSTATUS\tORPHANS\tVIOLATIONS\tEVENTS\tLAST EVENT")
-	var invalid []projections.View
+	var invalid []projections.Summary
 	for _, v := range views {
 		if v.Status == projections.StatusInvalid {
 			invalid = append(invalid, v)
