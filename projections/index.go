@@ -123,7 +123,6 @@ func invalidIndexKey(partition int, subject string) string {
 // (tokens starting with "_" are Turnstone's own).
 const invalidToken = "_invalid"
 
-
 // IndexBucketConfig is the fleet index bucket: history 1 (the latest
 // summary of each session), file storage, replicas replicas.
 func IndexBucketConfig(replicas int) jetstream.KeyValueConfig {
