@@ -40,7 +40,8 @@ const (
 	KindError Kind = "error"
 	// KindAnomaly: something the fold flagged: a violation (its Class is
 	// the rule, such as "tool_use_without_result"), an abandoned turn
-	// (ClassTurnAbandoned) or a flaky-suspected tool run (ClassFlakyTool).
+	// (ClassTurnAbandoned), a flaky-suspected tool run (ClassFlakyTool)
+	// or a loop (ClassLoop).
 	KindAnomaly Kind = "anomaly"
 )
 
@@ -51,6 +52,14 @@ const (
 	// ClassFlakyTool: a tool call failed and its immediate identical
 	// re-run passed.
 	ClassFlakyTool = "flaky_tool"
+	// ClassLoop: the same assistant output, or the same error, several
+	// times in a row (projections.DefaultLoopLimit).
+	ClassLoop = "loop"
+	// ClassRecoveryFailed and ClassRecoveryParked: a recovery command
+	// ended with outcome failed, or was parked. The signal's Code is the
+	// command's kind.
+	ClassRecoveryFailed = "recovery_failed"
+	ClassRecoveryParked = "recovery_parked"
 )
 
 // Signal is one error or one anomaly of one session, at the event where
@@ -491,6 +500,12 @@ func what(k Key, in *Incident) string {
 		return "had a turn abandoned with no outcome by its deadline"
 	case ClassFlakyTool:
 		return "had a tool call fail and its identical re-run pass (flaky_tool)"
+	case ClassLoop:
+		return "looped (the same output or error again and again)"
+	case ClassRecoveryFailed:
+		return "had recovery " + k.Code + " fail"
+	case ClassRecoveryParked:
+		return "had recovery " + k.Code + " parked"
 	}
 	return "broke " + k.Class
 }

@@ -38,6 +38,8 @@ func TestKeyOf(t *testing.T) {
 		{correlate.KindAnomaly, "tool_use_without_result", 0, "kind=anomaly class=tool_use_without_result runtime=claude-code 2.1.38"},
 		{correlate.KindAnomaly, correlate.ClassTurnAbandoned, 0, "kind=anomaly class=turn_abandoned runtime=claude-code 2.1.38"},
 		{correlate.KindAnomaly, correlate.ClassFlakyTool, 0, "kind=anomaly class=flaky_tool tool=Bash"},
+		{correlate.KindAnomaly, correlate.ClassLoop, 0, "kind=anomaly class=loop runtime=claude-code 2.1.38"},
+		{correlate.KindAnomaly, correlate.ClassRecoveryFailed, 0, "kind=anomaly class=recovery_failed code=overloaded_error runtime=claude-code 2.1.38"},
 	}
 	for _, c := range cases {
 		s := base

@@ -48,12 +48,18 @@ const (
 //     runtime and code. A runtime version that crashes is one incident.
 //   - anomaly flaky_tool: tool. A flaky tool is one incident whatever
 //     runs it.
-//   - every other anomaly (a violation rule, turn_abandoned): runtime.
-//     A runtime version that leaves orphans is one incident.
+//   - anomalies recovery_failed and recovery_parked: runtime and code
+//     (the command's kind). A strategy that fails for one runtime version
+//     is one incident.
+//   - every other anomaly (a violation rule, turn_abandoned, loop):
+//     runtime. A runtime version that leaves orphans is one incident.
 func KeyFields(kind Kind, class string) Field {
 	if kind == KindAnomaly {
-		if class == ClassFlakyTool {
+		switch class {
+		case ClassFlakyTool:
 			return FieldTool
+		case ClassRecoveryFailed, ClassRecoveryParked:
+			return FieldRuntime | FieldCode
 		}
 		return FieldRuntime
 	}

@@ -1,6 +1,7 @@
 package correlate
 
 import (
+	"slices"
 	"strconv"
 	"time"
 
@@ -24,7 +25,14 @@ import (
 //     anomaly of its rule, at its time, naming the tool of its tool_use;
 //   - each flaky-suspected tool run it keeps: an anomaly flaky_tool, at
 //     its turn's start time (skipped when the state no longer keeps the
-//     turn).
+//     turn);
+//   - a loop in progress (projections.DefaultLoopLimit or more identical
+//     assistant outputs, or identical errors, in a row): an anomaly loop,
+//     at the start time of the turn of the run's first message when the
+//     state keeps it, else at the session's last event time;
+//   - each recovery command it keeps that failed or was parked: an anomaly
+//     recovery_failed or recovery_parked, its code the command's kind, at
+//     the session's last event time (the state keeps no time for it).
 //
 // Outcomes are its recovery commands (the latest projections.KeepCommands
 // done ones and the open ones).
@@ -80,9 +88,23 @@ func FromSession(s *projections.Session) ([]Signal, []Outcome) {
 		sig.Seq, sig.Time, sig.Detail = f.PassSeq, at, "tool "+f.Tool+" failed at seq "+itoa(f.FailSeq)+" and passed on an identical re-run at seq "+itoa(f.PassSeq)
 		sigs = append(sigs, sig)
 	}
+	if loop := loopSignal(s, base); loop != nil {
+		sigs = append(sigs, *loop)
+	}
 	outs := make([]Outcome, 0, len(s.Commands))
 	for i := range s.Commands {
 		c := &s.Commands[i]
+		if c.Parked || c.Outcome == events.OutcomeFailed {
+			sig := base
+			sig.Kind, sig.Class, sig.Code, sig.Seq, sig.Time = KindAnomaly, ClassRecoveryFailed, c.Kind, c.FirstSeq, s.LastTime
+			sig.Detail = c.Kind + " failed after " + strconv.Itoa(c.Attempts) + " attempt(s)"
+			if c.Parked {
+				sig.Class, sig.Detail = ClassRecoveryParked, c.Kind+" parked: "+c.ParkReason
+			} else if c.LastError != "" {
+				sig.Detail += ": " + c.LastError
+			}
+			sigs = append(sigs, sig)
+		}
 		o := Outcome{Tenant: s.Tenant, Session: s.Session, CommandID: c.ID, Kind: c.Kind, Strategy: c.Strategy, Seq: c.FirstSeq, Attempts: c.Attempts}
 		switch {
 		case c.Parked:
@@ -95,6 +117,31 @@ func FromSession(s *projections.Session) ([]Signal, []Outcome) {
 		outs = append(outs, o)
 	}
 	return sigs, outs
+}
+
+// loopSignal is the session's loop in progress, or nil.
+func loopSignal(s *projections.Session, base Signal) *Signal {
+	var seq uint64
+	var detail string
+	switch {
+	case s.Outputs.Count >= projections.DefaultLoopLimit && len(s.Outputs.Seqs) > 0:
+		seq, detail = s.Outputs.Seqs[0], "the same assistant output "+strconv.Itoa(s.Outputs.Count)+" times in a row"
+	case s.Errors.Streak.Count >= projections.DefaultLoopLimit:
+		seq, detail = s.Errors.Streak.FirstSeq, "the same error "+strconv.Itoa(s.Errors.Streak.Count)+" times in a row"
+	default:
+		return nil
+	}
+	at := s.LastTime
+	for _, m := range s.Messages {
+		if slices.Contains(m.Seqs, seq) {
+			if t := s.Turn(m.Turn); t != nil && !t.StartedAt.IsZero() {
+				at = t.StartedAt
+			}
+		}
+	}
+	sig := base
+	sig.Kind, sig.Class, sig.Seq, sig.Time, sig.Detail = KindAnomaly, ClassLoop, seq, at, detail
+	return &sig
 }
 
 // errorSignal is base with the error's fields: its class, code, status,
