@@ -417,7 +417,9 @@ func (b *TimelineBuilder) answer(c events.ContentBlock, ev events.Event, synthet
 			continue
 		}
 		s.ResultSeq = ev.Seq
-		if s.End.IsZero() {
+		if s.End.IsZero() && !synthetic {
+			// A repair's time is when Turnstone answered, not when the
+			// tool stopped: the span of a repaired call has no end.
 			s.End = ev.Time
 		}
 		switch {
