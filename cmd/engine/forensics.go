@@ -13,15 +13,11 @@ import (
 	"github.com/turnstone-dev/turnstone/web"
 )
 
-// incidentsEvery is how often `engine serve` correlates the fleet's
-// incidents for /metrics (incidents_open).
-const incidentsEvery = 30 * time.Second
-
 // startForensics starts what serve adds for people: the in-memory fleet
 // index (when the web view or the metrics need it), the web view on
 // uiAddr (empty: off), and the loop that counts open incidents in m (nil:
-// off). The returned stop ends them.
-func startForensics(ctx context.Context, eng *engine.Engine, uiAddr string, m *telemetry.Metrics, logger zerolog.Logger) (func(), error) {
+// off) every `every`. The returned stop ends them.
+func startForensics(ctx context.Context, eng *engine.Engine, uiAddr string, m *telemetry.Metrics, every time.Duration, logger zerolog.Logger) (func(), error) {
 	if uiAddr == "" && m == nil {
 		return func() {}, nil
 	}
@@ -47,7 +43,7 @@ func startForensics(ctx context.Context, eng *engine.Engine, uiAddr string, m *t
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			countIncidents(lctx, fleet, m, logger)
+			countIncidents(lctx, fleet, m, every, logger)
 		}()
 	}
 	return func() {
@@ -62,12 +58,12 @@ func startForensics(ctx context.Context, eng *engine.Engine, uiAddr string, m *t
 	}, nil
 }
 
-// countIncidents sets incidents_open every incidentsEvery until ctx ends.
-func countIncidents(ctx context.Context, fleet *forensics.Fleet, m *telemetry.Metrics, logger zerolog.Logger) {
-	tick := time.NewTicker(incidentsEvery)
+// countIncidents sets incidents_open every `every` until ctx ends.
+func countIncidents(ctx context.Context, fleet *forensics.Fleet, m *telemetry.Metrics, every time.Duration, logger zerolog.Logger) {
+	tick := time.NewTicker(every)
 	defer tick.Stop()
 	for {
-		cctx, cancel := context.WithTimeout(ctx, incidentsEvery)
+		cctx, cancel := context.WithTimeout(ctx, max(every, 30*time.Second))
 		incs, err := fleet.Incidents(cctx, forensics.IncidentsConfig{})
 		cancel()
 		if err == nil {
