@@ -571,7 +571,9 @@ func assignLanes(spans []ToolSpan, bandEnd time.Time) int {
 		sp := &spans[i]
 		end := sp.End
 		if end.IsZero() {
-			end = bandEnd
+			// Still running when the turn ended (or died): it overlaps
+			// every call that started before the end.
+			end = bandEnd.Add(time.Nanosecond)
 		}
 		if end.Before(sp.Start) {
 			end = sp.Start

@@ -6,6 +6,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -288,6 +289,14 @@ func TestWebViewInChromium(t *testing.T) {
 	if b.count(fmt.Sprintf(`#orphans li[data-tool-use=%q][data-repaired="true"]`, orphan.ToolUseID)) != 1 ||
 		b.count(fmt.Sprintf(`svg.gantt .span-repaired[data-tool-use=%q]`, orphan.ToolUseID)) != 1 {
 		t.Errorf("the orphan is not shown repaired")
+	}
+	if len(ids) > 1 {
+		// The calls were in flight together when the runtime died: side by
+		// side, one lane each.
+		lanes, err := chromedp.Run(b.ctx, chromedp.Evaluate[[]string](`Array.from(document.querySelectorAll("svg.gantt .span-repaired")).map(function(g){return g.dataset.lane})`))
+		if err != nil || len(lanes) != len(ids) || len(slices.Compact(slices.Sorted(slices.Values(lanes)))) != len(ids) {
+			t.Errorf("the parallel orphaned calls are drawn in lanes %v (%v), want one lane each", lanes, err)
+		}
 	}
 	if b.text("#state .state-head .status") != "idle" || b.text("#count-resolved") != fmt.Sprint(len(ids)) {
 		t.Errorf("after the repair the session shows %q, %s resolved", b.text("#state .state-head .status"), b.text("#count-resolved"))

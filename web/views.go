@@ -88,7 +88,12 @@ func bands(ts []forensics.TurnBand) []bandView {
 				to = end
 			}
 			sv := spanView{ToolSpan: sp, X: x(sp.Start), Y: v.LanesY + laneGap + float64(sp.Lane)*(laneH+laneGap), Took: ms(sp.DurationMS)}
-			sv.W = max(x(to)-sv.X, 3)
+			minW := 3.0
+			if sp.End.IsZero() {
+				minW = 14 // a call with no end (orphaned, repaired, running) stays visible
+			}
+			sv.W = max(x(to)-sv.X, minW)
+			sv.X = max(0, min(sv.X, bandWidth-sv.W)) // a call at the turn's very end stays inside
 			sv.TextX = sv.X + 4
 			// A label only where it fits (about 6.5 units a character at
 			// the drawing's scale); the bar's tooltip always names it.
