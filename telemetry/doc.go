@@ -53,6 +53,7 @@
 //	reconciler_fail_closed                    gauge    SetFailClosed: 1 while the reconciler fails closed, else 0
 //	worker_commands_total{kind,outcome}       counter  WorkerCommand (a recovery worker)
 //	worker_command_seconds{kind}              histogram WorkerCommand: seconds from delivery to the command's end
+//	incidents_open{class}                     gauge    SetOpenIncidents: open fleet incidents by the class of their key
 //
 // The registry also holds the standard go_* and process_* collectors.
 //

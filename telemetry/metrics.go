@@ -55,6 +55,8 @@ type Metrics struct {
 	rebalances      *prometheus.GaugeVec
 	partitionLag    *prometheus.GaugeVec
 
+	incidentsOpen *prometheus.GaugeVec
+
 	failMu     sync.Mutex
 	failOn     bool
 	failReason string
@@ -100,8 +102,11 @@ func NewMetrics(namespace string) *Metrics {
 	m.partitionLag = prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: namespace, Name: "partition_lag",
 		Help: "Events of a partition this engine owns not yet delivered to it (its projector consumer's pending count)."}, []string{"partition"})
 
+	m.incidentsOpen = prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: namespace, Name: "incidents_open",
+		Help: "Open fleet incidents (package correlate), by the class of their key: an error class or an anomaly rule."}, []string{"class"})
+
 	m.reg.MustRegister(
-		m.partitionsOwned, m.rebalances, m.partitionLag,
+		m.partitionsOwned, m.rebalances, m.partitionLag, m.incidentsOpen,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		m.turns, m.views,

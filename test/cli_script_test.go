@@ -158,7 +158,7 @@ func TestCLICanBeScripted(t *testing.T) {
 	if broken := run(t, eng.url, "sessions", "--broken", "--tenant", "esc"); !strings.Contains(broken, "agent.evt.0.esc.*") {
 		t.Errorf("sessions --broken leaves out the invalid subject:\n%s", broken)
 	}
-	if inc := run(t, eng.url, "incidents", "--tenant", "esc"); !strings.Contains(inc, "agent.evt.0.esc.*") || !strings.Contains(inc, "esc/s1") {
+	if inc := run(t, eng.url, "incidents", "--by", "session", "--tenant", "esc"); !strings.Contains(inc, "agent.evt.0.esc.*") || !strings.Contains(inc, "esc/s1") {
 		t.Errorf("incidents:\n%s", inc)
 	}
 
@@ -180,7 +180,7 @@ func TestCLICanBeScripted(t *testing.T) {
 		t.Fatalf("recovery list --json: %+v, want the resume_session issued", rows)
 	}
 	for _, args := range [][]string{
-		{"sessions"}, {"inspect", "esc/s1"}, {"replay", "esc/s1"}, {"incidents"}, {"recovery", "list"}, {"recovery", "show", rows[0].Command.ID},
+		{"sessions"}, {"inspect", "esc/s1"}, {"replay", "esc/s1"}, {"incidents"}, {"incidents", "--by", "session"}, {"recovery", "list"}, {"recovery", "show", rows[0].Command.ID},
 	} {
 		out := run(t, eng.url, args...)
 		if strings.ContainsAny(out, "\x1b\x07") {

@@ -96,8 +96,9 @@ func TestEngineMetricsAccountForEveryTurn(t *testing.T) {
 		t.Fatalf("/healthz %d: %s", code, b)
 	}
 
-	// engine incidents lists the six sessions with a fault, not the clean
-	// one, newest first, each with a first anomaly and a recovery outcome.
+	// engine incidents --by session lists the six sessions with a fault,
+	// not the clean one, newest first, each with a first anomaly and a
+	// recovery outcome.
 	var incidents []struct {
 		Session      string `json:"session"`
 		FirstAnomaly *struct {
@@ -111,7 +112,7 @@ func TestEngineMetricsAccountForEveryTurn(t *testing.T) {
 		} `json:"last_command"`
 		LastTime time.Time `json:"last_time"`
 	}
-	if err := json.Unmarshal([]byte(run(t, eng.url, "incidents", "--json", "--since", "1h")), &incidents); err != nil {
+	if err := json.Unmarshal([]byte(run(t, eng.url, "incidents", "--by", "session", "--json", "--since", "1h")), &incidents); err != nil {
 		t.Fatal(err)
 	}
 	if len(incidents) != len(sessions)-1 {
@@ -131,7 +132,28 @@ func TestEngineMetricsAccountForEveryTurn(t *testing.T) {
 			t.Errorf("incidents not newest first")
 		}
 	}
-	if table := run(t, eng.url, "incidents"); !strings.Contains(table, "FIRST ANOMALY") {
+	if table := run(t, eng.url, "incidents", "--by", "session"); !strings.Contains(table, "FIRST ANOMALY") {
 		t.Errorf("incidents table:\n%s", table)
+	}
+	// The correlated incidents (the default) name every faulted session,
+	// and never the clean one.
+	var correlated []struct {
+		Sessions []struct {
+			Session string `json:"session"`
+		} `json:"sessions"`
+	}
+	if err := json.Unmarshal([]byte(run(t, eng.url, "incidents", "--json", "--since", "1h")), &correlated); err != nil {
+		t.Fatal(err)
+	}
+	named := map[string]bool{}
+	for _, in := range correlated {
+		for _, a := range in.Sessions {
+			named[a.Session] = true
+		}
+	}
+	for fault, s := range sessions {
+		if named[s] != (fault != "") {
+			t.Errorf("session of fault %q named by the correlated incidents: %v", fault, named[s])
+		}
 	}
 }

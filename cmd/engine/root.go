@@ -55,6 +55,7 @@ Start the engine with 'engine serve'; the other commands connect to it
 		newReplayCommand(g),
 		newRecoveryCommand(g),
 		newIncidentsCommand(g),
+		newDiffCommand(g),
 		newRuntimesCommand(g),
 		newMembersCommand(g),
 		newSetupCommand(g),

@@ -26,6 +26,8 @@ type serveFlags struct {
 	useExisting   bool
 	policy        string
 	telemetry     string
+	ui            string
+	incidentsTick time.Duration
 	data          string
 	listen        string
 	partitions    int
@@ -63,6 +65,8 @@ events.`,
 	}
 	cmd.Flags().StringVar(&f.policy, "policy", "", "reconciler policy file (YAML; docs/policy.md); default: the built-in defaults")
 	cmd.Flags().StringVar(&f.telemetry, "telemetry-listen", "127.0.0.1:9464", "address of /metrics and /healthz (empty: off)")
+	cmd.Flags().StringVar(&f.ui, "ui-listen", "", "address of the read-only web view, HOST:PORT, served under /ui/ (empty: off); bind it where only the people who may read every tenant's sessions reach it")
+	cmd.Flags().DurationVar(&f.incidentsTick, "incidents-every", 30*time.Second, "how often the fleet's incidents are correlated for /metrics (incidents_open)")
 	cmd.Flags().StringVar(&f.data, "data", data, "directory of the embedded server's JetStream store (env TURNSTONE_DATA)")
 	cmd.Flags().StringVar(&f.listen, "listen", net.JoinHostPort(embedded.DefaultHost, strconv.Itoa(embedded.DefaultPort)), "client address of the embedded server, HOST:PORT")
 	cmd.Flags().IntVar(&f.replicas, "replicas", 0, "stream replicas of new streams (3 on a 3-node JetStream cluster); existing streams keep theirs unless --update-streams")
@@ -160,6 +164,18 @@ func runServe(ctx context.Context, g *globals, f serveFlags, external bool) erro
 		return err
 	}
 	defer stop()
+	var tm *telemetry.Metrics
+	if f.telemetry != "" {
+		tm = metrics
+	}
+	if f.incidentsTick <= 0 {
+		return fmt.Errorf("--incidents-every: must be positive, got %s", f.incidentsTick)
+	}
+	stopForensics, err := startForensics(ctx, eng, f.ui, tm, f.incidentsTick, logger)
+	if err != nil {
+		return err
+	}
+	defer stopForensics()
 	logger.Info().Str("name", eng.Name()).Ints("partitions", eng.Partitions()).Int("of", eng.Log.Partitions()).Msg("engine ready; Ctrl-C to stop")
 	<-ctx.Done()
 	logger.Info().Msg("engine stopping")
