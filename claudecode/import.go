@@ -34,9 +34,13 @@ type Progress func(done, total int)
 // read; Events the events converted; Appended those stored by this Import;
 // Existing those the store already held (not appended again); Skipped the
 // records that produce no event, by type; Diagnostics the lines (or files)
-// skipped as malformed or unreadable; Elapsed the wall time.
+// skipped as malformed or unreadable; Empty the files read that hold no
+// session and no malformed line (an empty file, or only records that
+// belong to no session, such as summaries: Claude Code leaves such files,
+// and they are no error); Elapsed the wall time.
 type Report struct {
 	Files       int
+	Empty       int
 	Sessions    int
 	Records     int
 	Events      int
@@ -109,6 +113,9 @@ func Import(ctx context.Context, store Store, files []string, opts Options, prog
 			continue
 		}
 		rep.Files++
+		if len(res.Sessions) == 0 && len(res.Diagnostics) == 0 {
+			rep.Empty++
+		}
 		rep.Records += res.Records
 		rep.Diagnostics = append(rep.Diagnostics, res.Diagnostics...)
 		for k, v := range res.Skipped {
