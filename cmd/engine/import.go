@@ -18,9 +18,10 @@ func newImportCommand(g *globals) *cobra.Command {
 		format string
 		tenant string
 		quiet  bool
+		follow bool
 	)
 	cmd := &cobra.Command{
-		Use:   "import --format claude-code FILE|DIR...",
+		Use:   "import --format claude-code [--follow] FILE|DIR...",
 		Short: "Import agent transcripts into the event log",
 		Long: `Import transcripts into the event log, one session per transcript.
 
@@ -32,7 +33,15 @@ which become sessions of their own linked to the parent.
 Importing is idempotent: event ids derive from the records' uuids, and the
 events a session already holds are not appended again, so importing a file
 twice stores nothing new. Malformed lines are reported with file and line
-number and skipped; the rest of the file is imported.`,
+number and skipped; the rest of the file is imported. Imported sessions are
+history: the reconciler never acts on them.
+
+--follow records sessions live as Claude Code writes them (point it at
+~/.claude/projects): it reads the transcripts already there (those written
+in the last 30 minutes as live, older ones as history), then watches the
+files and directories and appends each new file and each appended line as
+it is written, until Ctrl-C. A turn at the end of a file still being
+written stays in flight; a followed session is live.`,
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if format != "claude-code" {
@@ -45,7 +54,7 @@ number and skipped; the rest of the file is imported.`,
 			if err != nil {
 				return err
 			}
-			if len(files) == 0 {
+			if len(files) == 0 && !follow {
 				return errors.New("no *.jsonl transcript in the arguments")
 			}
 			ctx := cmd.Context()
@@ -60,6 +69,9 @@ number and skipped; the rest of the file is imported.`,
 			log, err := ingest.NewClient(nc, ingest.ClientConfig{Timeout: 10 * time.Second, RetryFor: 10 * time.Second})
 			if err != nil {
 				return err
+			}
+			if follow {
+				return followTranscripts(ctx, g, claudecode.LogStore(log), args, tenant)
 			}
 
 			bar := progressbar.NewOptions64(-1,
@@ -87,6 +99,7 @@ number and skipped; the rest of the file is imported.`,
 	cmd.Flags().StringVar(&format, "format", "", "transcript format: claude-code (required)")
 	cmd.Flags().StringVar(&tenant, "tenant", "default", "tenant to import the sessions into")
 	cmd.Flags().BoolVar(&quiet, "quiet", false, "no progress bar")
+	cmd.Flags().BoolVar(&follow, "follow", false, "keep watching the files and directories, and record sessions live as they are written (until Ctrl-C)")
 	_ = cmd.MarkFlagRequired("format")
 	return cmd
 }
