@@ -8,15 +8,16 @@ import (
 )
 
 // LogStore returns the Store of the event log l, the one `engine import`
-// uses. Append appends with l.Append (the acks are dropped; the errors
+// uses: an *events.Log (Turnstone's own processes) or an ingest.Client
+// (through the engine, any publisher). Append appends with l.Append (the acks are dropped; the errors
 // are Append's). EventIDs reads the session back with l.ReadSession and
 // returns the ids of its events (events without an id left out): an empty
 // set and a nil error when the log holds no event of the session
 // (events.ErrSessionNotFound), else ReadSession's errors.
-func LogStore(l *events.Log) Store { return logStore{l} }
+func LogStore(l events.SessionLog) Store { return logStore{l} }
 
 // logStore is LogStore's Store.
-type logStore struct{ log *events.Log }
+type logStore struct{ log events.SessionLog }
 
 func (s logStore) Append(ctx context.Context, evs []events.Event) error {
 	_, err := s.log.Append(ctx, evs)

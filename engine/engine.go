@@ -25,6 +25,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 	"github.com/turnstone-dev/turnstone/events"
+	"github.com/turnstone-dev/turnstone/ingest"
 	"github.com/turnstone-dev/turnstone/pgroup"
 	"github.com/turnstone-dev/turnstone/presence"
 	"github.com/turnstone-dev/turnstone/projections"
@@ -58,9 +59,11 @@ type Config struct {
 	TTL       time.Duration
 	// Presence configures the runtimes' presence tracker.
 	Presence presence.Config
-	// Clock is the reconciler's clock (nil: the system's); Tick its tick.
-	Clock recovery.Clock
-	Tick  time.Duration
+	// Clock is the reconciler's clock (nil: the system's); Tick its tick;
+	// MaxCommandBytes its bound on a command (0: recovery.MaxCommandBytes).
+	Clock           recovery.Clock
+	Tick            time.Duration
+	MaxCommandBytes int
 	// Metrics, when set, observes every event, violation and command.
 	Metrics *telemetry.Metrics
 	// OnApply and OnIssue, when set, observe each event folded (see
@@ -99,6 +102,7 @@ type Engine struct {
 	Projector  *projections.Projector
 	Reconciler *reconciler.Reconciler
 	Presence   *presence.Tracker
+	Ingest     *ingest.Server
 
 	nc     *nats.Conn
 	js     jetstream.JetStream
@@ -137,6 +141,9 @@ func Setup(ctx context.Context, js jetstream.JetStream, cfg events.Config, logge
 		return nil, fmt.Errorf("setup: %w", err)
 	}
 	_, had := js.KeyValue(ctx, projections.IndexBucket)
+	if err := ingest.EnsureQuarantineStream(ctx, js, replicas); err != nil {
+		return nil, fmt.Errorf("setup: %w", err)
+	}
 	if err := projections.EnsureIndexBucket(ctx, js, replicas); err != nil {
 		return nil, fmt.Errorf("setup: %w", err)
 	}
@@ -216,6 +223,9 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config, logger *zerolog.Logger
 				for _, v := range vs {
 					m.ObserveViolation(string(v.Rule))
 				}
+				// The sessions, orphans and violations gauges: the View's
+				// status and counts, also when a restore folded the event.
+				m.ObserveSession(s)
 			}
 			if cfg.OnApply != nil {
 				cfg.OnApply(s, ev, applied, vs)
@@ -226,7 +236,7 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config, logger *zerolog.Logger
 	if err != nil {
 		return nil, fmt.Errorf("open engine: %w", err)
 	}
-	rcfg := reconciler.Config{Policy: cfg.Policy, Clock: cfg.Clock, Tick: cfg.Tick, Presence: e.Presence}
+	rcfg := reconciler.Config{Policy: cfg.Policy, Clock: cfg.Clock, Tick: cfg.Tick, Presence: e.Presence, MaxCommandBytes: cfg.MaxCommandBytes}
 	rcfg.OnIssue = func(c recovery.Command) {
 		if m != nil {
 			m.CommandIssued(string(c.Kind))
@@ -267,6 +277,15 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config, logger *zerolog.Logger
 	e.joining = false
 	e.mu.Unlock()
 	if err != nil {
+		return nil, fmt.Errorf("open engine: %w", err)
+	}
+	// Answer the publishers' subjects for the partitions this engine
+	// owns, and reads of any session.
+	member := e.member
+	if e.Ingest, err = ingest.NewServer(nc, e.Log, ingest.Config{Owns: member.Owns, UseExisting: true}, logger); err != nil {
+		return nil, fmt.Errorf("open engine: %w", err)
+	}
+	if err := e.Ingest.Open(ctx); err != nil {
 		return nil, fmt.Errorf("open engine: %w", err)
 	}
 	ok = true
@@ -383,6 +402,9 @@ func (e *Engine) Close(ctx context.Context) error {
 	e.closed = true
 	e.mu.Unlock()
 	var errs []error
+	if e.Ingest != nil {
+		errs = append(errs, e.Ingest.Close(ctx))
+	}
 	if e.member != nil {
 		errs = append(errs, e.member.Leave(ctx))
 	}

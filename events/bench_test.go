@@ -63,7 +63,8 @@ func BenchmarkAppend(b *testing.B) {
 func BenchmarkRawPublish(b *testing.B) {
 	srv := embeddedtest.Start(b)
 	_, js := embeddedtest.Connect(b, srv)
-	if _, err := events.Open(context.Background(), js, events.Config{}, nil); err != nil {
+	log, err := events.Open(context.Background(), js, events.Config{}, nil)
+	if err != nil {
 		b.Fatal(err)
 	}
 	evs := benchEvents(b, b.N)
@@ -77,7 +78,7 @@ func BenchmarkRawPublish(b *testing.B) {
 		end := min(i+100, len(evs))
 		futures := make([]jetstream.PubAckFuture, 0, 100)
 		for j := i; j < end; j++ {
-			f, err := js.PublishAsync(events.EventSubject(evs[j].Tenant, evs[j].Session), bodies[j], jetstream.WithMsgID(evs[j].ID))
+			f, err := js.PublishAsync(log.SessionSubject(evs[j].Tenant, evs[j].Session), bodies[j], jetstream.WithMsgID(evs[j].ID))
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -148,6 +149,31 @@ func BenchmarkValidate(b *testing.B) {
 
 func BenchmarkMask(b *testing.B) {
 	evs := prepareEvents(b)
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		ev := evs[i%len(evs)]
+		events.Mask(&ev)
+		i++
+	}
+}
+
+// BenchmarkMaskSecrets is BenchmarkMask on events one in four of which
+// holds secrets that must be masked (a tool result with an env dump, a
+// bearer header and a URL with a password), the slow path: decoding the
+// data, masking it and encoding it again.
+func BenchmarkMaskSecrets(b *testing.B) {
+	evs := prepareEvents(b)
+	secret := "HOME=/root\nDB_PASSWORD=hunter2\ncurl -H 'Authorization: Bearer abcdefgh12345678' https://bot:pw@api.example.com/v1\n"
+	for i := 2; i < len(evs); i += 4 {
+		c, _ := json.Marshal(secret + strings.Repeat("ok ", 100))
+		e, err := events.New("bench", fmt.Sprintf("s%d", i), "t1", &events.MessageAppended{Role: events.RoleUser,
+			Content: []events.ContentBlock{{Type: events.BlockToolResult, ToolUseID: "toolu_01", Content: c}}})
+		if err != nil {
+			b.Fatal(err)
+		}
+		evs[i] = e
+	}
 	b.ReportAllocs()
 	i := 0
 	for b.Loop() {

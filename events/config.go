@@ -107,21 +107,39 @@ func (c *Config) Validate() error {
 	return errors.Join(errs...)
 }
 
+// PartitionsMetadata is the AGENT_EVENTS metadata key that holds the
+// stream's partition count.
+const PartitionsMetadata = "turnstone_partitions"
+
+// StoredSubjects are the subjects AGENT_EVENTS captures: one per
+// partition, agent.evt.<p>.*.* for p in 0..partitions-1, so that nothing
+// but a session's stored subject (a partition number, a tenant, a
+// session) can be stored.
+func StoredSubjects(partitions int) []string {
+	out := make([]string, partitions)
+	for p := range out {
+		out[p] = fmt.Sprintf("%s.%d.*.*", EventSubjectPrefix, p)
+	}
+	return out
+}
+
 // EventsStreamConfig is the AGENT_EVENTS stream as wire contract version 1
 // defines it, for partitions partitions: file storage, subjects
-// agent.evt.*.* stored as agent.evt.<partition>.<tenant>.<session>, delete
-// and purge denied, discard new when full, direct get and atomic batch
-// publish allowed.
+// agent.evt.<partition>.<tenant>.<session> for each partition (the stored form, which only
+// Turnstone's processes publish: publishers send to
+// agent.evt.<tenant>.<session>, which the engine that owns the partition
+// answers; see docs/events.md), the partition count in the metadata,
+// message delete denied, discard new when full, direct get and atomic
+// batch publish allowed. Purge is not denied in the stream (deny_purge can
+// never be undone, error 10052), so that an operator can erase a session;
+// NATS permissions deny it to everyone else (docs/security.md).
 func EventsStreamConfig(c Config, partitions int) jetstream.StreamConfig {
 	c.setDefaults()
 	return jetstream.StreamConfig{
 		Name:        EventsStream,
 		Description: "Turnstone agent events (wire contract v1), one subject per session",
-		Subjects:    []string{EventSubjectPrefix + ".*.*"},
-		SubjectTransform: &jetstream.SubjectTransformConfig{
-			Source:      EventSubjectPrefix + ".*.*",
-			Destination: fmt.Sprintf("%s.{{partition(%d,1,2)}}.{{wildcard(1)}}.{{wildcard(2)}}", EventSubjectPrefix, partitions),
-		},
+		Subjects:    StoredSubjects(partitions),
+		Metadata:    map[string]string{PartitionsMetadata: fmt.Sprint(partitions)},
 		Retention:   jetstream.LimitsPolicy,
 		Discard:     jetstream.DiscardNew,
 		MaxBytes:    orUnlimited(c.MaxBytes),
@@ -132,7 +150,6 @@ func EventsStreamConfig(c Config, partitions int) jetstream.StreamConfig {
 		Replicas:    c.Replicas,
 		Duplicates:  c.DuplicateWindow,
 		DenyDelete:  true,
-		DenyPurge:   true,
 		AllowDirect: true,
 		// Conditional appends are atomic batches (see ExpectLastSeq).
 		AllowAtomicPublish: true,

@@ -9,8 +9,8 @@
 // docs/events.md.
 //
 // Every event is validated (Validate) and masked (Mask) before it is
-// stored: bearer tokens, API keys, cloud keys, passwords and credentials in
-// URLs never reach the log.
+// stored: bearer tokens, API keys, cloud keys, passwords, private keys and
+// credentials in URLs never reach the log (docs/masking.md lists the forms).
 //
 // Log (log.go) stores events in the AGENT_EVENTS stream, one subject per
 // session, and reads them back by sequence or time, or follows new ones.

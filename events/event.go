@@ -1,7 +1,6 @@
 package events
 
 import (
-	"bytes"
 	"crypto/rand"
 	"encoding/json"
 	"fmt"
@@ -31,7 +30,8 @@ const DefaultSource = "urn:turnstone"
 //
 // Seq, Subject and Stored are set on events read from the log (the stream
 // sequence, the stored, partitioned subject, and JetStream's store time);
-// they are not part of the body. Stored is the log's own clock: unlike
+// they are not part of the body. Raw is the stored body itself (shared
+// with the message: do not change it). Stored is the log's own clock: unlike
 // Time, which the publisher chose, it is when the event reached the
 // stream, so deadlines and recency count from it (zero when the reader
 // did not have it). Err
@@ -53,7 +53,10 @@ type Event struct {
 	Seq     uint64    `json:"-"`
 	Subject string    `json:"-"`
 	Stored  time.Time `json:"-"`
+	Raw     []byte    `json:"-"`
 	Err     error     `json:"-"`
+
+	payload Payload // decoded by Validate: see Payload
 }
 
 // New builds an event for tenant and session carrying payload p, with a new
@@ -110,22 +113,21 @@ func DeterministicID(at time.Time, key string) string {
 }
 
 // Decode parses one event body. It returns an error wrapping ErrMalformed
-// when b is not a JSON object of the envelope's shape; it does not validate
-// the contents (see Validate).
+// when b is not one JSON object of the envelope's shape (docs/events.md,
+// "Strictness": no duplicate member names, valid UTF-8, nothing after the
+// object); it does not validate the contents (see Validate).
 func Decode(b []byte) (Event, error) {
 	var ev Event
-	if err := json.Unmarshal(b, &ev); err != nil {
-		return Event{}, fmt.Errorf("%w: %v", ErrMalformed, err)
+	if err := unmarshal(b, &ev); err != nil {
+		return Event{}, fmt.Errorf("%w: %s", ErrMalformed, decodeProblem(err))
 	}
 	return ev, nil
 }
 
-// Encode returns the event body as stored: one JSON object, with <, > and
-// & kept as they are (not \u003c escapes), so stored text reads as sent.
+// Encode returns the event body as stored: one compact JSON object, the
+// envelope's members in contract order, with <, > and & kept as they are
+// (not \u003c escapes), so stored text reads as sent.
 func (e Event) Encode() ([]byte, error) {
-	if b, ok := e.appendEnvelope(make([]byte, 0, e.encodedSize()), false); ok {
-		return b, nil
-	}
 	b, err := marshal(e)
 	if err != nil {
 		return nil, fmt.Errorf("encode event %s: %w", e.ID, err)
@@ -133,31 +135,31 @@ func (e Event) Encode() ([]byte, error) {
 	return b, nil
 }
 
-// marshal is json.Marshal without HTML escaping.
-func marshal(v any) ([]byte, error) {
-	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
-	enc.SetEscapeHTML(false)
-	if err := enc.Encode(v); err != nil {
-		return nil, err
+// Payload decodes Data into the typed payload for Type (for example
+// *TurnStarted for TypeTurnStarted). An event that Validate (or a read of
+// the log) checked carries its payload decoded already, and Payload
+// returns that one: a payload is decoded once. It returns an error
+// wrapping ErrUnknownType for a type this version does not know, and one
+// wrapping ErrMalformed when Data does not fit the payload's shape. Treat
+// the payload as read-only: it may be shared by copies of the event.
+func (e Event) Payload() (Payload, error) {
+	if e.payload != nil && e.payload.EventType() == e.Type {
+		return e.payload, nil
 	}
-	return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), nil
+	return decodePayload(e.Type, e.Data)
 }
 
-// Payload decodes Data into the typed payload for Type (for example
-// *TurnStarted for TypeTurnStarted). It returns an error wrapping
-// ErrUnknownType for a type this version does not know, and one wrapping
-// ErrMalformed when Data does not fit the payload's shape.
-func (e Event) Payload() (Payload, error) {
-	p := newPayload(e.Type)
+// decodePayload decodes data into a new payload of type t.
+func decodePayload(t Type, data []byte) (Payload, error) {
+	p := newPayload(t)
 	if p == nil {
-		return nil, fmt.Errorf("%w: %q", ErrUnknownType, e.Type)
+		return nil, fmt.Errorf("%w: %q", ErrUnknownType, t)
 	}
-	if len(e.Data) == 0 {
-		return nil, fmt.Errorf("%w: %s event has no data", ErrMalformed, e.Type)
+	if len(data) == 0 {
+		return nil, fmt.Errorf("%w: %s event has no data", ErrMalformed, t)
 	}
-	if err := json.Unmarshal(e.Data, p); err != nil {
-		return nil, fmt.Errorf("%w: %s data: %v", ErrMalformed, e.Type, err)
+	if err := unmarshal(data, p); err != nil {
+		return nil, fmt.Errorf("%w: %s data: %s", ErrMalformed, t, decodeProblem(err))
 	}
 	return p, nil
 }

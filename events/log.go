@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -96,6 +97,13 @@ func Open(ctx context.Context, js jetstream.JetStream, cfg Config, logger *zerol
 		cfg = adopt(requested, have)
 		l.cfg = cfg
 		want := EventsStreamConfig(cfg, partitions)
+		if have.DenyPurge {
+			// deny_purge cannot be undone (JetStream error 10052): a
+			// stream created by an earlier version keeps it, and its
+			// sessions cannot be erased.
+			want.DenyPurge = true
+			l.log.Warn().Msg("stream " + EventsStream + " denies purge (created by an earlier version): engine erase cannot remove its sessions")
+		}
 		if differs(have, want) && !requested.UseExisting {
 			if l.events, err = js.UpdateStream(ctx, want); err != nil {
 				return nil, fmt.Errorf("open event log: update %s: %w", EventsStream, unavailable(err))
@@ -198,6 +206,14 @@ func adopt(req Config, have jetstream.StreamConfig) Config {
 var partitionRE = regexp.MustCompile(`\{\{\s*partition\((\d+)`)
 
 func partitionsOf(c jetstream.StreamConfig) (int, error) {
+	if v, ok := c.Metadata[PartitionsMetadata]; ok {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			return 0, fmt.Errorf("stream %s metadata %s=%q is not a partition count", c.Name, PartitionsMetadata, v)
+		}
+		return n, nil
+	}
+	// Streams of earlier versions kept the count in their transform.
 	if c.SubjectTransform == nil {
 		return 0, fmt.Errorf("stream %s has no partition transform: it was not created by Turnstone", c.Name)
 	}
@@ -211,8 +227,10 @@ func partitionsOf(c jetstream.StreamConfig) (int, error) {
 // differs reports whether the settings Turnstone manages differ.
 func differs(have, want jetstream.StreamConfig) bool {
 	return have.Duplicates != want.Duplicates || have.MaxMsgSize != want.MaxMsgSize ||
+		!slices.Equal(have.Subjects, want.Subjects) || have.SubjectTransform != nil ||
+		have.Metadata[PartitionsMetadata] != want.Metadata[PartitionsMetadata] ||
 		have.MaxBytes != want.MaxBytes || have.DenyDelete != want.DenyDelete ||
-		have.DenyPurge != want.DenyPurge || have.AllowDirect != want.AllowDirect ||
+		have.AllowDirect != want.AllowDirect ||
 		have.Discard != want.Discard || have.Replicas != want.Replicas ||
 		have.AllowAtomicPublish != want.AllowAtomicPublish
 }
@@ -282,10 +300,41 @@ func ExpectLastSeq(seq uint64) AppendOption {
 	return func(o *appendOpts) { o.expect, o.expectSeq = true, seq }
 }
 
+// ExpectedLastSeq reads opts: whether they make an Append conditional
+// (ExpectLastSeq) and on which sequence. For other implementations of
+// SessionLog.
+func ExpectedLastSeq(opts ...AppendOption) (seq uint64, conditional bool) {
+	var o appendOpts
+	for _, opt := range opts {
+		opt(&o)
+	}
+	return o.expectSeq, o.expect
+}
+
+// SessionLog is what a publisher of one tenant's sessions needs of the log:
+// append events and read its sessions back. *Log implements it on
+// JetStream directly (Turnstone's own processes); ingest.Client implements
+// it through the engine (any publisher, under auth), with the same
+// semantics: validation, masking, Nats-Msg-Id deduplication and
+// conditional appends.
+type SessionLog interface {
+	Append(ctx context.Context, evs []Event, opts ...AppendOption) ([]Ack, error)
+	ReadSession(ctx context.Context, tenant, session string, opts ReadOptions, fn func(Event) error) error
+	LastSeq(ctx context.Context, tenant, session string) (uint64, error)
+}
+
+var _ SessionLog = (*Log)(nil)
+
+// Prepare validates and masks evs as Append does, and returns the messages
+// Append would publish (stored subject, Nats-Msg-Id, body), without
+// sending anything; atomic asks for events of one session only. For the
+// engine's ingest, which publishes them itself. Errors as Append's.
+func (l *Log) Prepare(evs []Event, atomic bool) ([]*nats.Msg, error) { return l.prepare(evs, atomic) }
+
 // Append validates, masks and stores evs in order, and returns one Ack per
-// event. Each event is published to agent.evt.<tenant>.<session> with its id
-// as Nats-Msg-Id, so retrying an Append stores nothing twice within the
-// duplicate window.
+// event. Each event is published to its stored subject,
+// agent.evt.<partition>.<tenant>.<session>, with its id as Nats-Msg-Id, so
+// retrying an Append stores nothing twice within the duplicate window.
 //
 // Nothing is sent when any event is invalid: the error joins one
 // *EventError per bad event, wrapping ErrInvalid (with *FieldError values)
@@ -314,8 +363,7 @@ func (l *Log) prepare(evs []Event, oneSession bool) ([]*nats.Msg, error) {
 		bad := func(err error) {
 			errs = append(errs, &EventError{Tenant: ev.Tenant, Session: ev.Session, ID: ev.ID, Err: fmt.Errorf("event %d: %w", i, err)})
 		}
-		compact, err := validate(ev)
-		if err != nil {
+		if err := Validate(ev); err != nil {
 			bad(err)
 			continue
 		}
@@ -332,20 +380,16 @@ func (l *Log) prepare(evs []Event, oneSession bool) ([]*nats.Msg, error) {
 				continue
 			}
 		}
-		// The body is ev.Encode(); when the validated data is compact and
-		// masking left it as it was, the data is copied as it is.
-		body, ok := ev.appendEnvelope(make([]byte, 0, ev.encodedSize()), compact && !masked)
-		if !ok {
-			if body, err = ev.Encode(); err != nil {
-				bad(err)
-				continue
-			}
+		body, err := ev.Encode()
+		if err != nil {
+			bad(err)
+			continue
 		}
 		if len(body) > l.cfg.MaxEventBytes {
 			bad(fmt.Errorf("%w: %d bytes encoded, the limit is %d bytes", ErrTooLarge, len(body), l.cfg.MaxEventBytes))
 			continue
 		}
-		m := nats.NewMsg(EventSubject(ev.Tenant, ev.Session))
+		m := nats.NewMsg(l.SessionSubject(ev.Tenant, ev.Session))
 		m.Data = body
 		m.Header.Set(jetstream.MsgIDHeader, ev.ID)
 		msgs[i] = m
@@ -596,7 +640,7 @@ func DecodeStoredAt(subject string, seq uint64, stored time.Time, body []byte) E
 	if tenant != "" || session != "" {
 		ev.Tenant, ev.Session = tenant, session
 	}
-	ev.Seq, ev.Subject, ev.Stored = seq, subject, stored
+	ev.Seq, ev.Subject, ev.Stored, ev.Raw = seq, subject, stored, body
 	return ev
 }
 
@@ -618,28 +662,66 @@ type SessionRef struct {
 	Events    uint64
 }
 
+// BadSubject is a subject of the event stream that names no valid session
+// (see ParseStoredSubject): Events events are stored under it, Reason says
+// what is wrong, and Tenant and Session are the tokens where a session's
+// would be, as far as the subject has them. No reader can fold them as a
+// session; the CLI lists them so that they are never invisible.
+type BadSubject struct {
+	Subject string
+	Tenant  string
+	Session string
+	Events  uint64
+	Reason  string
+}
+
 // Sessions lists the sessions in the log, optionally of one tenant (empty:
 // all), sorted by tenant then session. It asks the stream for its subjects,
 // so it costs one request per page of subjects, not a read of the log.
+// Subjects that name no valid session are left out (SessionsChecked lists
+// them). A tenant that is not a valid token (ValidToken) is an error.
 func (l *Log) Sessions(ctx context.Context, tenant string) ([]SessionRef, error) {
+	refs, _, err := l.SessionsChecked(ctx, tenant)
+	return refs, err
+}
+
+// SessionsChecked is Sessions that also returns the subjects holding
+// events that name no valid session (BadSubject, sorted by subject): with
+// tenant set, those that name the tenant where a session's tenant (or
+// that of the publish form, agent.evt.<tenant>.<session>) would be.
+func (l *Log) SessionsChecked(ctx context.Context, tenant string) ([]SessionRef, []BadSubject, error) {
+	if tenant != "" && !ValidToken(tenant) {
+		return nil, nil, fmt.Errorf("list sessions: tenant %q is not 1-%d characters of [A-Za-z0-9_-]", tenant, MaxTokenLen)
+	}
 	ctx, cancel := l.withTimeout(ctx)
 	defer cancel()
-	filter := EventSubjectPrefix + ".>"
+	filters := []string{EventSubjectPrefix + ".>"}
 	if tenant != "" {
-		filter = EventSubjectPrefix + ".*." + tenant + ".*"
+		filters = []string{EventSubjectPrefix + ".*." + tenant + ".>", EventSubjectPrefix + "." + tenant + ".>"}
 	}
-	info, err := l.events.Info(ctx, jetstream.WithSubjectFilter(filter))
-	if err != nil {
-		return nil, fmt.Errorf("list sessions: %w", unavailable(err))
-	}
-	refs := make([]SessionRef, 0, len(info.State.Subjects))
-	for subj, n := range info.State.Subjects {
-		parts := strings.Split(subj, ".")
-		if len(parts) != 5 {
-			continue
+	subjects := map[string]uint64{}
+	for _, f := range filters {
+		info, err := l.events.Info(ctx, jetstream.WithSubjectFilter(f))
+		if err != nil {
+			return nil, nil, fmt.Errorf("list sessions: %w", unavailable(err))
 		}
-		p, _ := strconv.Atoi(parts[2])
-		refs = append(refs, SessionRef{Tenant: parts[3], Session: parts[4], Partition: p, Events: n})
+		for subj, n := range info.State.Subjects {
+			subjects[subj] = n
+		}
+	}
+	refs := make([]SessionRef, 0, len(subjects))
+	var bad []BadSubject
+	for subj, n := range subjects {
+		p, t, s, ok, why := ParseStoredSubject(subj)
+		if ok && p >= l.Partitions() {
+			ok, why = false, fmt.Sprintf("partition %d is not below the stream's %d partitions", p, l.Partitions())
+		}
+		switch {
+		case ok && (tenant == "" || t == tenant):
+			refs = append(refs, SessionRef{Tenant: t, Session: s, Partition: p, Events: n})
+		case !ok && (tenant == "" || t == tenant):
+			bad = append(bad, BadSubject{Subject: subj, Tenant: t, Session: s, Events: n, Reason: why})
+		}
 	}
 	sort.Slice(refs, func(i, j int) bool {
 		if refs[i].Tenant != refs[j].Tenant {
@@ -647,5 +729,6 @@ func (l *Log) Sessions(ctx context.Context, tenant string) ([]SessionRef, error)
 		}
 		return refs[i].Session < refs[j].Session
 	})
-	return refs, nil
+	sort.Slice(bad, func(i, j int) bool { return bad[i].Subject < bad[j].Subject })
+	return refs, bad, nil
 }

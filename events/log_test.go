@@ -2,6 +2,7 @@ package events_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -69,11 +70,19 @@ func TestOpenIsIdempotentAndKeepsPartitions(t *testing.T) {
 		t.Fatal(err)
 	}
 	c := st.CachedInfo().Config
-	if !c.DenyDelete || !c.DenyPurge || c.Storage != jetstream.FileStorage || c.Duplicates != events.DefaultDuplicateWindow {
+	if !c.DenyDelete || c.DenyPurge || c.Storage != jetstream.FileStorage || c.Duplicates != events.DefaultDuplicateWindow {
 		t.Fatalf("stream config: %+v", c)
 	}
-	if err := st.Purge(ctx); err == nil {
-		t.Fatal("purge allowed on the event stream")
+	// Deleting one event is denied to everyone; purge (erasure) is left
+	// to NATS permissions, which give it to the operator only.
+	info, err := st.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.State.LastSeq > 0 {
+		if err := st.DeleteMsg(ctx, info.State.LastSeq); err == nil {
+			t.Fatal("message delete allowed on the event stream")
+		}
 	}
 	if _, err := js.Stream(ctx, events.SnapshotsStream); err != nil {
 		t.Fatalf("snapshot stream: %v", err)
@@ -175,22 +184,76 @@ func TestAppendRejectsInvalidAndOversizedBeforeSending(t *testing.T) {
 	}
 }
 
+// TestAppendMasksSecrets appends secrets of every form the masker knows
+// in a tool_result, a tool_use input, an error's message and stack, and the
+// envelope's source, and reads the stored bytes back raw: none is there.
 func TestAppendMasksSecrets(t *testing.T) {
-	l, _ := openLog(t, events.Config{})
+	l, js := openLog(t, events.Config{})
 	ctx := context.Background()
-	e := ev(t, "acme", "s1", "", &events.ErrorRecorded{ErrorInfo: events.ErrorInfo{
-		Message: "POST https://bot:hunter2@api.example.com failed: 401 for Bearer abcdefgh12345678",
-		Stack:   "at call (key AKIAIOSFODNN7EXAMPLE)",
-		Kind:    events.KindLogic,
-	}})
-	if _, err := l.Append(ctx, []events.Event{e}); err != nil {
+	// Each secret is a distinct marker, in one of the forms.
+	forms := map[string]string{
+		"hunter2":              "POST https://bot:hunter2@api.example.com failed",
+		"abcdefgh12345678":     "401 for Bearer abcdefgh12345678",
+		"AKIAIOSFODNN7EXAMPLE": "at call (key AKIAIOSFODNN7EXAMPLE)",
+		"pw-colon-1":           "password: pw-colon-1",
+		"pw-json-2":            `{"password":"pw-json-2"}`,
+		"dXNlcjpodW50ZXIz":     "Authorization: Basic dXNlcjpodW50ZXIz",
+		"SflKxwRJSMeKKF2QT4fwpMeJf36POk6yJV_adQssw5c": "eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.SflKxwRJSMeKKF2QT4fwpMeJf36POk6yJV_adQssw5c",
+		"MIIEpAIBAAKCAQEA1c7":                         "-----BEGIN RSA PRIVATE KEY-----\nMIIEpAIBAAKCAQEA1c7\nQ0ZrW4mUv8gYk\n-----END RSA PRIVATE KEY-----",
+		"wJalrXUtnFEMIK7MDENG":                        "AWS_SECRET_ACCESS_KEY=wJalrXUtnFEMIK7MDENG",
+		"db-pass-4":                                   "export DB_PASSWORD='db-pass-4'",
+		"gh-env-5":                                    "GITHUB_TOKEN=gh-env-5",
+		"sk_live_51H8aBcDeFgHiJkLmNoPq":               "charge with sk_live_51H8aBcDeFgHiJkLmNoPq",
+		"glpat-aBcDeFgHiJkLmNoPqRsT":                  "git clone with glpat-aBcDeFgHiJkLmNoPqRsT",
+		"xoxb-2048-1024-aBcDeFgHiJkLmNoPqRsT":         "slack xoxb-2048-1024-aBcDeFgHiJkLmNoPqRsT",
+		"cookie-6":                                    "Cookie: session=cookie-6; theme=dark",
+		"sk-ant-api03-AbCdEf0123456789":               "using sk-ant-api03-AbCdEf0123456789",
+	}
+	var text []string
+	for _, f := range forms {
+		text = append(text, f)
+	}
+	all := strings.Join(text, "\n")
+	input, _ := json.Marshal(map[string]any{"command": "deploy", "env": map[string]string{"OPENAI_API_KEY": "env-key-7"}, "sk-ant-api03-KeyAsKey0123456": 1})
+	content, _ := json.Marshal(all)
+	msgs := []events.Event{
+		ev(t, "acme", "s1", "", &events.MessageAppended{Role: events.RoleAssistant, Content: []events.ContentBlock{
+			{Type: events.BlockToolUse, ID: "toolu_1", Name: "Bash", Input: input}}}),
+		ev(t, "acme", "s1", "", &events.MessageAppended{Role: events.RoleUser, Content: []events.ContentBlock{
+			{Type: events.BlockToolResult, ToolUseID: "toolu_1", Content: content}}}),
+		ev(t, "acme", "s1", "", &events.ErrorRecorded{ErrorInfo: events.ErrorInfo{Message: all, Stack: all, Kind: events.KindLogic}}),
+	}
+	msgs[2].Source = "https://agent:src-pass-8@agents.example.com/x?token=src-token-9"
+	acks, err := l.Append(ctx, msgs)
+	if err != nil {
 		t.Fatal(err)
 	}
+	secrets := []string{"env-key-7", "KeyAsKey0123456", "src-pass-8", "src-token-9"}
+	for s := range forms {
+		secrets = append(secrets, s)
+	}
+	st, err := js.Stream(ctx, events.EventsStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range acks {
+		raw, err := st.GetMsg(ctx, a.Seq)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, secret := range secrets {
+			if strings.Contains(string(raw.Data), secret) {
+				t.Errorf("secret %q reached the log: %s", secret, raw.Data)
+			}
+		}
+	}
 	got := readAll(t, l, "acme", "s1", events.ReadOptions{})
-	body := string(got[0].Data)
-	for _, secret := range []string{"hunter2", "abcdefgh12345678", "AKIAIOSFODNN7EXAMPLE"} {
-		if strings.Contains(body, secret) {
-			t.Errorf("secret %q reached the log: %s", secret, body)
+	if len(got) != 3 || got[2].Source != "https://agent:[REDACTED]@agents.example.com/x?token=[REDACTED]" {
+		t.Fatalf("read back %d events, source %q", len(got), got[len(got)-1].Source)
+	}
+	for _, e := range got {
+		if e.Err != nil {
+			t.Errorf("stored event is invalid: %v", e.Err)
 		}
 	}
 }
@@ -252,9 +315,9 @@ func TestReadReportsInvalidStoredEventsAndKeepsTheRest(t *testing.T) {
 	if _, err := l.Append(ctx, []events.Event{ev(t, "acme", "s1", "", &events.SessionStarted{})}); err != nil {
 		t.Fatal(err)
 	}
-	// A publisher in another language sends garbage straight to the subject.
+	// A writer with access to the stored subjects stores garbage.
 	for _, body := range []string{`{"specversion":"1.0",`, `{"specversion":"1.0","type":"turn.started"}`} {
-		if _, err := js.Publish(ctx, events.EventSubject("acme", "s1"), []byte(body), jetstream.WithMsgID(nats.NewInbox())); err != nil {
+		if _, err := js.Publish(ctx, l.SessionSubject("acme", "s1"), []byte(body), jetstream.WithMsgID(nats.NewInbox())); err != nil {
 			t.Fatal(err)
 		}
 	}

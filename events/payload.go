@@ -129,6 +129,25 @@ func (s Stage) valid() bool {
 	return false
 }
 
+// Next returns the stage a turn is in once s is the last stage it
+// completed: context when s is empty (no stage completed yet), then
+// history, execute and finalize; finalize stays finalize (the turn
+// completed every stage but has not delivered its outcome). It returns ""
+// for a value that is not a stage.
+func (s Stage) Next() Stage {
+	switch s {
+	case "":
+		return StageContext
+	case StageContext:
+		return StageHistory
+	case StageHistory:
+		return StageExecute
+	case StageExecute, StageFinalize:
+		return StageFinalize
+	}
+	return ""
+}
+
 // ErrorKind says whether an error is worth retrying: transient (the same
 // call may succeed later: timeouts, 429, 5xx), logic (it will fail again
 // until something changes: 400, a bug) or unknown.
@@ -160,7 +179,7 @@ type SessionStarted struct {
 	// forked from and the last stream sequence of that session's prefix
 	// it copies.
 	ForkedFrom      string            `json:"forked_from,omitempty"`
-	ForkSeq         uint64            `json:"fork_seq,omitempty"`
+	ForkSeq         uint64            `json:"fork_seq,omitzero"`
 	Runtime         string            `json:"runtime,omitempty"`
 	Model           string            `json:"model,omitempty"`
 	Provider        string            `json:"provider,omitempty"`
@@ -168,7 +187,7 @@ type SessionStarted struct {
 	ParentSession   string            `json:"parent_session,omitempty"`
 	ParentToolUseID string            `json:"parent_tool_use_id,omitempty"`
 	Labels          map[string]string `json:"labels,omitempty"`
-	History         bool              `json:"history,omitempty"`
+	History         bool              `json:"history,omitzero"`
 }
 
 // PauseCause says, for machines, why a session was paused; Reason says it
@@ -219,14 +238,14 @@ type SessionResumed struct {
 type TurnStarted struct {
 	Prompt     string `json:"prompt,omitempty"`
 	Trigger    string `json:"trigger,omitempty"`
-	DeadlineMS int64  `json:"deadline_ms,omitempty"`
+	DeadlineMS int64  `json:"deadline_ms,omitzero"`
 }
 
 // TurnStageCompleted records that a stage of the turn finished, after
 // DurationMS milliseconds.
 type TurnStageCompleted struct {
 	Stage      Stage `json:"stage"`
-	DurationMS int64 `json:"duration_ms,omitempty"`
+	DurationMS int64 `json:"duration_ms,omitzero"`
 }
 
 // TurnCompleted ends a turn with an outcome the runtime delivered. Reason is
@@ -234,7 +253,7 @@ type TurnStageCompleted struct {
 // stop reason of the runtime's; DurationMS is the turn's wall time.
 type TurnCompleted struct {
 	Reason     string `json:"reason,omitempty"`
-	DurationMS int64  `json:"duration_ms,omitempty"`
+	DurationMS int64  `json:"duration_ms,omitzero"`
 }
 
 // TurnFailed ends a turn that threw: Stage is the stage that failed, Error
@@ -244,12 +263,39 @@ type TurnFailed struct {
 	Error ErrorInfo `json:"error"`
 }
 
-// TurnAbandoned ends a turn that had no outcome by its deadline. LastStage
-// is the last stage it completed (empty if none); Reason says who abandoned
-// it and why.
+// TurnAbandoned ends a turn that had no outcome by its deadline.
+// LastStageCompleted is the last stage it completed (empty if none); Stage
+// is the stage it was in when it was abandoned (the one after
+// LastStageCompleted: see Stage.Next); Reason says who abandoned it and
+// why.
+//
+// LastStage is the key contract version 1 first wrote, "last_stage", with
+// the same meaning as LastStageCompleted: it is still read (see
+// Completed) but no longer written.
 type TurnAbandoned struct {
-	LastStage Stage  `json:"last_stage,omitempty"`
-	Reason    string `json:"reason"`
+	LastStageCompleted Stage  `json:"last_stage_completed,omitempty"`
+	Stage              Stage  `json:"stage,omitempty"`
+	LastStage          Stage  `json:"last_stage,omitempty"`
+	Reason             string `json:"reason"`
+}
+
+// Completed returns the last stage the turn completed: LastStageCompleted,
+// or the older key LastStage when only that is set.
+func (p *TurnAbandoned) Completed() Stage {
+	if p.LastStageCompleted != "" {
+		return p.LastStageCompleted
+	}
+	return p.LastStage
+}
+
+// InStage returns the stage the turn was in: Stage, or when the event does
+// not say (an event written before the key existed), the stage after
+// Completed.
+func (p *TurnAbandoned) InStage() Stage {
+	if p.Stage != "" {
+		return p.Stage
+	}
+	return p.Completed().Next()
 }
 
 // ErrorInfo is an error as stored: Message and Stack are masked; Kind
@@ -261,7 +307,7 @@ type ErrorInfo struct {
 	Stack      string    `json:"stack,omitempty"`
 	Kind       ErrorKind `json:"kind,omitempty"`
 	Provider   string    `json:"provider,omitempty"`
-	HTTPStatus int       `json:"http_status,omitempty"`
+	HTTPStatus int       `json:"http_status,omitzero"`
 	Code       string    `json:"code,omitempty"`
 }
 
@@ -288,8 +334,8 @@ type MessageAppended struct {
 	MessageID  string         `json:"message_id,omitempty"`
 	Model      string         `json:"model,omitempty"`
 	StopReason string         `json:"stop_reason,omitempty"`
-	Meta       bool           `json:"meta,omitempty"`
-	Synthetic  bool           `json:"synthetic,omitempty"`
+	Meta       bool           `json:"meta,omitzero"`
+	Synthetic  bool           `json:"synthetic,omitzero"`
 }
 
 // ToolCallStarted records that the runtime began executing a tool_use block.
@@ -303,8 +349,8 @@ type ToolCallStarted struct {
 type ToolCallCompleted struct {
 	ToolUseID  string `json:"tool_use_id"`
 	Name       string `json:"name"`
-	DurationMS int64  `json:"duration_ms,omitempty"`
-	IsError    bool   `json:"is_error,omitempty"`
+	DurationMS int64  `json:"duration_ms,omitzero"`
+	IsError    bool   `json:"is_error,omitzero"`
 }
 
 // ErrorRecorded stores an error the runtime hit. Consecutive is how many
@@ -312,7 +358,7 @@ type ToolCallCompleted struct {
 // Stage, when set, is the stage that was running.
 type ErrorRecorded struct {
 	ErrorInfo
-	Consecutive int   `json:"consecutive,omitempty"`
+	Consecutive int   `json:"consecutive,omitzero"`
 	Stage       Stage `json:"stage,omitempty"`
 }
 
@@ -325,8 +371,8 @@ type DistillationRequested struct {
 // DistillationStarted records that a distillation began over the events
 // FromSeq..ToSeq (stream sequences, inclusive; zero when unknown).
 type DistillationStarted struct {
-	FromSeq uint64 `json:"from_seq,omitempty"`
-	ToSeq   uint64 `json:"to_seq,omitempty"`
+	FromSeq uint64 `json:"from_seq,omitzero"`
+	ToSeq   uint64 `json:"to_seq,omitzero"`
 }
 
 // DistillationCompleted records a finished distillation: the events it
@@ -334,10 +380,10 @@ type DistillationStarted struct {
 // the history's size in tokens before and after, and the summary that
 // replaces the history (masked). Trigger is "auto" or "manual".
 type DistillationCompleted struct {
-	FromSeq      uint64 `json:"from_seq,omitempty"`
-	ToSeq        uint64 `json:"to_seq,omitempty"`
-	TokensBefore int64  `json:"tokens_before,omitempty"`
-	TokensAfter  int64  `json:"tokens_after,omitempty"`
+	FromSeq      uint64 `json:"from_seq,omitzero"`
+	ToSeq        uint64 `json:"to_seq,omitzero"`
+	TokensBefore int64  `json:"tokens_before,omitzero"`
+	TokensAfter  int64  `json:"tokens_after,omitzero"`
 	Trigger      string `json:"trigger,omitempty"`
 	Summary      string `json:"summary,omitempty"`
 }
@@ -354,7 +400,7 @@ type DistillationSkipped struct {
 // projection's state version.
 type SnapshotTaken struct {
 	CoversSeq uint64 `json:"covers_seq"`
-	Version   int    `json:"version,omitempty"`
+	Version   int    `json:"version,omitzero"`
 }
 
 func (*SessionStarted) EventType() Type        { return TypeSessionStarted }
@@ -399,42 +445,70 @@ type SessionForked struct {
 	CommandID   string `json:"command_id,omitempty"`
 }
 
-// Recovery outcomes: recovered (the session works again), degraded (it
-// works with less: another provider, raw output, a skipped step), failed
-// (nothing worked; the session is paused or aborted).
+// Outcome is how a recovery command ended (recovery.completed's outcome):
+// one of Outcomes. docs/control.md shows each with an example.
+type Outcome string
+
+// The recovery outcomes.
 const (
-	OutcomeRecovered = "recovered"
-	OutcomeDegraded  = "degraded"
-	OutcomeFailed    = "failed"
+	// OutcomeRecovered: the command did what it was for; the session
+	// works again.
+	OutcomeRecovered Outcome = "recovered"
+	// OutcomeDegraded: it did it with less than asked: another provider,
+	// raw output, a skipped step, or an effect recorded in the log that
+	// the runtime could not be told of.
+	OutcomeDegraded Outcome = "degraded"
+	// OutcomeFailed: nothing worked, or the command's chain ended in a
+	// pause or an abort: the session is paused for a person or given up.
+	OutcomeFailed Outcome = "failed"
+)
+
+// Outcomes lists every Outcome.
+var Outcomes = []Outcome{OutcomeRecovered, OutcomeDegraded, OutcomeFailed}
+
+// Valid reports whether o is one of Outcomes.
+func (o Outcome) Valid() bool {
+	return o == OutcomeRecovered || o == OutcomeDegraded || o == OutcomeFailed
+}
+
+// AttemptResult is how one recovery attempt went (recovery.attempted's
+// result): AttemptOK or AttemptFailed.
+type AttemptResult string
+
+// The attempt results.
+const (
+	AttemptOK     AttemptResult = "ok"
+	AttemptFailed AttemptResult = "failed"
 )
 
 // RecoveryAttempted records one attempt at a recovery command: the
 // command's id and kind, the attempt number (1 for the first) and the
-// strategy tried. Result is "ok" or "failed"; Error, when it failed, what
-// went wrong (masked); Class the error class it fell into; DurationMS how
-// long the attempt took.
+// strategy tried. Result is AttemptOK or AttemptFailed; Error, when it
+// failed, what went wrong (masked); Class the error class it fell into (a
+// recovery.Class name, such as "runtime_unavailable": docs/control.md
+// lists them); DurationMS how long the attempt took.
 type RecoveryAttempted struct {
-	CommandID  string     `json:"command_id"`
-	Kind       string     `json:"kind"`
-	Attempt    int        `json:"attempt"`
-	Strategy   string     `json:"strategy,omitempty"`
-	Worker     string     `json:"worker,omitempty"`
-	Result     string     `json:"result"`
-	Class      string     `json:"class,omitempty"`
-	Error      *ErrorInfo `json:"error,omitempty"`
-	DurationMS int64      `json:"duration_ms,omitempty"`
+	CommandID  string        `json:"command_id"`
+	Kind       string        `json:"kind"`
+	Attempt    int           `json:"attempt"`
+	Strategy   string        `json:"strategy,omitempty"`
+	Worker     string        `json:"worker,omitempty"`
+	Result     AttemptResult `json:"result"`
+	Class      string        `json:"class,omitempty"`
+	Error      *ErrorInfo    `json:"error,omitempty"`
+	DurationMS int64         `json:"duration_ms,omitzero"`
 }
 
 // RecoveryCompleted records how a recovery command ended: its Outcome
 // (OutcomeRecovered, OutcomeDegraded or OutcomeFailed), the strategy that
 // ended it, the number of attempts, and a Detail for people.
 type RecoveryCompleted struct {
-	CommandID string `json:"command_id"`
-	Kind      string `json:"kind"`
-	Outcome   string `json:"outcome"`
-	Strategy  string `json:"strategy,omitempty"`
-	Attempts  int    `json:"attempts,omitempty"`
-	Detail    string `json:"detail,omitempty"`
+	CommandID string  `json:"command_id"`
+	Kind      string  `json:"kind"`
+	Outcome   Outcome `json:"outcome"`
+	Strategy  string  `json:"strategy,omitempty"`
+	Attempts  int     `json:"attempts,omitzero"`
+	Detail    string  `json:"detail,omitempty"`
 }
 
 // RecoveryParked records that a command was set aside after its last
@@ -444,7 +518,7 @@ type RecoveryParked struct {
 	CommandID  string `json:"command_id"`
 	Kind       string `json:"kind"`
 	Reason     string `json:"reason"`
-	Deliveries int    `json:"deliveries,omitempty"`
+	Deliveries int    `json:"deliveries,omitzero"`
 }
 
 // BreakerChanged records a circuit breaker's change of state for a tenant's
@@ -454,7 +528,7 @@ type BreakerChanged struct {
 	Provider string `json:"provider"`
 	From     string `json:"from"`
 	To       string `json:"to"`
-	Failures int    `json:"failures,omitempty"`
+	Failures int    `json:"failures,omitzero"`
 	Reason   string `json:"reason,omitempty"`
 }
 
@@ -474,7 +548,7 @@ type ContentBlock struct {
 	Name      string          `json:"name,omitempty"`
 	Input     json.RawMessage `json:"input,omitempty"`
 	ToolUseID string          `json:"tool_use_id,omitempty"`
-	IsError   bool            `json:"is_error,omitempty"`
+	IsError   bool            `json:"is_error,omitzero"`
 	Content   json.RawMessage `json:"content,omitempty"`
 	Source    json.RawMessage `json:"source,omitempty"`
 }

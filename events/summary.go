@@ -52,13 +52,14 @@ func (e Event) Summary() string {
 	case *TurnFailed:
 		return fmt.Sprintf("turn %s: FAILED in %s: %s", e.Turn, p.Stage, errorLine(p.Error))
 	case *TurnAbandoned:
-		return fmt.Sprintf("turn %s: ABANDONED after %s: %s", e.Turn, orNone(string(p.LastStage)), oneLine(p.Reason, summaryWidth))
+		return fmt.Sprintf("turn %s: ABANDONED in %s (last stage completed: %s): %s", e.Turn, orNone(string(p.InStage())),
+			orNone(string(p.Completed())), oneLine(p.Reason, summaryWidth))
 	case *MessageAppended:
 		return messageLine(p)
 	case *ToolCallStarted:
-		return fmt.Sprintf("%s %s started", p.Name, p.ToolUseID)
+		return fmt.Sprintf("%s %s started", oneLine(p.Name, idWidth), oneLine(p.ToolUseID, idWidth))
 	case *ToolCallCompleted:
-		s := fmt.Sprintf("%s %s completed%s", p.Name, p.ToolUseID, ms(p.DurationMS))
+		s := fmt.Sprintf("%s %s completed%s", oneLine(p.Name, idWidth), oneLine(p.ToolUseID, idWidth), ms(p.DurationMS))
 		if p.IsError {
 			s += " with an error"
 		}
@@ -95,18 +96,31 @@ func (e Event) Summary() string {
 		if p.Strategy != "" {
 			s += " (" + p.Strategy + ")"
 		}
-		s += ": " + p.Result
+		s += ": " + string(p.Result)
+		if p.Class != "" {
+			s += " (" + p.Class + ")"
+		}
 		if p.Error != nil {
-			s += ": " + errorLine(*p.Error)
+			// The class names what went wrong; the error's own kind tag
+			// would name it a second time, in other words.
+			e := *p.Error
+			if p.Class != "" {
+				e.Kind = ""
+			}
+			s += ": " + errorLine(e)
 		}
 		return s
 	case *RecoveryCompleted:
-		s := fmt.Sprintf("%s %s %s", p.Kind, p.CommandID, strings.ToUpper(p.Outcome))
+		s := fmt.Sprintf("%s %s: %s", p.Kind, p.CommandID, strings.ToUpper(string(p.Outcome)))
+		var how []string
 		if p.Strategy != "" {
-			s += " by " + p.Strategy
+			how = append(how, "strategy "+p.Strategy)
 		}
 		if p.Attempts > 0 {
-			s += fmt.Sprintf(" after %d attempt(s)", p.Attempts)
+			how = append(how, fmt.Sprintf("%d attempt(s)", p.Attempts))
+		}
+		if len(how) > 0 {
+			s += " (" + strings.Join(how, ", ") + ")"
 		}
 		if p.Detail != "" {
 			s += ": " + oneLine(p.Detail, summaryWidth)
@@ -151,9 +165,9 @@ func blockLine(c ContentBlock) string {
 	case BlockThinking:
 		return fmt.Sprintf("thinking %q", oneLine(c.Thinking, 40))
 	case BlockToolUse:
-		return fmt.Sprintf("tool_use %s %s %s", c.Name, c.ID, oneLine(string(c.Input), 60))
+		return fmt.Sprintf("tool_use %s %s %s", oneLine(c.Name, idWidth), oneLine(c.ID, idWidth), oneLine(string(c.Input), 60))
 	case BlockToolResult:
-		s := "tool_result " + c.ToolUseID
+		s := "tool_result " + oneLine(c.ToolUseID, idWidth)
 		if c.IsError {
 			s += " ERROR"
 		}
@@ -224,13 +238,17 @@ func seqRange(from, to uint64) string {
 
 func orNone(s string) string {
 	if s == "" {
-		return "no stage"
+		return "none"
 	}
 	return s
 }
 
 // oneLine collapses whitespace runs to one space and cuts s to max runes,
 // marking a cut with "...".
+// idWidth is how many runes of an id or a tool name a summary shows: ids
+// have no length limit on the wire, and a summary is one line.
+const idWidth = 64
+
 func oneLine(s string, max int) string {
 	s = strings.Join(strings.Fields(s), " ")
 	if utf8.RuneCountInString(s) <= max {

@@ -2,7 +2,6 @@ package events
 
 import (
 	"bytes"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
@@ -18,23 +17,11 @@ import (
 // Envelope rules: specversion is "1.0"; id is a ULID; type is non-empty
 // lower-case [a-z0-9_.]; source is non-empty; time is set; tenant and
 // session are subject tokens (ValidToken); turn, when set, is a token too;
-// data is a JSON object. For a known type the payload's own rules apply
-// (see docs/events.md); an unknown type only needs a valid envelope, so
-// that newer publishers are not refused.
+// data is one JSON object (docs/events.md, "Strictness"). For a known
+// type the payload's own rules apply (see docs/events.md); an unknown
+// type only needs a valid envelope, so that newer publishers are not
+// refused. A valid event keeps its payload decoded (see Payload).
 func Validate(e *Event) error {
-	_, err := validate(e)
-	return err
-}
-
-// validate is Validate, and also reports whether e.Data is already compact
-// JSON (one value, no white space outside its strings), which encoding
-// then copies as it is. It knows that only when the fast path decoded the
-// payload; otherwise it answers false.
-func validate(e *Event) (compact bool, err error) { return validateWith(e, true) }
-
-// validateWith is validate, with the payload decoded by decodePlain first
-// when fast is set (tests compare both ways).
-func validateWith(e *Event, fast bool) (compact bool, err error) {
 	v := &validator{}
 	if e.SpecVersion != SpecVersion {
 		v.add("specversion", `must be "1.0"`, e.SpecVersion)
@@ -59,34 +46,16 @@ func validateWith(e *Event, fast bool) (compact bool, err error) {
 	v.token("session", e.Session, true)
 	v.token("turn", e.Turn, false)
 
-	data := bytes.TrimSpace(e.Data)
-	if len(data) == 0 || data[0] != '{' {
-		v.add("data", "must be a JSON object", "")
-		return false, v.err()
+	e.payload = nil
+	if !validObject(e.Data) {
+		v.add("data", "must be one JSON object (no duplicate member names, valid UTF-8)", "")
+		return v.err()
 	}
-	// The data must be one JSON value. The fast path's decoding reads the
-	// whole object, so when it ends at the end of the data, the data is
-	// valid; otherwise encoding/json judges.
-	p := newPayload(e.Type)
-	var plain, spaced bool
-	var end int
-	if fast && p != nil {
-		plain, spaced, end = decodePlain(data, p)
-	}
-	if !(plain && end == len(data)) && !validJSON(data, fast) {
-		v.add("data", "must be a JSON object", "")
-		return false, v.err()
-	}
-	if p != nil {
-		if plain {
-			compact = !spaced && end == len(e.Data)
-		} else {
-			p = newPayload(e.Type)
-			dec := json.NewDecoder(bytes.NewReader(data))
-			if err := dec.Decode(p); err != nil {
-				v.add("data", "must fit the "+string(e.Type)+" shape: "+decodeProblem(err), "")
-				return false, v.err()
-			}
+	if newPayload(e.Type) != nil {
+		p, err := decodePayload(e.Type, e.Data)
+		if err != nil {
+			v.add("data", "must fit the "+string(e.Type)+" shape: "+strings.TrimPrefix(err.Error(), ErrMalformed.Error()+": "+string(e.Type)+" data: "), "")
+			return v.err()
 		}
 		v.prefix = "data."
 		p.validate(v)
@@ -94,28 +63,11 @@ func validateWith(e *Event, fast bool) (compact bool, err error) {
 		if needsTurn(e.Type) && e.Turn == "" {
 			v.add("turn", "required for "+string(e.Type), "")
 		}
-	}
-	if err := v.err(); err != nil {
-		return false, err
-	}
-	return compact, nil
-}
-
-// validJSON is json.Valid(data), answered by the fast checker when fast is
-// set and it can (it never calls invalid JSON valid; on anything it cannot
-// vouch for, json.Valid answers).
-func validJSON(data []byte, fast bool) bool {
-	if fast {
-		c := compactor{src: data, check: true}
-		c.space()
-		if c.value(0) {
-			c.space()
-			if c.i == len(data) {
-				return true
-			}
+		if len(v.errs) == 0 {
+			e.payload = p
 		}
 	}
-	return json.Valid(data)
+	return v.err()
 }
 
 func needsTurn(t Type) bool {
@@ -139,14 +91,6 @@ func validTypeName(s string) bool {
 	return true
 }
 
-func decodeProblem(err error) string {
-	var te *json.UnmarshalTypeError
-	if errors.As(err, &te) {
-		return fmt.Sprintf("%s is a JSON %s, want %s", te.Field, te.Value, te.Type)
-	}
-	return err.Error()
-}
-
 // validator collects FieldErrors.
 type validator struct {
 	prefix string
@@ -157,7 +101,7 @@ func (v *validator) add(field, rule, value string) {
 	if len(value) > 64 {
 		value = value[:64] + "..."
 	} else {
-		value = strings.Clone(value) // it may share the event's data (decodePlain)
+		value = strings.Clone(value)
 	}
 	v.errs = append(v.errs, &FieldError{Field: v.prefix + field, Rule: rule, Value: value})
 }
@@ -257,6 +201,8 @@ func (p *TurnFailed) validate(v *validator) {
 }
 
 func (p *TurnAbandoned) validate(v *validator) {
+	v.stage("last_stage_completed", p.LastStageCompleted, false)
+	v.stage("stage", p.Stage, false)
 	v.stage("last_stage", p.LastStage, false)
 	v.required("reason", p.Reason)
 }
@@ -353,18 +299,14 @@ func (p *SessionForked) validate(v *validator) {
 	}
 }
 
-func validOutcome(o string) bool {
-	return o == OutcomeRecovered || o == OutcomeDegraded || o == OutcomeFailed
-}
-
 func (p *RecoveryAttempted) validate(v *validator) {
 	v.required("command_id", p.CommandID)
 	v.required("kind", p.Kind)
 	if p.Attempt < 1 {
 		v.add("attempt", "must be at least 1", fmt.Sprint(p.Attempt))
 	}
-	if p.Result != "ok" && p.Result != "failed" {
-		v.add("result", "must be ok or failed", p.Result)
+	if p.Result != AttemptOK && p.Result != AttemptFailed {
+		v.add("result", "must be ok or failed", string(p.Result))
 	}
 	if p.Error != nil {
 		v.errorInfo("error", p.Error)
@@ -375,8 +317,8 @@ func (p *RecoveryAttempted) validate(v *validator) {
 func (p *RecoveryCompleted) validate(v *validator) {
 	v.required("command_id", p.CommandID)
 	v.required("kind", p.Kind)
-	if !validOutcome(p.Outcome) {
-		v.add("outcome", "must be one of recovered, degraded, failed", p.Outcome)
+	if !p.Outcome.Valid() {
+		v.add("outcome", "must be one of recovered, degraded, failed", string(p.Outcome))
 	}
 }
 

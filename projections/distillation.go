@@ -52,12 +52,13 @@ type HistoryMark struct {
 	// Seq is the sequence of the distillation.completed that reset the
 	// history; 0 at the session's start.
 	Seq uint64 `json:"seq"`
-	// Violations, Orphans and Resolved are Totals.Violations,
-	// Totals.Orphans and Totals.Resolved at that point: the entries made
-	// after them belong to the current history.
+	// Violations, Orphans, Resolved and ToolCalls are Totals.Violations,
+	// Totals.Orphans, Totals.Resolved and Totals.ToolCalls at that point:
+	// the entries made after them belong to the current history.
 	Violations int `json:"violations"`
 	Orphans    int `json:"orphans"`
 	Resolved   int `json:"resolved,omitempty"`
+	ToolCalls  int `json:"tool_calls,omitempty"`
 }
 
 // The reason DirtyReasons lists when the history's tail holds a tool_use
@@ -74,7 +75,7 @@ const DirtyTurnInFlight = "turn_in_flight"
 func (s *Session) distillationRequested(ev events.Event, turn string, p *events.DistillationRequested) {
 	d := s.openDistillation(turn, notStarted)
 	if d.RequestedSeq == 0 {
-		d.RequestedSeq, d.RequestReason = ev.Seq, p.Reason
+		d.RequestedSeq, d.RequestReason = ev.Seq, detail(p.Reason)
 	}
 }
 
@@ -104,15 +105,16 @@ func (s *Session) distillationCompleted(ev events.Event, turn string, p *events.
 	if d.Turn == "" {
 		d.Turn = turn
 	}
-	d.TokensBefore, d.TokensAfter, d.Trigger = p.TokensBefore, p.TokensAfter, p.Trigger
+	d.TokensBefore, d.TokensAfter, d.Trigger = p.TokensBefore, p.TokensAfter, IDKey(p.Trigger)
 	s.cover(d, p.FromSeq, p.ToSeq)
 	s.judge(ev, "", "a distillation completed")
 	if !started {
 		s.checkDistillation(ev, d)
 	}
-	s.Messages, s.Pending, s.ToolCalls, s.idx = nil, nil, nil, nil
+	s.Messages, s.MessagesDropped, s.Pending, s.ToolCalls, s.idx = nil, 0, nil, nil, nil
+	s.HistoryBroken = nil
 	s.Outputs = OutputStreak{}
-	s.HistoryStart = HistoryMark{Seq: ev.Seq, Violations: s.Totals.Violations, Orphans: s.Totals.Orphans, Resolved: s.Totals.Resolved}
+	s.HistoryStart = HistoryMark{Seq: ev.Seq, Violations: s.Totals.Violations, Orphans: s.Totals.Orphans, Resolved: s.Totals.Resolved, ToolCalls: s.Totals.ToolCalls}
 }
 
 func notStarted(d *Distillation) bool      { return d.StartedSeq == 0 }
@@ -186,19 +188,8 @@ func (s *Session) historyReasons() []string {
 	if s.tailUnanswered() {
 		reasons = append(reasons, DirtyUnansweredToolUse)
 	}
-	var broken [16]bool // by index in historyRules
-	for _, v := range s.Violations[since(s.HistoryStart.Violations, s.Totals.Violations, len(s.Violations)):] {
-		if v.Resolved {
-			continue
-		}
-		for i, r := range historyRules {
-			if v.Rule == r {
-				broken[i] = true
-			}
-		}
-	}
-	for i, r := range historyRules {
-		if broken[i] {
+	for _, r := range historyRules {
+		if s.HistoryBroken[r] > 0 {
 			reasons = append(reasons, string(r))
 		}
 	}
@@ -206,17 +197,17 @@ func (s *Session) historyReasons() []string {
 }
 
 // tailUnanswered reports whether the latest assistant message holds a
-// tool_use without its tool_result (pending or orphaned, not repaired).
+// tracked tool_use without its tool_result (pending or orphaned, not
+// repaired). The state keeps every tool call of that message (up to
+// MaxToolUsesPerMessage), whatever its blocks' digests keep.
 func (s *Session) tailUnanswered() bool {
 	m := s.lastAssistant()
 	if m == nil {
 		return false
 	}
-	for _, b := range m.Blocks {
-		if b.Type != events.BlockToolUse {
-			continue
-		}
-		if tc := s.toolCall(b.ID); tc != nil && tc.Message == m.Index && tc.Status != ToolAnswered && tc.Status != ToolRepaired {
+	for i := len(s.ToolCalls) - 1; i >= 0; i-- {
+		tc := &s.ToolCalls[i]
+		if tc.Message == m.Index && tc.Status != ToolAnswered && tc.Status != ToolRepaired {
 			return true
 		}
 	}

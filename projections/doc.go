@@ -21,10 +21,17 @@
 // session on JetStream, so that restoring a session is "last snapshot + the
 // events after it".
 //
+// The state is bounded whatever the session (docs/limits.md): it keeps
+// what the invariants need and a window of the rest (the Keep and Max
+// constants), ids and names as keys (IDKey) and texts as previews, each
+// with the sequence of the event that holds it whole, so that a snapshot
+// never exceeds MaxSnapshotBytes.
+//
 // Each file holds one concept of the fold: session.go the state and
 // Apply's dispatch, query.go the state's read-only queries, turns.go
 // invariant 1, toolcalls.go the message history and its tool calls
 // (invariant 2), distillation.go invariant 3, loops.go and errorstats.go
 // invariant 4, violations.go what the fold flags, recovery.go and
-// rewind.go the recovery record, text.go the previews and digests.
+// rewind.go the recovery record, text.go the previews and digests, and
+// view.go the one read model every reader shows (Session.View).
 package projections

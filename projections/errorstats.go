@@ -52,8 +52,8 @@ type Streak struct {
 // recordError counts an error and moves the streak.
 func (s *Session) recordError(ev events.Event, turn string, stage events.Stage, info events.ErrorInfo, consecutive int) {
 	s.Errors.Total++
-	s.Errors.Last = &ErrorRecord{Error: shortError(info), Seq: ev.Seq, Turn: turn, Stage: stage, Consecutive: consecutive}
-	key := ErrorKey(info)
+	s.Errors.Last = &ErrorRecord{Error: shortError(info), Seq: ev.Seq, Turn: turn, Stage: stageKey(stage), Consecutive: consecutive}
+	key := IDKey(ErrorKey(info))
 	if s.Errors.Streak.Key == key && s.Errors.Streak.Count > 0 {
 		s.Errors.Streak.Count++
 		return
@@ -94,10 +94,34 @@ func normalizeMessage(m string) string {
 	return strings.TrimRight(b.String(), " ")
 }
 
-// shortError returns e with its message and stack shortened for the state
-// (the full error stays in the log).
+// shortError returns e with its message and stack clipped for
+// Errors.Last (the full error stays in the log): the message to
+// ErrorRunes runes, the stack to StackRunes, each within twice as many
+// bytes of JSON; its kind, provider and code as keys.
 func shortError(e events.ErrorInfo) events.ErrorInfo {
-	e.Message = preview(e.Message, 500)
-	e.Stack = preview(e.Stack, 1000)
+	e.Message = clip(e.Message, ErrorRunes, 2*ErrorRunes)
+	e.Stack = clip(e.Stack, StackRunes, 2*StackRunes)
+	return errorKeys(e)
+}
+
+// turnError returns e as a Turn keeps it: the message clipped like a
+// detail, no stack.
+func turnError(e events.ErrorInfo) events.ErrorInfo {
+	e.Message, e.Stack = detail(e.Message), ""
+	return errorKeys(e)
+}
+
+func errorKeys(e events.ErrorInfo) events.ErrorInfo {
+	e.Kind = events.ErrorKind(IDKey(string(e.Kind)))
+	e.Provider, e.Code = IDKey(e.Provider), IDKey(e.Code)
 	return e
 }
+
+// stageKey is a stage as the state keeps it (IDKey).
+func stageKey(st events.Stage) events.Stage { return events.Stage(IDKey(string(st))) }
+
+// The bounds of Errors.Last (see shortError).
+const (
+	ErrorRunes = 500
+	StackRunes = 1000
+)

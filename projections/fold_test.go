@@ -20,7 +20,7 @@ type foldCase struct {
 	steps  []step
 	want   []string
 	kept   []string
-	status string
+	status SessionStatus
 	check  func(t *testing.T, s *Session)
 }
 
@@ -955,26 +955,26 @@ func itoa(i int) string {
 func TestPreviewAndDigest(t *testing.T) {
 	long := strings.Repeat("😀", 500)
 	raw, _ := json.Marshal(long)
-	b := digest(&events.ContentBlock{Type: events.BlockToolResult, ToolUseID: "a", Content: raw})
+	b := digest(&events.ContentBlock{Type: events.BlockToolResult, ToolUseID: "a", Content: raw}, 0)
 	if n := len([]rune(b.Text)); n != PreviewRunes+1 || b.Size != len(raw) {
 		t.Errorf("string result preview: %d runes, size %d", n, b.Size)
 	}
 	esc := []byte(`"` + strings.Repeat(`\ud83d\ude00`, 400) + `"`)
-	if b := digest(&events.ContentBlock{Type: events.BlockToolResult, ToolUseID: "a", Content: esc}); !strings.HasPrefix(b.Text, "😀😀") || len([]rune(b.Text)) != PreviewRunes+1 {
+	if b := digest(&events.ContentBlock{Type: events.BlockToolResult, ToolUseID: "a", Content: esc}, 0); !strings.HasPrefix(b.Text, "😀😀") || len([]rune(b.Text)) != PreviewRunes+1 {
 		t.Errorf("escaped result preview: %q", b.Text)
 	}
 	arr := json.RawMessage(`[{"type":"text","text":"one"},{"type":"image","source":{"type":"base64","data":"AAAA"}},{"type":"text","text":"two"}]`)
-	if b := digest(&events.ContentBlock{Type: events.BlockToolResult, ToolUseID: "a", Content: arr}); b.Text != "one\ntwo" {
+	if b := digest(&events.ContentBlock{Type: events.BlockToolResult, ToolUseID: "a", Content: arr}, 0); b.Text != "one\ntwo" {
 		t.Errorf("array result preview: %q", b.Text)
 	}
 	in := json.RawMessage(`{ "a" : "x  y", "b" : [1, 2] }`)
-	if b := digest(&events.ContentBlock{Type: events.BlockToolUse, ID: "a", Name: "n", Input: in}); b.Text != `{"a":"x  y","b":[1,2]}` {
+	if b := digest(&events.ContentBlock{Type: events.BlockToolUse, ID: "a", Name: "n", Input: in}, 0); b.Text != `{"a":"x  y","b":[1,2]}` {
 		t.Errorf("tool_use preview: %q", b.Text)
 	}
 	if got := preview("a\xffb", 10); got != "a\uFFFDb" {
 		t.Errorf("preview of invalid UTF-8 = %q", got)
 	}
-	if b := digest(&events.ContentBlock{Type: "image", Source: json.RawMessage(`{"data":"AAAA"}`)}); b.Size != 15 {
+	if b := digest(&events.ContentBlock{Type: "image", Source: json.RawMessage(`{"data":"AAAA"}`)}, 0); b.Size != 15 {
 		t.Errorf("image size %d", b.Size)
 	}
 }

@@ -1,21 +1,11 @@
 package projections
 
-import "github.com/turnstone-dev/turnstone/events"
-
-// The session statuses Status returns, in precedence order.
-const (
-	StatusPaused = "paused"
-	StatusInTurn = "in_turn"
-	StatusBroken = "broken"
-	StatusIdle   = "idle"
-)
-
-// Status is the session's status in one word: "paused" while paused, else
-// "in_turn" while a turn is in flight, else "broken" when a violation
-// that is not resolved arose since the current history began (the
-// session's start or the last distillation; orphans are violations too),
-// else "idle".
-func (s *Session) Status() string {
+// Status is the session's status in one word: StatusPaused while paused,
+// else StatusInTurn while a turn is in flight, else StatusBroken when a
+// violation that is not resolved arose since the current history began
+// (the session's start or the last distillation; orphans are violations
+// too: Counts.ViolationsOpen > 0), else StatusIdle. View carries it.
+func (s *Session) Status() SessionStatus {
 	switch {
 	case s.Paused:
 		return StatusPaused
@@ -41,28 +31,21 @@ func (s *Session) FirstAnomaly() *Violation {
 // Anomalous reports whether the session has something for `engine
 // incidents` to show: a violation ever (orphans and invalid events are
 // violations too; resolved ones count), a flaky-suspected tool run ever,
-// a failed or abandoned turn, a parked command or a command whose
-// outcome is events.OutcomeFailed among those the state keeps (see
-// KeepTurns, KeepCommands), or a loop: DefaultLoopLimit or more
-// identical assistant outputs (Outputs) or identical errors
-// (Errors.Streak) in a row.
+// a failed or abandoned turn ever, a command ever parked or completed
+// with outcome events.OutcomeFailed (Totals counts them all, whatever the
+// lists still keep), or a loop: DefaultLoopLimit or more identical
+// assistant outputs (Outputs) or identical errors (Errors.Streak) in a
+// row.
 func (s *Session) Anomalous() bool {
-	if s.Totals.Violations > 0 || s.Totals.Orphans > 0 || s.Totals.InvalidEvents > 0 || s.Totals.Flaky > 0 ||
-		s.Outputs.Count >= DefaultLoopLimit || s.Errors.Streak.Count >= DefaultLoopLimit {
-		return true
-	}
-	for i := range s.Turns {
-		if st := s.Turns[i].Status; st == TurnFailed || st == TurnAbandoned {
-			return true
-		}
-	}
-	for i := range s.Commands {
-		if c := &s.Commands[i]; c.Parked || c.Outcome == events.OutcomeFailed {
-			return true
-		}
-	}
-	return false
+	t := &s.Totals
+	return t.Violations > 0 || t.Orphans > 0 || t.InvalidEvents > 0 || t.Flaky > 0 ||
+		t.FailedTurns > 0 || t.AbandonedTurns > 0 || t.ParkedCommands > 0 || t.FailedCommands > 0 ||
+		s.Outputs.Count >= DefaultLoopLimit || s.Errors.Streak.Count >= DefaultLoopLimit
 }
+
+// HistoryLen is how many messages the current history holds: the ones
+// Messages keeps and the older ones it dropped (MessagesDropped).
+func (s *Session) HistoryLen() int { return len(s.Messages) + s.MessagesDropped }
 
 // InFlightTurn returns the oldest turn in flight (the one most likely past
 // its deadline), or nil when none is. The pointer is into the state: read
@@ -76,16 +59,18 @@ func (s *Session) InFlightTurn() *Turn {
 
 // Turn returns the turn with id, or nil when the state holds none. The
 // pointer is into the state: read it, do not keep it across Apply.
-func (s *Session) Turn(id string) *Turn { return s.turn(id) }
+func (s *Session) Turn(id string) *Turn { return s.turn(tokenKey(id)) }
 
 // ToolCall returns the latest tool call with tool_use id, or nil. The
 // pointer is into the state: read it, do not keep it across Apply.
-func (s *Session) ToolCall(id string) *ToolCall { return s.toolCall(id) }
+func (s *Session) ToolCall(id string) *ToolCall { return s.toolCall(IDKey(id)) }
 
 // OrphanedToolUseIDs returns the ids of the orphans of the current history
 // (declared since the last distillation reset it) that no repair answered,
 // in the order they were declared: the tool_use blocks a repair would
-// answer. Orphans holds the older and the repaired ones too.
+// answer. Orphans holds the older and the repaired ones too. The ids are
+// keys (IDKey): an id longer than MaxKeyBytes is a digest, its full value
+// in the record at the orphan's Seq.
 func (s *Session) OrphanedToolUseIDs() []string {
 	var ids []string
 	for _, o := range s.Orphans[since(s.HistoryStart.Orphans, s.Totals.Orphans, len(s.Orphans)):] {

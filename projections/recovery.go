@@ -1,6 +1,8 @@
 package projections
 
 import (
+	"maps"
+	"slices"
 	"sort"
 	"time"
 
@@ -20,24 +22,24 @@ type CommandRecord struct {
 	// Attempts is how many recovery.attempted events it has, or the
 	// attempts recovery.completed counts when that is more.
 	Attempts int `json:"attempts"`
-	// LastResult is the latest attempt's result ("ok" or "failed");
-	// LastClass the error class it fell into, and LastError a preview of
-	// its error (PreviewRunes runes), when it failed.
-	LastResult string `json:"last_result,omitempty"`
-	LastClass  string `json:"last_class,omitempty"`
-	LastError  string `json:"last_error,omitempty"`
+	// LastResult is the latest attempt's result (events.AttemptOK or
+	// AttemptFailed); LastClass the error class it fell into (a
+	// recovery.Class name), and LastError a preview of its error
+	// (PreviewRunes runes), when it failed.
+	LastResult events.AttemptResult `json:"last_result,omitempty"`
+	LastClass  string               `json:"last_class,omitempty"`
+	LastError  string               `json:"last_error,omitempty"`
 	// Strategy is the strategy that ended it (recovery.completed's), or
 	// else the latest one tried.
 	Strategy string `json:"strategy,omitempty"`
-	// Outcome is recovery.completed's outcome (events.OutcomeRecovered,
-	// OutcomeDegraded or OutcomeFailed; "unknown" when it named none),
-	// empty until one is recorded; the first one stands (a later one, a
-	// duplicate delivery, only moves LastSeq). Detail is its detail, for
-	// people (a preview); OutcomeSeq the sequence of its
-	// recovery.completed.
-	Outcome    string `json:"outcome,omitempty"`
-	Detail     string `json:"detail,omitempty"`
-	OutcomeSeq uint64 `json:"outcome_seq,omitempty"`
+	// Outcome is recovery.completed's outcome (one of events.Outcomes;
+	// OutcomeUnknown when it named none), empty until one is recorded;
+	// the first one stands (a later one, a duplicate delivery, only moves
+	// LastSeq). Detail is its detail, for people (a preview); OutcomeSeq
+	// the sequence of its recovery.completed.
+	Outcome    events.Outcome `json:"outcome,omitempty"`
+	Detail     string         `json:"detail,omitempty"`
+	OutcomeSeq uint64         `json:"outcome_seq,omitempty"`
 	// Parked is set by recovery.parked: the command was set aside after
 	// its last delivery failed. ParkReason says why; Deliveries is how
 	// many deliveries it had.
@@ -54,6 +56,11 @@ type CommandRecord struct {
 	FirstSeq uint64 `json:"first_seq"`
 	LastSeq  uint64 `json:"last_seq"`
 }
+
+// OutcomeUnknown is the Outcome a CommandRecord holds for a
+// recovery.completed that named none (the contract requires one; a fold
+// never drops an event).
+const OutcomeUnknown events.Outcome = "unknown"
 
 // Done reports whether the command has an outcome or was parked: a worker
 // that receives it again (a redelivery after a crash) skips it.
@@ -103,7 +110,7 @@ func (s *Session) CommandDone(id string) bool {
 // Command returns the record of the command with id, or nil. The pointer
 // is into the state: read it, do not keep it across Apply.
 func (s *Session) Command(id string) *CommandRecord {
-	if i, ok := s.index().commands[id]; ok {
+	if i, ok := s.index().commands[IDKey(id)]; ok {
 		return &s.Commands[i]
 	}
 	return nil
@@ -113,6 +120,7 @@ func (s *Session) Command(id string) *CommandRecord {
 // breaker.changed named it. The pointer is into the state: read it, do not
 // keep it across Apply.
 func (s *Session) Breaker(provider string) *Breaker {
+	provider = IDKey(provider)
 	i := sort.Search(len(s.Breakers), func(i int) bool { return s.Breakers[i].Provider >= provider })
 	if i < len(s.Breakers) && s.Breakers[i].Provider == provider {
 		return &s.Breakers[i]
@@ -123,6 +131,7 @@ func (s *Session) Breaker(provider string) *Breaker {
 // ForkByCommand returns the latest fork the command with id made, or nil.
 // The pointer is into the state: read it, do not keep it across Apply.
 func (s *Session) ForkByCommand(id string) *Fork {
+	id = IDKey(id)
 	for i := len(s.Forks) - 1; i >= 0 && id != ""; i-- {
 		if s.Forks[i].CommandID == id {
 			return &s.Forks[i]
@@ -131,8 +140,9 @@ func (s *Session) ForkByCommand(id string) *Fork {
 	return nil
 }
 
-// command returns the record of id, creating it at ev.
+// command returns the record of id (an IDKey), creating it at ev.
 func (s *Session) command(ev events.Event, id, kind string) *CommandRecord {
+	kind = IDKey(kind)
 	c := s.Command(id)
 	if c == nil {
 		s.Commands = append(s.Commands, CommandRecord{ID: id, FirstSeq: ev.Seq})
@@ -154,14 +164,14 @@ func (s *Session) recoveryAttempted(ev events.Event, p *events.RecoveryAttempted
 		s.invalid(ev, "recovery.attempted without command_id")
 		return
 	}
-	c := s.command(ev, validKey(p.CommandID), p.Kind)
+	c := s.command(ev, IDKey(p.CommandID), p.Kind)
 	c.Attempts++
-	c.LastResult, c.LastClass, c.LastError = p.Result, p.Class, ""
+	c.LastResult, c.LastClass, c.LastError = events.AttemptResult(IDKey(string(p.Result))), IDKey(p.Class), ""
 	if p.Error != nil {
-		c.LastError = preview(p.Error.Message, PreviewRunes)
+		c.LastError = detail(p.Error.Message)
 	}
 	if p.Strategy != "" && c.Outcome == "" {
-		c.Strategy = p.Strategy
+		c.Strategy = IDKey(p.Strategy)
 	}
 }
 
@@ -171,16 +181,19 @@ func (s *Session) recoveryCompleted(ev events.Event, p *events.RecoveryCompleted
 		s.invalid(ev, "recovery.completed without command_id")
 		return
 	}
-	c := s.command(ev, validKey(p.CommandID), p.Kind)
+	c := s.command(ev, IDKey(p.CommandID), p.Kind)
 	if c.Outcome != "" {
 		return
 	}
-	c.Outcome, c.Detail, c.OutcomeSeq = p.Outcome, preview(p.Detail, PreviewRunes), ev.Seq
+	c.Outcome, c.Detail, c.OutcomeSeq = events.Outcome(IDKey(string(p.Outcome))), detail(p.Detail), ev.Seq
 	if c.Outcome == "" {
-		c.Outcome = "unknown"
+		c.Outcome = OutcomeUnknown
+	}
+	if c.Outcome == events.OutcomeFailed {
+		s.Totals.FailedCommands++
 	}
 	if p.Strategy != "" {
-		c.Strategy = p.Strategy
+		c.Strategy = IDKey(p.Strategy)
 	}
 	if p.Attempts > c.Attempts {
 		c.Attempts = p.Attempts
@@ -193,8 +206,11 @@ func (s *Session) recoveryParked(ev events.Event, p *events.RecoveryParked) {
 		s.invalid(ev, "recovery.parked without command_id")
 		return
 	}
-	c := s.command(ev, validKey(p.CommandID), p.Kind)
-	c.Parked, c.ParkReason, c.Deliveries = true, preview(p.Reason, PreviewRunes), p.Deliveries
+	c := s.command(ev, IDKey(p.CommandID), p.Kind)
+	if !c.Parked {
+		s.Totals.ParkedCommands++
+	}
+	c.Parked, c.ParkReason, c.Deliveries = true, detail(p.Reason), p.Deliveries
 }
 
 // breakerChanged records a breaker's new state, keeping Breakers sorted
@@ -204,17 +220,25 @@ func (s *Session) breakerChanged(ev events.Event, p *events.BreakerChanged) {
 		s.invalid(ev, "breaker.changed without provider")
 		return
 	}
-	provider := validKey(p.Provider)
-	b := Breaker{Provider: provider, State: p.To, From: p.From, Failures: p.Failures,
-		Reason: preview(p.Reason, PreviewRunes), Seq: ev.Seq, Since: ev.Time.Round(0)}
+	provider := IDKey(p.Provider)
+	b := Breaker{Provider: provider, State: IDKey(p.To), From: IDKey(p.From), Failures: p.Failures,
+		Reason: detail(p.Reason), Seq: ev.Seq, Since: ev.Time.Round(0)}
 	if cur := s.Breaker(provider); cur != nil {
 		*cur = b
 		return
 	}
+	if len(s.Breakers) >= MaxBreakers {
+		// Forget the breaker changed longest ago.
+		oldest := 0
+		for i := range s.Breakers {
+			if s.Breakers[i].Seq < s.Breakers[oldest].Seq {
+				oldest = i
+			}
+		}
+		s.Breakers = slices.Delete(s.Breakers, oldest, oldest+1)
+	}
 	i := sort.Search(len(s.Breakers), func(i int) bool { return s.Breakers[i].Provider >= provider })
-	s.Breakers = append(s.Breakers, Breaker{})
-	copy(s.Breakers[i+1:], s.Breakers[i:])
-	s.Breakers[i] = b
+	s.Breakers = slices.Insert(s.Breakers, i, b)
 }
 
 // sessionForked records a fork made from this session.
@@ -223,7 +247,7 @@ func (s *Session) sessionForked(ev events.Event, p *events.SessionForked) {
 		s.invalid(ev, "session.forked without fork_session")
 		return
 	}
-	s.Forks = append(s.Forks, Fork{Session: validKey(p.ForkSession), AtSeq: p.AtSeq, Seq: ev.Seq, CommandID: validKey(p.CommandID)})
+	s.Forks = append(s.Forks, Fork{Session: tokenKey(p.ForkSession), AtSeq: p.AtSeq, Seq: ev.Seq, CommandID: IDKey(p.CommandID)})
 	s.Totals.Forks++
 }
 
@@ -233,28 +257,33 @@ func (s *Session) sessionForked(ev events.Event, p *events.SessionForked) {
 // session.started fills in only what it names.
 func (s *Session) sessionStarted(p *events.SessionStarted) {
 	if p.Kind != "" {
-		s.Kind = p.Kind
+		s.Kind = IDKey(p.Kind)
 	} else if s.Kind == "" {
 		s.Kind = "main"
 	}
 	if s.ForkedFrom == "" && p.ForkedFrom != "" {
-		s.ForkedFrom, s.ForkSeq = validKey(p.ForkedFrom), p.ForkSeq
+		s.ForkedFrom, s.ForkSeq = tokenKey(p.ForkedFrom), p.ForkSeq
 	}
 	set := func(dst *string, v string) {
 		if v != "" {
 			*dst = v
 		}
 	}
-	set(&s.Runtime, p.Runtime)
-	set(&s.Provider, p.Provider)
-	set(&s.ParentSession, p.ParentSession)
-	set(&s.ParentToolUseID, p.ParentToolUseID)
-	set(&s.Model, p.Model)
+	set(&s.Runtime, IDKey(p.Runtime))
+	set(&s.Provider, IDKey(p.Provider))
+	set(&s.ParentSession, tokenKey(p.ParentSession))
+	set(&s.ParentToolUseID, IDKey(p.ParentToolUseID))
+	set(&s.Model, IDKey(p.Model))
 	s.History = p.History
 	if len(p.Labels) > 0 {
-		s.Labels = make(map[string]string, len(p.Labels))
-		for k, v := range p.Labels {
-			s.Labels[k] = v
+		keys := slices.Sorted(maps.Keys(p.Labels))
+		s.Labels, s.LabelsDropped = make(map[string]string, min(len(keys), MaxLabels)), 0
+		for i, k := range keys {
+			if i == MaxLabels {
+				s.LabelsDropped = len(keys) - MaxLabels
+				break
+			}
+			s.Labels[IDKey(k)] = detail(p.Labels[k])
 		}
 	}
 }

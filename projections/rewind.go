@@ -325,6 +325,7 @@ func (s *Session) IsRewound(seq uint64) bool {
 // a crash does not rewind twice. The pointer is into the state: read it,
 // do not keep it across Apply.
 func (s *Session) RewindByCommand(id string) *Rewind {
+	id = IDKey(id)
 	for i := len(s.Rewinds) - 1; i >= 0 && id != ""; i-- {
 		if s.Rewinds[i].CommandID == id {
 			return &s.Rewinds[i]
@@ -347,12 +348,19 @@ func (s *Session) sessionRewound(ev events.Event, p *events.SessionRewound) {
 		s.invalid(ev, fmt.Sprintf("session.rewound at seq %d to seq %d, which is not before it", ev.Seq, p.ToSeq))
 		return
 	}
-	s.Rewinds = append(s.Rewinds, Rewind{AtSeq: ev.Seq, ToSeq: p.ToSeq, Reason: preview(p.Reason, PreviewRunes), CommandID: validKey(p.CommandID)})
-	s.Totals.Rewinds++
 	// s.LastSeq is still the previous event's: the latest event folded.
 	// When it is at or before ToSeq, no event lies in the range.
+	var ranges []SeqRange
 	if s.LastSeq > p.ToSeq {
-		s.Rewound = addRange(s.Rewound, SeqRange{From: p.ToSeq + 1, To: ev.Seq - 1})
+		if ranges = addRange(s.Rewound, SeqRange{From: p.ToSeq + 1, To: ev.Seq - 1}); len(ranges) > MaxRewoundRanges {
+			s.invalid(ev, fmt.Sprintf("session.rewound to seq %d would make %d rewound ranges; the state keeps at most %d", p.ToSeq, len(ranges), MaxRewoundRanges))
+			return
+		}
+	}
+	s.Rewinds = append(s.Rewinds, Rewind{AtSeq: ev.Seq, ToSeq: p.ToSeq, Reason: detail(p.Reason), CommandID: IDKey(p.CommandID)})
+	s.Totals.Rewinds++
+	if ranges != nil {
+		s.Rewound = ranges
 		s.NeedsRefold = true
 	}
 }

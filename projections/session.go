@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -22,7 +23,24 @@ import (
 //
 // Version 4: the log's own clock (FirstStored, LastStored, LastLiveStored,
 // Turn.SeenAt), History, the pause's cause and command, and clock_skew.
-const Version = 4
+//
+// Version 5: every list and every string bounded (docs/limits.md): ids
+// and names as keys (IDKey), previews clipped by runes and JSON bytes,
+// the message history a window (KeepMessages, MessagesDropped) of
+// messages of at most MaxMessageBlocks blocks and MaxMessageSeqs
+// sequences, at most MaxToolUsesPerMessage tool_use blocks tracked per
+// message, unknown types capped (UnknownOther), HistoryBroken, the
+// failed, abandoned and parked totals, Block.Seq, and the
+// too_many_turns_in_flight rule.
+//
+// Version 6: the stage a turn is in (Turn.Stage), from turn.abandoned's
+// stage; typed recovery outcomes.
+//
+// Version 7: invariant 4 calibrated on real sessions: the implementation
+// budget counts failed attempts per step (Steps, ToolCall.Step,
+// Turn.FailedAttempts), and the output streak compares the input each
+// output answers (user messages' Hash, OutputStreak.Input).
+const Version = 7
 
 // MaxClockSkew is how far an event's own time may lie ahead of its store
 // time (Event.Stored, JetStream's clock) before the fold flags it with a
@@ -30,33 +48,99 @@ const Version = 4
 // send late (a buffer flushed after an outage) and an import is history.
 const MaxClockSkew = 5 * time.Minute
 
-// Retention bounds: the state keeps the latest entries of the lists that
-// grow with a session's length, so that a snapshot stays small whatever
-// the session's age. Totals counts every entry ever made.
+// Retention bounds. The state keeps what the invariants need and a
+// bounded window of the rest, so that a snapshot stays under
+// MaxSnapshotBytes whatever the session's length, its ids' sizes or its
+// texts (docs/limits.md lists every bound and what it costs). Totals
+// counts every entry ever made; the full value of anything clipped or
+// dropped stays in the log, at the sequence the state names beside it.
 const (
-	// KeepTurns is how many ended turns the state keeps (in-flight turns
-	// are always kept).
-	KeepTurns = 200
-	// KeepToolCalls is how many tool calls the state keeps (pending ones
-	// are always kept). Tool calls are also dropped when a distillation
-	// resets the history.
-	KeepToolCalls = 500
-	// KeepAnomalies is how many entries each of Violations, Orphans,
-	// UnmatchedResults, InvalidEvents and Flaky keeps.
-	KeepAnomalies = 500
-	// KeepDistillations is how many distillations the state keeps.
-	KeepDistillations = 50
-	// KeepCommands is how many recovery commands the state keeps (the ones
-	// without an outcome or a park are always kept).
-	KeepCommands = 200
+	// KeepTurns is how many ended turns the state keeps; turns in flight
+	// are always kept (at most MaxInFlightTurns).
+	KeepTurns = 32
+	// MaxInFlightTurns is how many turns the state tracks in flight at
+	// once. A turn.started while that many are in flight breaks
+	// too_many_turns_in_flight and is not tracked (its later events are
+	// turn_unknown): a runtime runs one turn per session, two while a
+	// second message arrives mid-turn.
+	MaxInFlightTurns = 16
+	// KeepToolCalls is how many tool calls of the current history the
+	// state keeps besides those of the latest assistant message (which it
+	// keeps all of, up to MaxToolUsesPerMessage, so that every result is
+	// paired, every orphan declared and every repair matched). A result
+	// for a tool call no longer kept breaks tool_result_without_tool_use
+	// (reason not_held), as the API rules have it: it can only answer a
+	// tool_use of an earlier message, or none.
+	KeepToolCalls = 96
+	// MaxToolUsesPerMessage is how many tool_use blocks of one assistant
+	// message the state tracks; the rest are counted
+	// (Message.UntrackedToolUses) and not judged: never orphans, and a
+	// result the state cannot pair while the previous assistant message
+	// has untracked ones is recorded (reason untracked_tool_use) without
+	// a violation. The model API does not write that many in one message.
+	MaxToolUsesPerMessage = 128
+	// KeepAnomalies is how many entries each of Violations,
+	// UnmatchedResults, InvalidEvents and Flaky keeps. Status, Anomalous
+	// and the distillation check count from Totals and HistoryBroken, not
+	// from the lists, so they stay exact.
+	KeepAnomalies = 48
+	// KeepOrphans is how many orphans Orphans keeps: at least
+	// MaxToolUsesPerMessage, so that every orphan of the latest assistant
+	// message (the only ones a repair can answer) is kept.
+	KeepOrphans = MaxToolUsesPerMessage
+	// KeepDistillations is how many distillations the state keeps (the
+	// latest is kept while open).
+	KeepDistillations = 8
+	// KeepCommands is how many recovery commands with an outcome or a park
+	// the state keeps; MaxOpenCommands is how many more without one it
+	// keeps (the oldest go first past that).
+	KeepCommands    = 16
+	MaxOpenCommands = 8
 	// KeepRewinds is how many entries each of Rewinds and Forks keeps.
-	KeepRewinds = 50
+	KeepRewinds = 8
+	// MaxRewoundRanges is how many disjoint ranges Rewound holds. A
+	// session.rewound that would add one more is an invalid event: the
+	// state needs every range to refold, so none is dropped.
+	MaxRewoundRanges = 64
+	// KeepMessages is how many messages of the current history the state
+	// keeps: the latest (the last assistant message among them, which the
+	// rules of invariant 2 read); MessagesDropped counts the others.
+	KeepMessages = 6
+	// MaxMessageBlocks is how many block digests a message keeps (its
+	// first ones; Message.BlocksDropped counts the rest), and
+	// MaxMessageSeqs how many record sequences (its first ones;
+	// Message.SeqsDropped counts the rest).
+	MaxMessageBlocks = 6
+	MaxMessageSeqs   = 16
 	// KeepOutputSeqs is how many sequences OutputStreak.Seqs keeps: those
 	// of the run's first messages.
 	KeepOutputSeqs = 10
+	// MaxSteps is how many failing steps of turns in flight Steps keeps:
+	// past it, the one with the fewest failures in a row is forgotten (a
+	// step that counts toward a budget has more).
+	MaxSteps = 16
+	// MaxUnknownTypes is how many unknown event types UnknownTypes names;
+	// events of further types are counted in UnknownOther.
+	MaxUnknownTypes = 32
+	// MaxLabels is how many labels of session.started the state keeps
+	// (the first in key order; LabelsDropped counts the rest).
+	MaxLabels = 16
+	// MaxBreakers is how many providers' breakers the state keeps (the
+	// most recently changed).
+	MaxBreakers = 8
 	// PreviewRunes is the length, in runes, of the text previews of blocks
-	// and prompts.
+	// and prompts (and at most 4 × PreviewRunes bytes of JSON; see clip).
 	PreviewRunes = 200
+	// DetailRunes and DetailBytes bound every reason, detail and error
+	// message the state keeps in a list entry (violations, turns,
+	// commands, distillations, rewinds, breakers, invalid events, label
+	// values): runes, and bytes of JSON.
+	DetailRunes = 200
+	DetailBytes = 256
+	// MaxKeyBytes bounds every id, name and other key the state keeps
+	// (IDKey): a longer one is kept as a digest, its full value in the
+	// log.
+	MaxKeyBytes = 64
 )
 
 // Session is the projected state of one session: what its events say, and
@@ -89,8 +173,11 @@ type Session struct {
 	// Model is the model of the latest assistant message (or, before any,
 	// the one session.started named).
 	Model string `json:"model,omitempty"`
-	// Labels are session.started's free-form metadata (masked values).
-	Labels map[string]string `json:"labels,omitempty"`
+	// Labels are session.started's free-form metadata (masked values):
+	// the first MaxLabels in key order, keys as IDKey, values clipped
+	// (DetailRunes); LabelsDropped counts the others.
+	Labels        map[string]string `json:"labels,omitempty"`
+	LabelsDropped int               `json:"labels_dropped,omitempty"`
 	// ForkedFrom and ForkSeq are a fork's lineage, from the first
 	// session.started that names them: the session (same tenant) it was
 	// forked from, and the last stream sequence of that session's events
@@ -136,20 +223,24 @@ type Session struct {
 	InFlight []string `json:"in_flight,omitempty"`
 
 	// Messages is the current message history in the model API's view:
-	// consecutive records of one role merged into one message. A
+	// consecutive records of one role merged into one message; the latest
+	// KeepMessages of it. MessagesDropped counts the older messages of the
+	// current history the state no longer keeps (HistoryLen is both). A
 	// distillation.completed empties it.
-	Messages []Message `json:"messages,omitempty"`
+	Messages        []Message `json:"messages,omitempty"`
+	MessagesDropped int       `json:"messages_dropped,omitempty"`
 	// HistoryStart marks where the current history began.
 	HistoryStart HistoryMark `json:"history_start"`
 	// Pending lists the tool_use ids of the latest assistant message that
 	// still await their tool_result (the tool is running), in block order.
 	Pending []string `json:"pending,omitempty"`
 	// ToolCalls pairs the tool_use blocks of the current history with
-	// their tool_result, in order of appearance (the latest KeepToolCalls,
-	// pending ones always kept).
+	// their tool_result, in order of appearance: every one of the latest
+	// assistant message (up to MaxToolUsesPerMessage) and the pending
+	// ones, and the latest KeepToolCalls others.
 	ToolCalls []ToolCall `json:"tool_calls,omitempty"`
 	// Orphans are the tool_use blocks judged to have no tool_result (the
-	// latest KeepAnomalies).
+	// latest KeepOrphans).
 	Orphans []Orphan `json:"orphans,omitempty"`
 	// UnmatchedResults are the tool_result blocks that answer no tool_use
 	// of the previous assistant message (the latest KeepAnomalies).
@@ -157,6 +248,11 @@ type Session struct {
 	// Violations are the broken invariants, each at the event where it
 	// arose (the latest KeepAnomalies).
 	Violations []Violation `json:"violations,omitempty"`
+	// HistoryBroken counts, per history rule (invariant 2), the
+	// violations of it that arose since the current history began and no
+	// repair resolved: what a distillation's check reads, exact whatever
+	// Violations still keeps.
+	HistoryBroken map[Rule]int `json:"history_broken,omitempty"`
 
 	// Distillations are the session's distillations (compactions), in
 	// order (the latest KeepDistillations).
@@ -175,6 +271,10 @@ type Session struct {
 	// immediate identical re-run passed (the latest KeepAnomalies). They
 	// are not violations.
 	Flaky []Flaky `json:"flaky,omitempty"`
+	// Steps are the steps of turns in flight that failed and have not
+	// succeeded since, in order of their first failure (at most
+	// MaxSteps): what each turn's FailedAttempts counts (see Step).
+	Steps []Step `json:"steps,omitempty"`
 
 	// Paused is true between session.paused and session.resumed;
 	// PauseReason and PausedSeq tell why and since when; PauseCause,
@@ -190,11 +290,13 @@ type Session struct {
 	LastSnapshotSeq uint64 `json:"last_snapshot_seq,omitempty"`
 
 	// Commands are the recovery commands run on the session, by id, in
-	// order of their first recovery.* event (the latest KeepCommands; the
-	// ones without an outcome or a park are always kept). See CommandDone.
+	// order of their first recovery.* event: the latest KeepCommands done
+	// ones (with an outcome or a park) and up to MaxOpenCommands more. See
+	// CommandDone.
 	Commands []CommandRecord `json:"commands,omitempty"`
 	// Breakers is the latest state of each provider's circuit breaker that
-	// a breaker.changed event named, sorted by provider. Breaker events
+	// a breaker.changed event named (the MaxBreakers changed last), sorted
+	// by provider. Breaker events
 	// usually live in a pseudo-session of their own per tenant
 	// (BreakersSession).
 	Breakers []Breaker `json:"breakers,omitempty"`
@@ -209,7 +311,8 @@ type Session struct {
 	// Rewound are the ranges of stream sequences whose events rewinds
 	// undid: they are kept in the log but no longer count. Sorted,
 	// disjoint and not adjacent; never trimmed (each rewind adds at most
-	// one range, and the state needs them all to refold).
+	// one range, and the state needs them all to refold): a rewind that
+	// would make more than MaxRewoundRanges is an invalid event.
 	Rewound []SeqRange `json:"rewound,omitempty"`
 	// RewoundEvents is how many of the session's events lie in Rewound,
 	// as of the last refold.
@@ -225,9 +328,12 @@ type Session struct {
 	// KeepAnomalies); each also has an invalid_event violation.
 	InvalidEvents []InvalidEvent `json:"invalid_events,omitempty"`
 	// UnknownTypes counts the events of types this version does not know,
-	// in order of first appearance. They are not violations: the wire
-	// contract lets newer publishers send new types.
+	// in order of first appearance, for the first MaxUnknownTypes types;
+	// UnknownOther counts the events of the types after those. They are
+	// not violations: the wire contract lets newer publishers send new
+	// types.
 	UnknownTypes []UnknownType `json:"unknown_types,omitempty"`
+	UnknownOther int           `json:"unknown_other,omitempty"`
 
 	idx *index // lookups by id, rebuilt from the slices when nil
 }
@@ -257,6 +363,18 @@ type Totals struct {
 	Forks    int `json:"forks,omitempty"`
 	Rewinds  int `json:"rewinds,omitempty"`
 	Flaky    int `json:"flaky,omitempty"`
+	// FailedTurns and AbandonedTurns count the turns that ended failed or
+	// abandoned; ParkedCommands and FailedCommands the commands parked or
+	// completed with outcome failed (what Anomalous reads, whatever the
+	// lists still keep).
+	FailedTurns    int `json:"failed_turns,omitempty"`
+	AbandonedTurns int `json:"abandoned_turns,omitempty"`
+	ParkedCommands int `json:"parked_commands,omitempty"`
+	FailedCommands int `json:"failed_commands,omitempty"`
+	// UntrackedToolUses counts the tool_use blocks past
+	// MaxToolUsesPerMessage of their message, which the state did not
+	// track.
+	UntrackedToolUses int `json:"untracked_tool_uses,omitempty"`
 }
 
 // Clone returns a deep copy of the state, made through its JSON form (which
@@ -280,8 +398,8 @@ func Fold(evs []events.Event) *Session { return FoldLog(evs) }
 // Apply folds one event into the state and returns the violations it gave
 // rise to (nil for none), in the order they arose; orphans show as
 // tool_use_without_result violations naming the tool_use, invalid events
-// as invalid_event ones. The returned slice shares the state's memory:
-// read it before the next Apply and do not change it. A caller that replays
+// as invalid_event ones. The returned slice is a copy, all of them even
+// when Violations keeps fewer (KeepAnomalies). A caller that replays
 // a session event by event (`engine replay`) flags each returned violation
 // at ev.
 //
@@ -306,16 +424,12 @@ func (s *Session) Apply(ev events.Event) []Violation {
 	s.track(ev)
 	s.apply(ev)
 	s.stored(ev)
+	var vs []Violation
+	if n := min(s.Totals.Violations-before, len(s.Violations)); n > 0 {
+		vs = slices.Clone(s.Violations[len(s.Violations)-n:]) // before trim drops any
+	}
 	s.trim()
-	n := s.Totals.Violations - before
-	if n == 0 {
-		return nil
-	}
-	if n > len(s.Violations) {
-		n = len(s.Violations)
-	}
-	v := s.Violations[len(s.Violations)-n:]
-	return v[:n:n]
+	return vs
 }
 
 // track updates the identity, counters and positions every event moves.
@@ -403,15 +517,15 @@ func (s *Session) apply(ev events.Event) {
 		s.invalid(ev, err.Error())
 		return
 	}
-	turn := validKey(ev.Turn)
+	turn := tokenKey(ev.Turn)
 	switch p := p.(type) {
 	case *events.SessionStarted:
 		s.sessionStarted(p)
 	case *events.SessionPaused:
-		s.Paused, s.PauseReason, s.PausedSeq = true, p.Reason, ev.Seq
-		s.PauseCause, s.PauseCommand, s.PauseKind = p.Cause, p.CommandID, p.Kind
+		s.Paused, s.PauseReason, s.PausedSeq = true, detail(p.Reason), ev.Seq
+		s.PauseCause, s.PauseCommand, s.PauseKind = events.PauseCause(IDKey(string(p.Cause))), IDKey(p.CommandID), IDKey(p.Kind)
 		if c := s.Command(p.CommandID); c != nil && p.Cause != "" {
-			c.PauseCause = p.Cause
+			c.PauseCause = s.PauseCause
 		}
 	case *events.SessionResumed:
 		s.Paused, s.PauseReason, s.PausedSeq = false, "", 0
@@ -424,7 +538,8 @@ func (s *Session) apply(ev events.Event) {
 		s.turnStarted(ev, turn, p)
 	case *events.TurnStageCompleted:
 		if t := s.turnEvent(ev, turn); t != nil {
-			t.LastStage = p.Stage
+			t.LastStage, t.Stage = stageKey(p.Stage), stageKey(p.Stage.Next())
+			s.stepPassed(turn, stageStep(p.Stage))
 		}
 	case *events.TurnCompleted:
 		if t := s.turnEvent(ev, turn); t != nil {
@@ -437,16 +552,17 @@ func (s *Session) apply(ev events.Event) {
 		}
 	case *events.TurnFailed:
 		if t := s.turnEvent(ev, turn); t != nil {
-			info := shortError(p.Error)
-			t.FailedStage, t.Error = p.Stage, &info
+			info := turnError(p.Error)
+			t.FailedStage, t.Error, t.Stage = stageKey(p.Stage), &info, stageKey(p.Stage)
 			s.endTurn(ev, t, TurnFailed, "", 0)
 			s.recordError(ev, turn, p.Stage, p.Error, 0)
 		}
 	case *events.TurnAbandoned:
 		if t := s.turnEvent(ev, turn); t != nil {
-			if p.LastStage != "" {
-				t.LastStage = p.LastStage
+			if c := p.Completed(); c != "" {
+				t.LastStage = stageKey(c)
 			}
+			t.Stage = stageKey(p.InStage())
 			s.endTurn(ev, t, TurnAbandoned, p.Reason, 0)
 		}
 	case *events.MessageAppended:
@@ -466,9 +582,7 @@ func (s *Session) apply(ev events.Event) {
 		}
 	case *events.ErrorRecorded:
 		s.recordError(ev, turn, p.Stage, p.ErrorInfo, p.Consecutive)
-		if t := s.turn(turn); t != nil {
-			t.FailedAttempts++
-		}
+		s.stepFailed(ev, turn, stageStep(p.Stage), string(stageKey(p.Stage)))
 	case *events.DistillationRequested:
 		s.distillationRequested(ev, turn, p)
 	case *events.DistillationStarted:
@@ -477,7 +591,7 @@ func (s *Session) apply(ev events.Event) {
 		s.distillationCompleted(ev, turn, p)
 	case *events.DistillationSkipped:
 		d := s.openDistillation(turn, anyDistillation)
-		d.SkippedSeq, d.Skipped = ev.Seq, p.Reason
+		d.SkippedSeq, d.Skipped = ev.Seq, detail(p.Reason)
 	case *events.SnapshotTaken:
 		s.LastSnapshotSeq = p.CoversSeq
 	case *events.SessionRewound:
@@ -506,21 +620,35 @@ func (s *Session) trim() {
 	if s.Turns, n = trimFront(s.Turns, KeepTurns, func(t *Turn) bool { return t.Ended() }); n > 0 {
 		s.idx = nil
 	}
-	if s.ToolCalls, n = trimFront(s.ToolCalls, KeepToolCalls, func(tc *ToolCall) bool { return tc.Status != ToolPending }); n > 0 {
+	latest := 0 // the latest assistant message: its tool calls stay
+	if m := s.lastAssistant(); m != nil {
+		latest = m.Index
+	}
+	if s.ToolCalls, n = trimFront(s.ToolCalls, KeepToolCalls, func(tc *ToolCall) bool {
+		return tc.Status != ToolPending && (tc.Message == 0 || tc.Message != latest)
+	}); n > 0 {
 		s.idx = nil
 	}
 	all := func(*Violation) bool { return true }
 	s.Violations, _ = trimFront(s.Violations, KeepAnomalies, all)
-	s.Orphans, _ = trimFront(s.Orphans, KeepAnomalies, func(*Orphan) bool { return true })
+	s.Orphans, _ = trimFront(s.Orphans, KeepOrphans, func(*Orphan) bool { return true })
 	s.UnmatchedResults, _ = trimFront(s.UnmatchedResults, KeepAnomalies, func(*UnmatchedResult) bool { return true })
 	s.InvalidEvents, _ = trimFront(s.InvalidEvents, KeepAnomalies, func(*InvalidEvent) bool { return true })
 	s.Flaky, _ = trimFront(s.Flaky, KeepAnomalies, func(*Flaky) bool { return true })
-	s.Distillations, _ = trimFront(s.Distillations, KeepDistillations, func(d *Distillation) bool { return !d.open() })
+	if k := len(s.Distillations); k > 0 {
+		last := &s.Distillations[k-1]
+		s.Distillations, _ = trimFront(s.Distillations, KeepDistillations, func(d *Distillation) bool { return d != last || !d.open() })
+	}
 	if s.Commands, n = trimFront(s.Commands, KeepCommands, func(c *CommandRecord) bool { return c.Done() }); n > 0 {
+		s.idx = nil
+	}
+	if s.Commands, n = trimFront(s.Commands, KeepCommands+MaxOpenCommands, func(*CommandRecord) bool { return true }); n > 0 {
 		s.idx = nil
 	}
 	s.Rewinds, _ = trimFront(s.Rewinds, KeepRewinds, func(*Rewind) bool { return true })
 	s.Forks, _ = trimFront(s.Forks, KeepRewinds, func(*Fork) bool { return true })
+	s.Messages, n = trimFront(s.Messages, KeepMessages, func(*Message) bool { return true })
+	s.MessagesDropped += n
 }
 
 // trimFront returns xs without its oldest removable entries once xs is a
@@ -531,6 +659,15 @@ func trimFront[T any](xs []T, keep int, removable func(*T) bool) ([]T, int) {
 		return xs, 0
 	}
 	drop := len(xs) - keep
+	found := false
+	for i := range xs {
+		if found = removable(&xs[i]); found {
+			break
+		}
+	}
+	if !found {
+		return xs, 0 // every entry is still needed
+	}
 	out := make([]T, 0, keep+keep/4+1)
 	dropped := 0
 	for i := range xs {

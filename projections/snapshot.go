@@ -27,9 +27,23 @@ var (
 	// ignore it and replay from the first event.
 	ErrSnapshotCorrupt = errors.New("corrupt snapshot")
 	// ErrSnapshotsUnavailable: JetStream did not answer (no JetStream,
-	// stream offline, timeout) or refused the snapshot (too large).
+	// stream offline, timeout) or refused the snapshot.
 	ErrSnapshotsUnavailable = errors.New("snapshot store unavailable")
+	// ErrSnapshotTooLarge: the snapshot's body would be over
+	// MaxSnapshotBytes; it is not sent. The state's bounds make this
+	// impossible for a state the fold made (docs/limits.md); it is the
+	// store's own guard.
+	ErrSnapshotTooLarge = errors.New("snapshot too large")
 )
+
+// MaxSnapshotBytes bounds the body of one snapshot, in bytes: half the NATS
+// server's default max_payload (1 MiB), so that a snapshot is stored on
+// any server Turnstone runs on. The state's bounds (the Keep and Max
+// constants, IDKey, the clipped previews) keep every state under it
+// whatever the session's length, its ids' sizes or its texts:
+// docs/limits.md has the arithmetic, and TestWorstStateFitsMaxSnapshotBytes
+// checks it.
+const MaxSnapshotBytes = 512 << 10
 
 // Snapshot is the body of one message of the AGENT_SNAPSHOTS stream: the
 // state of one session after the event at stream sequence CoversSeq, so
@@ -149,9 +163,9 @@ func (s *SnapshotStore) EnsureStream(ctx context.Context) error {
 // the log.
 //
 // Errors: sess has no tenant, session or LastSeq (nothing from the log to
-// cover); ErrSnapshotsUnavailable when the stream does not exist or
-// JetStream refuses or does not answer (a snapshot larger than the
-// server's max_payload is refused).
+// cover); ErrSnapshotTooLarge (nothing sent) when the body would be over
+// MaxSnapshotBytes; ErrSnapshotsUnavailable when the stream does not
+// exist or JetStream refuses or does not answer.
 func (s *SnapshotStore) Save(ctx context.Context, sess *Session) error {
 	if sess == nil || !events.ValidToken(sess.Tenant) || !events.ValidToken(sess.Session) {
 		return errors.New("save snapshot: the session has no valid tenant and session")
@@ -159,9 +173,12 @@ func (s *SnapshotStore) Save(ctx context.Context, sess *Session) error {
 	if sess.LastSeq == 0 {
 		return fmt.Errorf("save snapshot %s/%s: the state covers no stream sequence", sess.Tenant, sess.Session)
 	}
-	body, err := json.Marshal(Snapshot{Version: Version, CoversSeq: sess.LastSeq, TakenAt: time.Now().UTC(), State: sess})
+	body, err := encodeSnapshot(sess, time.Now().UTC())
 	if err != nil {
 		return fmt.Errorf("save snapshot %s/%s: encode: %w", sess.Tenant, sess.Session, err)
+	}
+	if len(body) > MaxSnapshotBytes {
+		return fmt.Errorf("save snapshot %s/%s: %w: %d bytes, the limit is %d", sess.Tenant, sess.Session, ErrSnapshotTooLarge, len(body), MaxSnapshotBytes)
 	}
 	m := nats.NewMsg(events.SnapshotSubject(sess.Tenant, sess.Session))
 	m.Data = body
@@ -172,6 +189,11 @@ func (s *SnapshotStore) Save(ctx context.Context, sess *Session) error {
 		return fmt.Errorf("save snapshot %s/%s: %w: %w", sess.Tenant, sess.Session, ErrSnapshotsUnavailable, err)
 	}
 	return nil
+}
+
+// encodeSnapshot returns the body of a snapshot of sess taken at takenAt.
+func encodeSnapshot(sess *Session, takenAt time.Time) ([]byte, error) {
+	return json.Marshal(Snapshot{Version: Version, CoversSeq: sess.LastSeq, TakenAt: takenAt, State: sess})
 }
 
 // Latest returns the session's latest snapshot. Errors: ErrNoSnapshot

@@ -207,7 +207,7 @@ func TestRestore(t *testing.T) {
 			}
 		}
 		if i == 0 {
-			if _, err := js.Publish(ctx, events.EventSubject(testTenant, testSession), []byte(`{"specversion": "1.0", "type": `)); err != nil {
+			if _, err := js.Publish(ctx, log.SessionSubject(testTenant, testSession), []byte(`{"specversion": "1.0", "type": `)); err != nil {
 				t.Fatal(err)
 			}
 		}

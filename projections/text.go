@@ -1,6 +1,8 @@
 package projections
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"strings"
 	"unicode/utf8"
@@ -9,17 +11,122 @@ import (
 )
 
 // preview returns the first n runes of s, with invalid UTF-8 replaced, and
-// "…" when it cut.
-func preview(s string, n int) string {
+// "…" when it cut; it cuts sooner when the JSON encoding of the runes kept
+// would pass 4n bytes (see clip), so that a preview of n runes never costs
+// a snapshot more than 4n+5 bytes, whatever its characters.
+func preview(s string, n int) string { return clip(s, n, 4*n) }
+
+// detail returns s clipped for a reason, a detail or an error message the
+// state keeps in a list entry: DetailRunes runes and DetailBytes bytes of
+// JSON at most (see clip).
+func detail(s string) string { return clip(s, DetailRunes, DetailBytes) }
+
+// clip returns the first runes runes of s, with invalid UTF-8 replaced by
+// U+FFFD, cut sooner where the JSON encoding of what it keeps (as
+// encoding/json writes it: a quote or a backslash is 2 bytes, a control
+// character, <, >, &, U+2028 and U+2029 are 6) would pass maxJSON bytes.
+// It ends with "…" when it cut, so its JSON encoding is at most maxJSON+5
+// bytes with the quotes.
+func clip(s string, runes, maxJSON int) string {
 	s = validKey(s)
-	i := 0
-	for j := range s {
-		if i == n {
+	n, size := 0, 0
+	for j, r := range s {
+		c := jsonRuneLen(r)
+		if n == runes || size+c > maxJSON {
 			return s[:j] + "…"
 		}
-		i++
+		n++
+		size += c
 	}
 	return s
+}
+
+// jsonRuneLen is how many bytes encoding/json writes for r inside a
+// string.
+func jsonRuneLen(r rune) int {
+	switch {
+	case r == '"' || r == '\\' || r == '\n' || r == '\r' || r == '\t':
+		return 2
+	case r < 0x20 || r == '<' || r == '>' || r == '&' || r == '\u2028' || r == '\u2029':
+		return 6
+	}
+	return utf8.RuneLen(r)
+}
+
+// IDKey returns the form in which the state holds an id (a tool_use id, a
+// command id) or another key it compares (a tool name, a stage, a
+// provider): s itself when it is at most MaxKeyBytes bytes of characters
+// JSON writes as they are (no control character, quote, backslash, <, >,
+// & or U+2028/U+2029); else a digest "<prefix>…<hex>" of at most
+// MaxKeyBytes bytes: up to 24 bytes of s (characters JSON would escape
+// replaced by '_') and the first 24 hex digits of the SHA-256 of s (invalid
+// UTF-8 replaced first, as encoding/json does). Two keys are equal when
+// the values are (a collision needs a SHA-256 collision on 96 bits, or a
+// value crafted to equal another's digest); IDKey of a key is that key.
+// The full value stays in the log, in the event at the sequence the state
+// names beside the key (ToolCall.UseSeq, Orphan.Seq): see IsDigestKey.
+func IDKey(s string) string {
+	if len(s) <= MaxKeyBytes && plainKey(s) {
+		return s
+	}
+	v := validKey(s)
+	sum := sha256.Sum256([]byte(v))
+	var b strings.Builder
+	for _, r := range v {
+		if b.Len()+utf8.RuneLen(r) > keyPrefixBytes {
+			break
+		}
+		if jsonRuneLen(r) != utf8.RuneLen(r) {
+			r = '_'
+		}
+		b.WriteRune(r)
+	}
+	b.WriteString(digestMark)
+	b.WriteString(hex.EncodeToString(sum[:keyDigestBytes]))
+	return b.String()
+}
+
+// IsDigestKey reports whether k has the shape of a digest IDKey: the value
+// it stands for was too long (or held characters JSON escapes), and only
+// the log holds it. A short value that happens to have that shape is its
+// own key; a reader that looks the value up in the log finds it all the
+// same (IDKey of it is k).
+func IsDigestKey(k string) bool {
+	i := strings.LastIndex(k, digestMark)
+	if i < 0 || len(k)-i-len(digestMark) != 2*keyDigestBytes {
+		return false
+	}
+	_, err := hex.DecodeString(k[i+len(digestMark):])
+	return err == nil
+}
+
+// The shape of a digest IDKey: at most keyPrefixBytes of the value, the
+// mark, and keyDigestBytes of its SHA-256 in hex.
+const (
+	keyPrefixBytes = 24
+	keyDigestBytes = 12
+	digestMark     = "…"
+)
+
+// plainKey reports whether s is valid UTF-8 that JSON writes as it is.
+func plainKey(s string) bool {
+	for _, r := range s {
+		if r == utf8.RuneError || jsonRuneLen(r) != utf8.RuneLen(r) {
+			return false
+		}
+	}
+	return true
+}
+
+// tokenKey returns s when it is a subject token (events.ValidToken: at
+// most events.MaxTokenLen bytes of [A-Za-z0-9_-]), else IDKey(s): turn ids
+// and session names are tokens in every event the log accepts, and the
+// state keeps them whole so that they name what the log names.
+func tokenKey(s string) string {
+	if s == "" || events.ValidToken(s) {
+		return s
+	}
+	return IDKey(s)
 }
 
 // validKey returns s with every byte of invalid UTF-8 replaced by U+FFFD,
@@ -46,19 +153,19 @@ func validKey(s string) string {
 // PreviewRunes runes even if each is a 12-byte escaped surrogate pair.
 const rawPrefix = 12*PreviewRunes + 64
 
-// digest returns the Block for a content block.
-func digest(cb *events.ContentBlock) Block {
-	b := Block{Type: cb.Type}
+// digest returns the Block for a content block of the record at seq.
+func digest(cb *events.ContentBlock, seq uint64) Block {
+	b := Block{Type: IDKey(cb.Type), Seq: seq}
 	switch cb.Type {
 	case events.BlockText:
 		b.Text, b.Size = preview(cb.Text, PreviewRunes), len(cb.Text)
 	case events.BlockThinking:
 		b.Text, b.Size = preview(cb.Thinking, PreviewRunes), len(cb.Thinking)
 	case events.BlockToolUse:
-		b.ID, b.Name = validKey(cb.ID), cb.Name
+		b.ID, b.Name = IDKey(cb.ID), IDKey(cb.Name)
 		b.Text, b.Size = preview(compactPrefix(cb.Input, rawPrefix), PreviewRunes), len(cb.Input)
 	case events.BlockToolResult:
-		b.ToolUseID, b.IsError = validKey(cb.ToolUseID), cb.IsError
+		b.ToolUseID, b.IsError = IDKey(cb.ToolUseID), cb.IsError
 		b.Text, b.Size = preview(resultText(cb.Content), PreviewRunes), len(cb.Content)
 	default:
 		b.Text = preview(cb.Text, PreviewRunes)

@@ -50,12 +50,28 @@ type Message struct {
 	Index int `json:"index"`
 	// Role is user or assistant.
 	Role events.Role `json:"role"`
-	// Seqs are the sequences of the records merged into it, in order.
-	Seqs []uint64 `json:"seqs"`
+	// Seqs are the sequences of the records merged into it, in order: the
+	// first MaxMessageSeqs; SeqsDropped counts the later ones.
+	Seqs        []uint64 `json:"seqs"`
+	SeqsDropped int      `json:"seqs_dropped,omitempty"`
 	// Turn is the turn of its first record.
 	Turn string `json:"turn,omitempty"`
-	// Blocks digest its content blocks, in order.
-	Blocks []Block `json:"blocks"`
+	// Blocks digest its content blocks, in order: the first
+	// MaxMessageBlocks; BlocksDropped counts the later ones (each Block
+	// names the record that holds it in full).
+	Blocks        []Block `json:"blocks"`
+	BlocksDropped int     `json:"blocks_dropped,omitempty"`
+	// ToolUses counts its tool_use blocks; the state tracks the first
+	// MaxToolUsesPerMessage (see ToolCall) and counts the others in
+	// UntrackedToolUses.
+	ToolUses          int `json:"tool_uses,omitempty"`
+	UntrackedToolUses int `json:"untracked_tool_uses,omitempty"`
+	// NonResult is set once a user message holds a block other than
+	// tool_result; ResultsNotFirst once a tool_result came after such a
+	// block (results_not_first, flagged once per message). The rule reads
+	// them, not Blocks, which keeps only the first blocks.
+	NonResult       bool `json:"non_result,omitempty"`
+	ResultsNotFirst bool `json:"results_not_first,omitempty"`
 	// StopReason is the latest record's stop_reason (assistant messages).
 	StopReason string `json:"stop_reason,omitempty"`
 	// Meta is true when a record of it was added by the runtime (command
@@ -64,8 +80,9 @@ type Message struct {
 	Meta      bool `json:"meta,omitempty"`
 	Synthetic bool `json:"synthetic,omitempty"`
 	// Hash is an assistant message's output hash: OutputHash of the
-	// content blocks of all its records, in order (empty for user
-	// messages). The OutputStreak compares it.
+	// content blocks of all its records, in order; for a user message, the
+	// hash of what it says, exactly (its blocks chained with chainInput,
+	// in order, from the same start). The OutputStreak compares both.
 	Hash string `json:"hash,omitempty"`
 }
 
@@ -74,10 +91,12 @@ type Message struct {
 type Block struct {
 	// Type is the block's type ("text", "tool_use", "tool_result", ...).
 	Type string `json:"type"`
-	// ID and Name are a tool_use block's id and tool name.
+	// Seq is the sequence of the record that holds the block in full.
+	Seq uint64 `json:"seq,omitempty"`
+	// ID and Name are a tool_use block's id and tool name (IDKey).
 	ID   string `json:"id,omitempty"`
 	Name string `json:"name,omitempty"`
-	// ToolUseID and IsError are a tool_result block's.
+	// ToolUseID (IDKey) and IsError are a tool_result block's.
 	ToolUseID string `json:"tool_use_id,omitempty"`
 	IsError   bool   `json:"is_error,omitempty"`
 	// Text is a preview (PreviewRunes runes) of the text, the thinking,
@@ -117,11 +136,15 @@ const CallOnly ToolStatus = "call_only"
 // tool_result, and the tool_call.* events that tell its execution.
 type ToolCall struct {
 	// ToolUseID is the tool_use block's id ("toolu_..."); Name the tool's
-	// name.
+	// name. Both are IDKey: an id longer than MaxKeyBytes is a digest,
+	// its full value in the record at UseSeq.
 	ToolUseID string `json:"tool_use_id"`
 	Name      string `json:"name"`
 	// Turn is the turn of the event that holds the tool_use.
 	Turn string `json:"turn,omitempty"`
+	// Step is StepKey of the tool_use (its name and operand): the step of
+	// Turn whose attempt it is, for the implementation budget.
+	Step string `json:"step,omitempty"`
 	// Message is the Index of the assistant message that holds the
 	// tool_use; 0 when only tool_call.* events named the id so far.
 	Message int `json:"message"`
@@ -145,7 +168,9 @@ type ToolCall struct {
 // Orphan is a tool_use judged to have no tool_result: the user message
 // that had to hold it was complete without it.
 type Orphan struct {
-	// ToolUseID and Name are the tool_use block's id and tool name.
+	// ToolUseID and Name are the tool_use block's id and tool name
+	// (IDKey: a digest for an id longer than MaxKeyBytes, whose full value
+	// is in the record at Seq).
 	ToolUseID string `json:"tool_use_id"`
 	Name      string `json:"name"`
 	// Seq is the sequence of the assistant record holding the tool_use.
@@ -177,6 +202,16 @@ const (
 	UnmatchedDuplicate = "duplicate"
 	// UnmatchedLate: the tool_use was already declared an orphan.
 	UnmatchedLate = "late_result"
+	// UnmatchedNotHeld: no tool_use the state holds has that id, and the
+	// state no longer holds every tool call of the current history (see
+	// KeepToolCalls): the id is unknown or in an earlier message; either
+	// way the result breaks tool_result_without_tool_use.
+	UnmatchedNotHeld = "not_held"
+	// UnmatchedUntracked: no tool_use the state holds has that id, and the
+	// previous assistant message has tool_use blocks past
+	// MaxToolUsesPerMessage that the state did not track: the result may
+	// answer one of them, so it is recorded without a violation.
+	UnmatchedUntracked = "untracked_tool_use"
 )
 
 // UnmatchedResult is a tool_result that answers no open tool_use of the
@@ -201,11 +236,15 @@ func (s *Session) appendMessage(ev events.Event, turn string, p *events.MessageA
 		s.countOutput(m) // the assistant message is complete
 	}
 	if m != nil && m.Role == p.Role {
-		m.Seqs = append(m.Seqs, ev.Seq)
+		if len(m.Seqs) < MaxMessageSeqs {
+			m.Seqs = append(m.Seqs, ev.Seq)
+		} else {
+			m.SeqsDropped++
+		}
 	} else {
 		if p.Role == events.RoleAssistant {
 			s.judge(ev, "", "the next assistant message")
-			if m == nil {
+			if m == nil && s.MessagesDropped == 0 {
 				s.violate(ev, RuleFirstMessageNotUser, "the history starts with an assistant message", "", turn)
 			}
 		}
@@ -217,40 +256,36 @@ func (s *Session) appendMessage(ev events.Event, turn string, p *events.MessageA
 			Turn:  turn,
 		})
 		m = &s.Messages[len(s.Messages)-1]
-		if p.Role == events.RoleAssistant {
-			m.Hash = emptyOutputHash
-		}
+		m.Hash = emptyOutputHash
 	}
 	m.Meta = m.Meta || p.Meta
 	m.Synthetic = m.Synthetic || p.Synthetic
 	if p.Role == events.RoleAssistant {
 		if p.Model != "" {
-			s.Model = p.Model
+			s.Model = IDKey(p.Model)
 		}
 		if p.StopReason != "" {
-			m.StopReason = p.StopReason
+			m.StopReason = IDKey(p.StopReason)
 		}
 		for i := range p.Content {
 			cb := &p.Content[i]
-			m.Blocks = append(m.Blocks, digest(cb))
+			m.addBlock(digest(cb, ev.Seq))
 			m.Hash = chainOutput(m.Hash, cb)
 			if cb.Type == events.BlockToolUse {
-				s.toolUse(ev, turn, m.Index, cb)
+				s.toolUse(ev, turn, m, cb)
 			}
 		}
+		if !p.Synthetic {
+			s.stepPassed(turn, stageStep(events.StageExecute)) // the model answered
+		}
 		return
+	}
+	for i := range p.Content {
+		m.Hash = chainInput(m.Hash, &p.Content[i])
 	}
 
 	// A user record: tool_result blocks must come first in the merged
 	// message; flag the first one after another block, once per message.
-	other, flagged := false, false
-	for _, b := range m.Blocks {
-		if b.Type != events.BlockToolResult {
-			other = true
-		} else if other {
-			flagged = true
-		}
-	}
 	for i := range p.Content {
 		cb := &p.Content[i]
 		if p.Synthetic && cb.Type == events.BlockToolResult {
@@ -259,22 +294,40 @@ func (s *Session) appendMessage(ev events.Event, turn string, p *events.MessageA
 				for at < len(m.Blocks) && m.Blocks[at].Type == events.BlockToolResult {
 					at++
 				}
-				m.Blocks = slices.Insert(m.Blocks, at, digest(cb))
+				if at < MaxMessageBlocks {
+					m.Blocks = slices.Insert(m.Blocks, at, digest(cb, ev.Seq))
+					if len(m.Blocks) > MaxMessageBlocks {
+						m.Blocks = m.Blocks[:MaxMessageBlocks]
+						m.BlocksDropped++
+					}
+				} else {
+					m.BlocksDropped++
+				}
 				s.repair(ev, tc, cb)
 				continue
 			}
 		}
-		m.Blocks = append(m.Blocks, digest(cb))
+		m.addBlock(digest(cb, ev.Seq))
 		if cb.Type != events.BlockToolResult {
-			other = true
+			m.NonResult = true
 			continue
 		}
-		if other && !flagged {
-			flagged = true
-			s.violate(ev, RuleResultsNotFirst, fmt.Sprintf("tool_result for %s comes after another block in user message %d", cb.ToolUseID, m.Index), validKey(cb.ToolUseID), turn)
+		if m.NonResult && !m.ResultsNotFirst {
+			m.ResultsNotFirst = true
+			s.violate(ev, RuleResultsNotFirst, fmt.Sprintf("tool_result for %s comes after another block in user message %d", IDKey(cb.ToolUseID), m.Index), IDKey(cb.ToolUseID), turn)
 		}
 		s.answer(ev, cb, p.Synthetic)
 	}
+}
+
+// addBlock appends b to the message's digests, or counts it when the
+// message keeps MaxMessageBlocks already.
+func (m *Message) addBlock(b Block) {
+	if len(m.Blocks) < MaxMessageBlocks {
+		m.Blocks = append(m.Blocks, b)
+		return
+	}
+	m.BlocksDropped++
 }
 
 // checkContent returns why a record cannot be folded, or "": the fold needs
@@ -324,25 +377,37 @@ func (s *Session) lastAssistant() *Message {
 	return nil
 }
 
-// toolUse tracks a tool_use block of assistant message msg: it is pending
+// toolUse tracks a tool_use block of assistant message m: it is pending
 // until its tool_result arrives or the next user message is judged. A
 // tool_use id the history already holds is a violation and is not tracked
-// again (the first one keeps the id).
-func (s *Session) toolUse(ev events.Event, turn string, msg int, cb *events.ContentBlock) {
-	id := validKey(cb.ID)
+// again (the first one keeps the id). Past MaxToolUsesPerMessage blocks
+// of m, a tool_use is only counted.
+func (s *Session) toolUse(ev events.Event, turn string, m *Message, cb *events.ContentBlock) {
+	id := IDKey(cb.ID)
+	m.ToolUses++
 	tc := s.toolCall(id)
 	if tc != nil && tc.Message != 0 {
 		s.violate(ev, RuleDuplicateToolUse, fmt.Sprintf("tool_use id %s already used at seq %d", id, tc.UseSeq), id, turn)
 		s.LastTool = nil // a tool call ran between, but it cannot be followed
 		return
 	}
+	if m.ToolUses > MaxToolUsesPerMessage {
+		m.UntrackedToolUses++
+		s.Totals.UntrackedToolUses++
+		s.LastTool = nil
+		return
+	}
 	if tc == nil {
 		tc = s.newToolCall(id)
 	}
-	tc.Name, tc.Turn, tc.Message = cb.Name, turn, msg
+	name := IDKey(cb.Name)
+	tc.Name, tc.Turn, tc.Message = name, turn, m.Index
+	tc.Step = StepKey(cb.Name, cb.Input)
 	tc.UseSeq, tc.Status = ev.Seq, ToolPending
 	s.Pending = append(s.Pending, id)
-	s.toolRunStarts(ev, turn, id, cb)
+	run := *cb
+	run.Name = name // the state compares names as keys
+	s.toolRunStarts(ev, turn, id, &run)
 }
 
 // newToolCall appends a tool call for id and returns it.
@@ -357,15 +422,15 @@ func (s *Session) newToolCall(id string) *ToolCall {
 // toolCallEvent returns the tool call a tool_call.* event names, creating
 // it (status CallOnly) when no tool_use block named it yet.
 func (s *Session) toolCallEvent(ev events.Event, turn, id, name string) *ToolCall {
-	id = validKey(id)
 	if id == "" {
 		s.invalid(ev, string(ev.Type)+" without tool_use_id")
 		return nil
 	}
+	id = IDKey(id)
 	tc := s.toolCall(id)
 	if tc == nil {
 		tc = s.newToolCall(id)
-		tc.Name, tc.Turn = name, turn
+		tc.Name, tc.Turn = IDKey(name), turn
 	}
 	return tc
 }
@@ -375,20 +440,35 @@ func (s *Session) toolCallEvent(ev events.Event, turn, id, name string) *ToolCal
 // it may be a failed attempt of the tool_use's turn, or a flaky-suspected
 // re-run.
 func (s *Session) answer(ev events.Event, cb *events.ContentBlock, synthetic bool) {
-	id := validKey(cb.ToolUseID)
+	id := IDKey(cb.ToolUseID)
 	tc := s.toolCall(id)
+	var orphan *Orphan
+	if tc == nil {
+		// A tool call the state no longer holds may still be an orphan
+		// it keeps (Orphans keeps more).
+		if orphan = s.orphan(id); orphan != nil && orphan.Repaired {
+			orphan = nil
+		}
+	}
 	switch {
+	case orphan != nil:
+		if orphan.LateResultSeq == 0 {
+			orphan.LateResultSeq = ev.Seq
+		}
+		s.unmatched(ev, id, UnmatchedLate, RuleLateToolResult,
+			fmt.Sprintf("tool_result for %s (%s), already declared an orphan", id, orphan.Name), orphan.Turn)
+	case (tc == nil || tc.Message == 0) && s.untracked():
+		s.UnmatchedResults = append(s.UnmatchedResults, UnmatchedResult{ToolUseID: id, Seq: ev.Seq, Reason: UnmatchedUntracked})
+		s.Totals.UnmatchedResults++
+	case (tc == nil || tc.Message == 0) && s.Totals.ToolCalls-s.HistoryStart.ToolCalls > len(s.ToolCalls):
+		s.unmatched(ev, id, UnmatchedNotHeld, RuleToolResultWithoutToolUse,
+			fmt.Sprintf("tool_result for %s, which no tool_use of the previous assistant message holds (the state keeps the latest %d tool calls)", id, KeepToolCalls), "")
 	case tc == nil || tc.Message == 0:
 		s.unmatched(ev, id, UnmatchedUnknown, RuleToolResultWithoutToolUse,
 			fmt.Sprintf("tool_result for %s, which no tool_use of the history holds", id), "")
 	case tc.Status == ToolOrphaned:
-		for i := len(s.Orphans) - 1; i >= 0; i-- {
-			if o := &s.Orphans[i]; o.ToolUseID == id {
-				if o.LateResultSeq == 0 {
-					o.LateResultSeq = ev.Seq
-				}
-				break
-			}
+		if o := s.orphan(id); o != nil && o.LateResultSeq == 0 {
+			o.LateResultSeq = ev.Seq
 		}
 		s.unmatched(ev, id, UnmatchedLate, RuleLateToolResult,
 			fmt.Sprintf("tool_result for %s (%s), already declared an orphan", id, tc.Name), tc.Turn)
@@ -422,7 +502,7 @@ func (s *Session) answer(ev events.Event, cb *events.ContentBlock, synthetic boo
 // repairs, or nil: its assistant message must still be the history's
 // latest assistant message, and no late result may have answered it.
 func (s *Session) repairable(id string) *ToolCall {
-	id = validKey(id)
+	id = IDKey(id)
 	tc := s.toolCall(id)
 	if tc == nil || tc.Message == 0 || tc.Status != ToolOrphaned {
 		return nil
@@ -444,12 +524,28 @@ func (s *Session) repair(ev events.Event, tc *ToolCall, cb *events.ContentBlock)
 	if o := s.orphan(tc.ToolUseID); o != nil {
 		o.Repaired, o.RepairedSeq = true, ev.Seq
 	}
-	for i := since(s.HistoryStart.Violations, s.Totals.Violations, len(s.Violations)); i < len(s.Violations); i++ {
-		if v := &s.Violations[i]; !v.Resolved && v.Rule == RuleToolUseWithoutResult && v.ToolUseID == tc.ToolUseID {
-			v.Resolved, v.ResolvedSeq = true, ev.Seq
-			s.Totals.Resolved++
+	// The orphan's tool_use_without_result violation is resolved, whether
+	// Violations still keeps it or not, so that Status and the
+	// distillation check count it out.
+	s.Totals.Resolved++
+	if s.HistoryBroken[RuleToolUseWithoutResult] > 0 {
+		if s.HistoryBroken[RuleToolUseWithoutResult]--; s.HistoryBroken[RuleToolUseWithoutResult] == 0 {
+			delete(s.HistoryBroken, RuleToolUseWithoutResult)
 		}
 	}
+	for i := len(s.Violations) - 1; i >= since(s.HistoryStart.Violations, s.Totals.Violations, len(s.Violations)); i-- {
+		if v := &s.Violations[i]; !v.Resolved && v.Rule == RuleToolUseWithoutResult && v.ToolUseID == tc.ToolUseID {
+			v.Resolved, v.ResolvedSeq = true, ev.Seq
+			break
+		}
+	}
+}
+
+// untracked reports whether the previous assistant message has tool_use
+// blocks the state did not track (past MaxToolUsesPerMessage).
+func (s *Session) untracked() bool {
+	m := s.lastAssistant()
+	return m != nil && m.UntrackedToolUses > 0
 }
 
 // orphan returns the latest orphan of the current history with tool_use

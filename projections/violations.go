@@ -10,7 +10,8 @@ import (
 type Rule string
 
 // The rules the fold checks. Invariant 1 (turns): TurnUnknown,
-// TurnAlreadyEnded, TurnDuplicateStart, TurnWhilePaused. Invariant 2 (the
+// TurnAlreadyEnded, TurnDuplicateStart, TurnWhilePaused, TooManyTurns.
+// Invariant 2 (the
 // Anthropic Messages API rules on tool_use, tool_result and roles):
 // ToolUseWithoutResult, ToolResultWithoutToolUse, DuplicateToolResult,
 // LateToolResult, DuplicateToolUse, ResultsNotFirst, FirstMessageNotUser.
@@ -29,6 +30,9 @@ const (
 	RuleTurnDuplicateStart Rule = "turn_duplicate_start"
 	// RuleTurnWhilePaused: a turn started while the session was paused.
 	RuleTurnWhilePaused Rule = "turn_while_paused"
+	// RuleTooManyTurns: a turn started while MaxInFlightTurns turns were
+	// in flight; the state does not track it.
+	RuleTooManyTurns Rule = "too_many_turns_in_flight"
 
 	// RuleToolUseWithoutResult: the user message after a tool_use is
 	// complete without its tool_result (the tool_use is an orphan).
@@ -87,7 +91,7 @@ type Violation struct {
 	Seq uint64 `json:"seq"`
 	// Rule is the rule broken (a Rule constant).
 	Rule Rule `json:"rule"`
-	// Detail says what broke, for people.
+	// Detail says what broke, for people (DetailRunes runes at most).
 	Detail string `json:"detail"`
 	// ToolUseID and Turn name the tool_use and the turn concerned, when
 	// there is one.
@@ -125,27 +129,48 @@ type UnknownType struct {
 	FirstSeq uint64 `json:"first_seq"`
 }
 
-// violate records a violation at ev.
-func (s *Session) violate(ev events.Event, rule Rule, detail, toolUseID, turn string) {
-	s.Violations = append(s.Violations, Violation{Seq: ev.Seq, Rule: rule, Detail: detail, ToolUseID: toolUseID, Turn: turn, Time: ev.Time.Round(0)})
+// violate records a violation at ev. toolUseID and turn are keys
+// already (IDKey, tokenKey); why is clipped (DetailRunes).
+func (s *Session) violate(ev events.Event, rule Rule, why, toolUseID, turn string) {
+	s.Violations = append(s.Violations, Violation{Seq: ev.Seq, Rule: rule, Detail: detail(why), ToolUseID: toolUseID, Turn: turn, Time: ev.Time.Round(0)})
 	s.Totals.Violations++
+	if isHistoryRule(rule) {
+		if s.HistoryBroken == nil {
+			s.HistoryBroken = map[Rule]int{}
+		}
+		s.HistoryBroken[rule]++
+	}
+}
+
+func isHistoryRule(r Rule) bool {
+	for _, h := range historyRules {
+		if r == h {
+			return true
+		}
+	}
+	return false
 }
 
 // invalid records an event that cannot be folded.
 func (s *Session) invalid(ev events.Event, why string) {
-	why = preview(why, 500)
-	s.InvalidEvents = append(s.InvalidEvents, InvalidEvent{Seq: ev.Seq, ID: ev.ID, Type: ev.Type, Error: why})
+	why = detail(why)
+	s.InvalidEvents = append(s.InvalidEvents, InvalidEvent{Seq: ev.Seq, ID: IDKey(ev.ID), Type: events.Type(IDKey(string(ev.Type))), Error: why})
 	s.Totals.InvalidEvents++
 	s.violate(ev, RuleInvalidEvent, why, "", "")
 }
 
 // unknown counts an event of a type this version does not know.
 func (s *Session) unknown(ev events.Event) {
+	typ := events.Type(IDKey(string(ev.Type)))
 	for i := range s.UnknownTypes {
-		if s.UnknownTypes[i].Type == ev.Type {
+		if s.UnknownTypes[i].Type == typ {
 			s.UnknownTypes[i].Count++
 			return
 		}
 	}
-	s.UnknownTypes = append(s.UnknownTypes, UnknownType{Type: ev.Type, Count: 1, FirstSeq: ev.Seq})
+	if len(s.UnknownTypes) >= MaxUnknownTypes {
+		s.UnknownOther++
+		return
+	}
+	s.UnknownTypes = append(s.UnknownTypes, UnknownType{Type: typ, Count: 1, FirstSeq: ev.Seq})
 }

@@ -58,10 +58,6 @@ func Live(s *projections.Session, now time.Time, p *Policy, runtimePresent bool)
 	return !s.LastLiveStored.IsZero() && now.Sub(s.LastLiveStored) <= time.Duration(p.Live.Horizon)
 }
 
-// maxIssue bounds how many times one detection is issued again after its
-// runtime came back (each return issues it once more).
-const maxIssue = 20
-
 // transientClasses are the error classes the transient policy covers.
 var transientClasses = []recovery.Class{
 	recovery.ClassNetwork, recovery.ClassTimeout, recovery.ClassRateLimit, recovery.ClassOverloaded, recovery.ClassServer,
@@ -82,18 +78,6 @@ func Decide(in Input) []Action {
 	var out []Action
 	cmd := func(kind recovery.Kind, turn, reason string, evidence []uint64, params recovery.Params) {
 		c := recovery.NewCommand(kind, s.Tenant, s.Session, turn, reason, evidence)
-		// A detection whose command could not reach the runtime (it
-		// failed runtime_unavailable and paused the session) is issued
-		// again, once, after the session was resumed for the runtime's
-		// return: a new issue, a new id.
-		for c.Issue < maxIssue && !s.Paused && in.RuntimePresent {
-			rec := s.Command(c.ID)
-			if rec == nil || !rec.Done() || rec.PauseCause != events.CauseRuntimeUnavailable {
-				break
-			}
-			c.Issue++
-			c.ID = recovery.CommandID(kind, s.Tenant, s.Session, turn, evidence, c.Issue)
-		}
 		if rec := s.Command(c.ID); rec != nil && rec.Done() {
 			return // decided before, and carried out: nothing new
 		}
@@ -104,13 +88,19 @@ func Decide(in Input) []Action {
 	}
 
 	// A session paused because no runtime answered resumes when its
-	// runtime is back; what needed the runtime is then issued again.
+	// runtime is back, and the command that could not reach it is issued
+	// again, once, after the resume (recovery.Params.Reissue: the worker
+	// issues its next issue, whoever issued it first).
 	if s.Paused && s.PauseCause == events.CauseRuntimeUnavailable && in.RuntimePresent {
 		cmd(recovery.KindResumeSession, "", fmt.Sprintf("the runtime of %s/%s is back (paused at seq %d: %s)", s.Tenant, s.Session, s.PausedSeq, oneLine(s.PauseReason)),
-			[]uint64{s.PausedSeq}, recovery.Params{})
+			[]uint64{s.PausedSeq}, recovery.Params{Reissue: s.PauseCommand})
 	}
 
 	// Invariant 2: an orphaned tool_use is repaired before anything else.
+	// The command names the orphans by their keys (projections.IDKey: an
+	// id too long for one is a digest, which the worker reads back whole
+	// from the record at the orphan's sequence) and its reason names a
+	// few, so that it stays small whatever the ids.
 	if *p.Orphans.Repair {
 		if ids := s.OrphanedToolUseIDs(); len(ids) > 0 {
 			var seqs []uint64
@@ -121,7 +111,7 @@ func Decide(in Input) []Action {
 			}
 			slices.Sort(seqs)
 			seqs = slices.Compact(seqs)
-			cmd(recovery.KindRepairOrphans, "", fmt.Sprintf("orphaned tool_use %s: no tool_result before the history moved on", strings.Join(ids, ", ")),
+			cmd(recovery.KindRepairOrphans, "", fmt.Sprintf("orphaned tool_use %s: no tool_result before the history moved on", nameSome(ids)),
 				seqs, recovery.Params{ToolUseIDs: ids})
 		}
 	}
@@ -139,15 +129,12 @@ func Decide(in Input) []Action {
 		if t.DeadlineMS > 0 {
 			deadline = time.Duration(t.DeadlineMS) * time.Millisecond
 		}
-		last := string(t.LastStage)
-		if last == "" {
-			last = "none"
-		}
+		stages := stagesOf(t)
 		switch {
 		case in.RestartAbandon:
-			cmd(recovery.KindAbandonTurn, t.ID, fmt.Sprintf("in flight when the engine restarted; last stage: %s", last), []uint64{t.StartedSeq}, recovery.Params{})
+			cmd(recovery.KindAbandonTurn, t.ID, "in flight when the engine restarted; "+stages, []uint64{t.StartedSeq}, recovery.Params{})
 		case in.Now.Sub(turnSeen(t, in.TurnSeenAt, in.Now)) >= deadline:
-			cmd(recovery.KindAbandonTurn, t.ID, fmt.Sprintf("no outcome within %s of its start; last stage: %s", deadline, last), []uint64{t.StartedSeq}, recovery.Params{})
+			cmd(recovery.KindAbandonTurn, t.ID, fmt.Sprintf("no outcome within %s of its start; %s", deadline, stages), []uint64{t.StartedSeq}, recovery.Params{})
 		}
 	}
 
@@ -178,13 +165,13 @@ func Decide(in Input) []Action {
 		switch {
 		case slices.Contains(transientClasses, class):
 			cmd(recovery.KindRetryTurn, t.ID, reason, []uint64{t.EndedSeq},
-				recovery.Params{Chain: p.Transient.Chain, Recommendation: p.Transient.Recommendation, ErrorClass: string(class), Provider: t.Error.Provider})
+				recovery.Params{Chain: p.Transient.Chain, Recommendation: p.Transient.Recommendation, ErrorClass: class, Provider: t.Error.Provider})
 		case class == recovery.ClassAuthentication:
 			cmd(recovery.KindRetryTurn, t.ID, reason, []uint64{t.EndedSeq},
-				recovery.Params{Chain: p.Authentication, Recommendation: "fix the credentials, then resume the session", ErrorClass: string(class)})
+				recovery.Params{Chain: p.Authentication, Recommendation: "fix the credentials, then resume the session", ErrorClass: class})
 		case class == recovery.ClassParseError:
 			cmd(recovery.KindRetryTurn, t.ID, reason, []uint64{t.EndedSeq},
-				recovery.Params{Chain: p.ParseFailure, ErrorClass: string(class)})
+				recovery.Params{Chain: p.ParseFailure, ErrorClass: class})
 		}
 	}
 
@@ -197,9 +184,15 @@ func Decide(in Input) []Action {
 		cmd(recovery.KindPivotStrategy, "", fmt.Sprintf("loop: the same error %d times in a row since seq %d", st.Count, st.FirstSeq),
 			[]uint64{st.FirstSeq}, recovery.Params{Strategy: "different approach after a repeated error"})
 	}
-	if t := lastTurn(s); t != nil && t.FailedAttempts >= p.Budget.ImplementationAttempts {
-		cmd(recovery.KindPivotStrategy, t.ID, fmt.Sprintf("turn %s spent its implementation budget: %d failed attempts", t.ID, t.FailedAttempts),
-			[]uint64{t.StartedSeq}, recovery.Params{Strategy: "budget spent"})
+	// The implementation budget: attempts at one step of the turn in
+	// flight that failed in a row (projections.Step). One command per run
+	// of failures (its first failure is the evidence); a turn that ended
+	// needs no pivot.
+	if t := lastTurn(s); t != nil && t.Status == projections.TurnInFlight && t.FailedAttempts >= p.Budget.ImplementationAttempts {
+		if st := s.BudgetStep(t.ID); st != nil {
+			cmd(recovery.KindPivotStrategy, t.ID, fmt.Sprintf("turn %s spent its implementation budget: %d failed attempts in a row at one step (%s, seq %d to %d)",
+				t.ID, st.Failures, st.Name, st.FirstSeq, st.LastSeq), []uint64{st.FirstSeq}, recovery.Params{Strategy: "budget spent"})
+		}
 	}
 	return out
 }
@@ -235,6 +228,16 @@ func lastTurn(s *projections.Session) *projections.Turn {
 	return &s.Turns[len(s.Turns)-1]
 }
 
+// nameSome names at most 5 of ids (keys, each short) and how many more
+// there are.
+func nameSome(ids []string) string {
+	const most = 5
+	if len(ids) <= most {
+		return strings.Join(ids, ", ")
+	}
+	return fmt.Sprintf("%s and %d more", strings.Join(ids[:most], ", "), len(ids)-most)
+}
+
 func oneLine(s string) string {
 	s = strings.Join(strings.Fields(s), " ")
 	if r := []rune(s); len(r) > 120 {
@@ -260,4 +263,18 @@ func turnSeen(t projections.Turn, f func(string) time.Time, now time.Time) time.
 		return t.SeenAt
 	}
 	return seenAt(f, t.ID, now)
+}
+
+// stagesOf says where an in-flight turn is, in turn.abandoned's words:
+// "in stage execute, last stage completed: history".
+func stagesOf(t projections.Turn) string {
+	in, last := t.Stage, t.LastStage
+	if in == "" {
+		in = last.Next()
+	}
+	done := string(last)
+	if done == "" {
+		done = "none"
+	}
+	return fmt.Sprintf("in stage %s, last stage completed: %s", in, done)
 }

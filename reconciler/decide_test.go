@@ -91,8 +91,8 @@ func TestDeadlineCountsFromTheLogsClock(t *testing.T) {
 
 // A command that paused the session for runtime_unavailable: while the
 // runtime is away only the pause stands; when it is back, the session is
-// resumed, and once resumed the same detection is issued again with a new
-// issue number (and id).
+// resumed with the paused command to issue again (the worker issues its
+// next issue after the resume); once resumed, nothing more is decided.
 func TestDecideResumesAndReissuesWhenTheRuntimeReturns(t *testing.T) {
 	now := time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC)
 	policy := reconciler.DefaultPolicy()
@@ -111,13 +111,16 @@ func TestDecideResumesAndReissuesWhenTheRuntimeReturns(t *testing.T) {
 	}
 	in.RuntimePresent = true
 	got := reconciler.Decide(in)
-	if len(got) != 1 || got[0].Command.Kind != recovery.KindResumeSession {
-		t.Fatalf("runtime back: %+v, want resume_session", got)
+	if len(got) != 1 || got[0].Command.Kind != recovery.KindResumeSession || got[0].Command.Params.Reissue != distill {
+		t.Fatalf("runtime back: %+v, want resume_session reissuing %s", got, distill)
 	}
 	resumed := fold(t, now, now, append(steps, ev("", &events.SessionResumed{Reason: "runtime back"}))...)
 	in.State = resumed
-	got = reconciler.Decide(in)
-	if len(got) != 1 || got[0].Command.Kind != recovery.KindDistill || got[0].Command.Issue != 2 || got[0].Command.ID == distill {
-		t.Fatalf("resumed: %+v, want distill issue 2", got)
+	if got := reconciler.Decide(in); len(got) != 0 {
+		t.Fatalf("resumed: %+v, want nothing (the worker issues the distill again)", got)
+	}
+	again := recovery.Reissued(recovery.NewCommand(recovery.KindDistill, "acme", "s1", "", "distill", []uint64{1}), "reconciler", now)
+	if again.Issue != 2 || again.ID == distill || again.ID != recovery.CommandID(recovery.KindDistill, "acme", "s1", "", []uint64{1}, 2) {
+		t.Fatalf("reissued: %+v", again)
 	}
 }

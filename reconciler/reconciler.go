@@ -9,17 +9,23 @@
 // partition's sessions (Scan), so turns and requests left in flight by a
 // crash or a dead engine are resolved without waiting for new events. When the log cannot be written it fails closed: it stops issuing,
 // says why (logs, Healthy, metrics), keeps what it could not do, and
-// carries on once the log is writable again.
+// carries on once the log is writable again. When one action is refused
+// (too large, invalid: recovery.Refused), that is its session's matter
+// alone: the action is parked in the session's log with its reason, the
+// session is paused (cause parked), and every other session is served as
+// before.
 package reconciler
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
@@ -40,6 +46,10 @@ type Config struct {
 	Tick time.Duration
 	// QueueSize bounds the actions waiting to be carried out. Default 4096.
 	QueueSize int
+	// MaxCommandBytes bounds the JSON body of a command it issues; a larger
+	// one is refused (events.ErrTooLarge) and parked for its session.
+	// Default (and at most) recovery.MaxCommandBytes.
+	MaxCommandBytes int
 	// OnIssue, when set, is called with each command issued (metrics).
 	OnIssue func(recovery.Command)
 	// OnFailClosed, when set, is called when the reconciler fails closed
@@ -72,6 +82,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.QueueSize == 0 {
 		c.QueueSize = 4096
+	}
+	if c.MaxCommandBytes <= 0 || c.MaxCommandBytes > recovery.MaxCommandBytes {
+		c.MaxCommandBytes = recovery.MaxCommandBytes
 	}
 }
 
@@ -306,8 +319,7 @@ func (r *Reconciler) scan(ctx context.Context, partitions []int, restart bool) e
 	switch {
 	case err == nil:
 		for _, m := range sums {
-			open := m.InFlight > 0 || m.PendingDistillation || m.Orphans > 0 || (m.Paused && m.PauseCause == events.CauseRuntimeUnavailable)
-			if open && !m.History {
+			if m.NeedsReconciler() {
 				refs = append(refs, ref{m.Tenant, m.Session})
 			}
 		}
@@ -457,7 +469,9 @@ const ProbeBucket = "turnstone_probe"
 
 // executeLoop carries out queued actions one at a time, in order. When the
 // log cannot be written it fails closed: the action is kept and retried
-// every tick until it works.
+// every tick until it works. An action the log refuses (recovery.Refused:
+// too large, invalid) is parked for its session (see park) and the loop
+// goes on with the next: one session's refusal never holds the others.
 func (r *Reconciler) executeLoop(ctx context.Context) {
 	defer r.wg.Done()
 	for {
@@ -475,6 +489,9 @@ func (r *Reconciler) executeLoop(ctx context.Context) {
 			r.mu.Unlock()
 			if err == nil || byWrite {
 				err = r.execute(ctx, a)
+				if recovery.Refused(err) {
+					err = r.park(ctx, a, err)
+				}
 			}
 			if err == nil || ctx.Err() != nil {
 				break
@@ -509,6 +526,86 @@ func (r *Reconciler) executeLoop(ctx context.Context) {
 	}
 }
 
+// park sets aside an action the log refused (cause, a recovery.Refused
+// error), for its session only: a recovery.parked naming the command (for
+// a command) and a session.paused with cause parked (unless the session
+// is paused already) in the session's log, each with the reason clipped
+// to maxParkReason bytes, and one warning in the engine's log. The
+// session then shows as paused in `sessions`, `inspect` and `incidents`,
+// and a judgement of it issues the same command no more (the state
+// records it parked), after a restart too. It returns nil once that is
+// written, or when writing it is refused in its turn (logged; nothing more
+// can be done for the action); the log's error when the log cannot be
+// written (the caller fails closed and tries again).
+func (r *Reconciler) park(ctx context.Context, a Action, cause error) error {
+	var tenant, session, what, cmdID, kind string
+	switch {
+	case a.Command != nil:
+		tenant, session, cmdID, kind = a.Command.Tenant, a.Command.Session, a.Command.ID, string(a.Command.Kind)
+		what = fmt.Sprintf("command %s (%s)", cmdID, kind)
+	case len(a.Events) > 0:
+		tenant, session = a.Events[0].Tenant, a.Events[0].Session
+		what = fmt.Sprintf("the reconciler's %s", a.Events[0].Type)
+	default:
+		return nil
+	}
+	reason := events.MaskString(clipBytes(fmt.Sprintf("refused: %v", cause), maxParkReason))
+	r.l.Warn().Str("session", key(tenant, session)).Str("action", what).Str("reason", reason).
+		Msg("action refused; parked for its session only, the other sessions carry on")
+	at := time.Unix(0, 0).UTC() // the ids must not depend on when it is decided
+	event := func(k string, p events.Payload) (events.Event, error) {
+		ev, err := events.NewAt(r.cfg.Clock.Now().UTC(), events.DeterministicID(at, "reconciler/refused/"+a.Key+"/"+k), tenant, session, "", p)
+		ev.Source = "urn:turnstone:reconciler"
+		return ev, err
+	}
+	var evs []events.Event
+	if a.Command != nil {
+		ev, err := event("parked", &events.RecoveryParked{CommandID: cmdID, Kind: kind, Reason: reason})
+		if err != nil {
+			return nil
+		}
+		evs = append(evs, ev)
+	}
+	if s, err := r.state(ctx, tenant, session); err != nil && !errors.Is(err, events.ErrSessionNotFound) {
+		return err
+	} else if s == nil || !s.Paused {
+		ev, err := event("pause", &events.SessionPaused{Reason: what + " " + reason, Cause: events.CauseParked, CommandID: cmdID, Kind: kind})
+		if err != nil {
+			return nil
+		}
+		evs = append(evs, ev)
+	}
+	if len(evs) == 0 {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if _, err := r.log.Append(ctx, evs); err != nil {
+		if recovery.Refused(err) {
+			r.l.Error().Str("session", key(tenant, session)).Str("error", clipBytes(err.Error(), maxParkReason)).Msg("the park of a refused action was refused too; the action is dropped")
+			return nil
+		}
+		return fmt.Errorf("park %s: %w", what, err)
+	}
+	return nil
+}
+
+// maxParkReason bounds, in bytes, the reason park writes and logs.
+const maxParkReason = 1 << 10
+
+// clipBytes returns s cut to at most n bytes at a character boundary, with
+// "…" and how many bytes were cut when it cut.
+func clipBytes(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	i := n
+	for i > 0 && !utf8.RuneStart(s[i]) {
+		i--
+	}
+	return fmt.Sprintf("%s… (%d more bytes)", s[:i], len(s)-i)
+}
+
 func (r *Reconciler) forget(k string) {
 	r.mu.Lock()
 	delete(r.queued, k)
@@ -519,6 +616,9 @@ func (r *Reconciler) execute(ctx context.Context, a Action) error {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	if a.Command != nil {
+		if body, err := json.Marshal(a.Command); err == nil && len(body) > r.cfg.MaxCommandBytes {
+			return fmt.Errorf("issue %s: %w: %d bytes encoded, the limit is %d", a.Command.ID, events.ErrTooLarge, len(body), r.cfg.MaxCommandBytes)
+		}
 		if _, dup, err := recovery.Issue(ctx, r.js, *a.Command); err != nil {
 			return fmt.Errorf("issue %s: %w", a.Command.ID, err)
 		} else if !dup {

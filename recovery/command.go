@@ -107,7 +107,8 @@ type Params struct {
 	Provider       string   `json:"provider,omitempty"`
 	ToProvider     string   `json:"to_provider,omitempty"`
 	Strategy       string   `json:"strategy,omitempty"`
-	ErrorClass     string   `json:"error_class,omitempty"`
+	ErrorClass     Class    `json:"error_class,omitempty"`
+	Reissue        string   `json:"reissue,omitempty"`
 }
 
 // Diagnostics travel with abort_session: what failed, what was tried, and
@@ -182,6 +183,23 @@ func NewCommand(kind Kind, tenant, session, turn, reason string, evidence []uint
 // reconciler issues; commands issued by hand name their issuer otherwise.
 const IssuerReconciler = "reconciler"
 
+// Reissued returns c issued again: the same kind, session, turn, evidence
+// and parameters, the next issue number, and the id that issue number
+// gives (CommandID), so that issuing it twice stores it once. issuedBy and
+// at are who issues it and when.
+func Reissued(c Command, issuedBy string, at time.Time) Command {
+	n := c
+	n.Issue = c.Issue + 1
+	n.ID = CommandID(c.Kind, c.Tenant, c.Session, c.Turn, c.Evidence, n.Issue)
+	n.IssuedAt, n.IssuedBy = at.UTC(), issuedBy
+	if !strings.HasSuffix(n.Reason, reissueNote) {
+		n.Reason += reissueNote
+	}
+	return n
+}
+
+const reissueNote = " (issued again: its runtime is back)"
+
 // ErrInvalidCommand wraps every rule a command breaks.
 var ErrInvalidCommand = errors.New("invalid command")
 
@@ -206,6 +224,8 @@ func (c *Command) Validate() error {
 	}
 	if c.Reason == "" {
 		bad("reason: required")
+	} else if len(c.Reason) > MaxReasonBytes {
+		bad("reason: %d bytes, the limit is %d", len(c.Reason), MaxReasonBytes)
 	}
 	if c.Issue < 1 {
 		bad("issue: must be at least 1, got %d", c.Issue)

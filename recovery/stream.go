@@ -164,8 +164,11 @@ func Setup(ctx context.Context, log *events.Log, c DeliveryConfig) (jetstream.Ke
 // Issue publishes a command to agent.cmd.<tenant>.<session> with its id as
 // Nats-Msg-Id, and returns the stream sequence it is stored at and whether
 // JetStream dropped it as a duplicate of the same command issued within
-// the duplicate window. Errors: ErrInvalidCommand (nothing sent), or the
-// publish's error.
+// the duplicate window. Errors: ErrInvalidCommand (nothing sent);
+// events.ErrTooLarge when its body is over MaxCommandBytes (nothing sent)
+// or the server refuses its size; events.ErrLogUnavailable when JetStream
+// does not answer; a JetStream API error as it is. Refused tells the
+// refusals from the rest.
 func Issue(ctx context.Context, js jetstream.JetStream, cmd Command) (seq uint64, duplicate bool, err error) {
 	if err := cmd.Validate(); err != nil {
 		return 0, false, fmt.Errorf("issue command: %w", err)
@@ -174,37 +177,93 @@ func Issue(ctx context.Context, js jetstream.JetStream, cmd Command) (seq uint64
 	if err != nil {
 		return 0, false, fmt.Errorf("issue command %s: %w", cmd.ID, err)
 	}
+	if len(body) > MaxCommandBytes {
+		return 0, false, fmt.Errorf("issue command %s: %w: %d bytes encoded, the limit is %d", cmd.ID, events.ErrTooLarge, len(body), MaxCommandBytes)
+	}
 	ack, err := js.Publish(ctx, CommandSubject(cmd.Tenant, cmd.Session), body,
 		jetstream.WithMsgID(cmd.ID), jetstream.WithExpectStream(Stream))
 	if err != nil {
-		return 0, false, fmt.Errorf("issue command %s: %w", cmd.ID, err)
+		return 0, false, fmt.Errorf("issue command %s: %w", cmd.ID, publishError(err))
 	}
 	return ack.Sequence, ack.Duplicate, nil
 }
 
-// Status is what the status bucket holds for a command: its State
-// ("running", "completed", "parked", "skipped"), Outcome once completed,
+// FindCommand returns the command with id among the session's commands in
+// AGENT_RECOVERY (a few messages: one direct get per command of the
+// session). ErrCommandNotFound when it is not there (or its record has
+// gone past CommandMaxAge).
+func FindCommand(ctx context.Context, js jetstream.JetStream, tenant, session, id string) (Command, error) {
+	st, err := js.Stream(ctx, Stream)
+	if err != nil {
+		return Command{}, fmt.Errorf("find command %s: %w", id, err)
+	}
+	subject := CommandSubjectPrefix + ".*." + tenant + "." + session
+	for seq := uint64(1); ; {
+		msg, err := st.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(subject))
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			return Command{}, fmt.Errorf("find command %s: %w", id, ErrCommandNotFound)
+		}
+		if err != nil {
+			return Command{}, fmt.Errorf("find command %s: %w", id, err)
+		}
+		var c Command
+		if json.Unmarshal(msg.Data, &c) == nil && c.ID == id {
+			return c, nil
+		}
+		seq = msg.Sequence + 1
+	}
+}
+
+// ErrCommandNotFound: no command with that id is stored for the session.
+var ErrCommandNotFound = errors.New("command not found")
+
+// Status is what the status bucket holds for a command: its State (one of
+// States; StatePending is never stored), Outcome once completed,
 // Attempts so far, the Worker that last ran it, Reason (for parked and
 // skipped commands), the stream sequence of the command (Seq) and when the
 // status last changed.
 type Status struct {
-	ID        string    `json:"id"`
-	Kind      Kind      `json:"kind"`
-	Tenant    string    `json:"tenant"`
-	Session   string    `json:"session"`
-	Seq       uint64    `json:"seq"`
-	State     string    `json:"state"`
-	Outcome   string    `json:"outcome,omitempty"`
-	Attempts  int       `json:"attempts,omitempty"`
-	Worker    string    `json:"worker,omitempty"`
-	Reason    string    `json:"reason,omitempty"`
-	UpdatedAt time.Time `json:"updated_at"`
+	ID        string         `json:"id"`
+	Kind      Kind           `json:"kind"`
+	Tenant    string         `json:"tenant"`
+	Session   string         `json:"session"`
+	Seq       uint64         `json:"seq"`
+	State     State          `json:"state"`
+	Outcome   events.Outcome `json:"outcome,omitempty"`
+	Attempts  int            `json:"attempts,omitempty"`
+	Worker    string         `json:"worker,omitempty"`
+	Reason    string         `json:"reason,omitempty"`
+	UpdatedAt time.Time      `json:"updated_at"`
 }
 
-// Command states in the status bucket.
+// State is where a recovery command is: one of States.
+type State string
+
+// The command states. Workers store all but StatePending in the status
+// bucket; a command the bucket holds nothing for is pending.
 const (
-	StateRunning   = "running"
-	StateCompleted = "completed"
-	StateParked    = "parked"
-	StateSkipped   = "skipped"
+	// StatePending: issued, and no worker has reported on it yet.
+	StatePending State = "pending"
+	// StateRunning: a worker is executing it.
+	StateRunning State = "running"
+	// StateCompleted: it has an outcome (Status.Outcome).
+	StateCompleted State = "completed"
+	// StateParked: it was set aside after its last delivery failed, or
+	// because its session is paused (Status.Reason says why).
+	StateParked State = "parked"
+	// StateSkipped: it was not run (Status.Reason says why).
+	StateSkipped State = "skipped"
 )
+
+// States lists every State, in the order a command goes through them.
+var States = []State{StatePending, StateRunning, StateCompleted, StateParked, StateSkipped}
+
+// Valid reports whether s is one of States.
+func (s State) Valid() bool {
+	for _, x := range States {
+		if s == x {
+			return true
+		}
+	}
+	return false
+}

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -317,7 +318,7 @@ func (w *Worker) handle(msg jetstream.Msg) {
 	}
 	if err != nil {
 		ended = "invalid"
-		w.l.Error().Err(err).Uint64("seq", meta.Sequence.Stream).Msg("command refused")
+		w.l.Error().Str("error", shorten(err.Error(), maxLoggedError)).Uint64("seq", meta.Sequence.Stream).Msg("command refused")
 		if events.ValidToken(cmd.Tenant) && events.ValidToken(cmd.Session) && cmd.ID != "" {
 			if cmd.Kind == "" {
 				cmd.Kind = "unknown"
@@ -337,8 +338,21 @@ func (w *Worker) handle(msg jetstream.Msg) {
 		}
 		return
 	}
-	if int(meta.NumDelivered) >= w.cfg.Delivery.MaxDeliver {
-		if perr := w.park(ctx, cmd, meta, fmt.Sprintf("failed on all %d deliveries: %v", meta.NumDelivered, err)); perr != nil {
+	// A refusal (too large, invalid) comes back the same on every
+	// delivery: park it at once, for its session only.
+	if refused := Refused(err); refused || int(meta.NumDelivered) >= w.cfg.Delivery.MaxDeliver {
+		reason := fmt.Sprintf("failed on all %d deliveries: %v", meta.NumDelivered, err)
+		if refused {
+			reason = fmt.Sprintf("refused: %v", err)
+		}
+		if perr := w.park(ctx, cmd, meta, reason); perr != nil {
+			if Refused(perr) {
+				// Not even the park can be written: drop the command, once.
+				w.l.Error().Str("error", shorten(perr.Error(), maxLoggedError)).Str("command", cmd.ID).Msg("park refused; the command is dropped")
+				ended = "parked"
+				_ = msg.TermWithReason("refused")
+				return
+			}
 			w.l.Error().Err(perr).Str("command", cmd.ID).Msg("park failed; leaving the command for redelivery")
 			_ = msg.NakWithDelay(w.cfg.Delivery.AckWait)
 			return
@@ -415,11 +429,11 @@ func (w *Worker) execute(ctx context.Context, cmd Command, meta *jetstream.MsgMe
 		if err != nil {
 			return "", err
 		}
-		return outcome, w.setStatus(ctx, cmd, meta, StateCompleted, outcome, attempts, "")
+		return string(outcome), w.setStatus(ctx, cmd, meta, StateCompleted, outcome, attempts, "")
 	}
 }
 
-type effect func(ctx context.Context, cmd Command, state *projections.Session) (outcome string, attempts int, err error)
+type effect func(ctx context.Context, cmd Command, state *projections.Session) (outcome events.Outcome, attempts int, err error)
 
 func (w *Worker) restore(ctx context.Context, tenant, session string) (*projections.Session, error) {
 	s, err := projections.Restore(ctx, w.log, w.store, tenant, session)
@@ -444,14 +458,14 @@ func (w *Worker) event(cmd Command, session, turn, key string, p events.Payload)
 	return ev
 }
 
-func (w *Worker) attempted(cmd Command, n int, strategy, result string, class string, e *events.ErrorInfo, d time.Duration) events.Event {
+func (w *Worker) attempted(cmd Command, n int, strategy string, result events.AttemptResult, class string, e *events.ErrorInfo, d time.Duration) events.Event {
 	return w.event(cmd, cmd.Session, "", fmt.Sprintf("attempt/%d", n), &events.RecoveryAttempted{
 		CommandID: cmd.ID, Kind: string(cmd.Kind), Attempt: n, Strategy: strategy, Worker: w.cfg.Name,
 		Result: result, Class: class, Error: e, DurationMS: d.Milliseconds(),
 	})
 }
 
-func (w *Worker) completed(cmd Command, outcome, strategy string, attempts int, detail string) events.Event {
+func (w *Worker) completed(cmd Command, outcome events.Outcome, strategy string, attempts int, detail string) events.Event {
 	return w.event(cmd, cmd.Session, "", "completed", &events.RecoveryCompleted{
 		CommandID: cmd.ID, Kind: string(cmd.Kind), Outcome: outcome, Strategy: strategy, Attempts: attempts, Detail: events.MaskString(detail),
 	})
@@ -461,7 +475,7 @@ func (w *Worker) completed(cmd Command, outcome, strategy string, attempts int, 
 // session paused (so nothing of it runs out of order after the gap), and
 // the status bucket updated.
 func (w *Worker) park(ctx context.Context, cmd Command, meta *jetstream.MsgMetadata, reason string) error {
-	reason = events.MaskString(reason)
+	reason = events.MaskString(shorten(reason, maxParkReason))
 	state, err := w.restore(ctx, cmd.Tenant, cmd.Session)
 	if err != nil {
 		return err
@@ -482,7 +496,7 @@ func (w *Worker) park(ctx context.Context, cmd Command, meta *jetstream.MsgMetad
 	return w.setStatus(ctx, cmd, meta, StateParked, "", 0, reason)
 }
 
-func (w *Worker) setStatus(ctx context.Context, cmd Command, meta *jetstream.MsgMetadata, state, outcome string, attempts int, reason string) error {
+func (w *Worker) setStatus(ctx context.Context, cmd Command, meta *jetstream.MsgMetadata, state State, outcome events.Outcome, attempts int, reason string) error {
 	if w.kv == nil {
 		return nil
 	}
@@ -496,6 +510,27 @@ func (w *Worker) setStatus(ctx context.Context, cmd Command, meta *jetstream.Msg
 		return fmt.Errorf("status of %s: %w", cmd.ID, err)
 	}
 	return nil
+}
+
+// Bounds of what the worker writes about a command it cannot run: the
+// reason of a park (in recovery.parked, session.paused, the status
+// bucket) and an error in its log, in bytes.
+const (
+	maxParkReason  = 1 << 10
+	maxLoggedError = 1 << 10
+)
+
+// shorten returns s cut to at most n bytes, at a character boundary, with
+// "…" (and how many bytes were cut) when it cut.
+func shorten(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	i := n
+	for i > 0 && !utf8.RuneStart(s[i]) {
+		i--
+	}
+	return fmt.Sprintf("%s… (%d more bytes)", s[:i], len(s)-i)
 }
 
 // recordBreaker appends a breaker's change of state to its tenant's

@@ -33,7 +33,7 @@ var (
 // New starts nothing; Close stops everything it started.
 type Runtime struct {
 	nc     *nats.Conn
-	log    *events.Log
+	log    events.SessionLog
 	cfg    Config
 	l      zerolog.Logger
 	source string
@@ -59,7 +59,7 @@ type Runtime struct {
 // control requests over nc. cfg is validated after its defaults are
 // applied; logger may be nil (no logging). The errors are Config's
 // (see Config.Validate) and a nil nc or log.
-func New(nc *nats.Conn, log *events.Log, cfg Config, logger *zerolog.Logger) (*Runtime, error) {
+func New(nc *nats.Conn, log events.SessionLog, cfg Config, logger *zerolog.Logger) (*Runtime, error) {
 	cfg.setDefaults()
 	var errs []error
 	if nc == nil {

@@ -84,10 +84,14 @@ func (b *badInput) publish(subject, id string, body []byte) (*jetstream.PubAck, 
 	return b.js.PublishMsg(ctx, m)
 }
 
-// publishOK is publish to the session's subject; it must be stored.
+// publishOK is publish to the session's stored subject, as a writer with
+// access to the stream (an older version, a bug in a trusted process)
+// would: it must be stored, and every reader must cope with it.
+// Publishers send to the wire subject instead, where the engine refuses
+// bad input at the door (TestUntrustedPublishersAreRefusedAtTheDoor).
 func (b *badInput) publishOK(t testing.TB, session, id string, body []byte) uint64 {
 	t.Helper()
-	ack, err := b.publish(events.EventSubject(badTenant, session), id, body)
+	ack, err := b.publish(b.log.SessionSubject(badTenant, session), id, body)
 	if err != nil {
 		t.Fatalf("raw publish to %s: %v", session, err)
 	}

@@ -106,7 +106,7 @@ func (r *runner) appendPair(ctx context.Context, url string, n int, prefix strin
 		return rate(len(evs), d), err
 	}
 	raw := func(evs []events.Event) (float64, time.Duration, error) {
-		msgs, err := rawMessages(evs) // not timed: the same bytes as Log.Append's
+		msgs, err := rawMessages(evs, l.Partitions()) // not timed: the same bytes as Log.Append's
 		if err != nil {
 			return 0, 0, err
 		}
@@ -213,15 +213,17 @@ type rawMsg struct {
 	body        []byte
 }
 
-// rawMessages encodes evs as Log.Append would (validate, mask, encode).
-func rawMessages(evs []events.Event) ([]rawMsg, error) {
+// rawMessages encodes evs as Log.Append would (validate, mask, encode),
+// for their stored subjects in a log of partitions partitions.
+func rawMessages(evs []events.Event, partitions int) ([]rawMsg, error) {
 	bodies, err := encodeAll(evs)
 	if err != nil {
 		return nil, err
 	}
 	msgs := make([]rawMsg, len(evs))
 	for i := range evs {
-		msgs[i] = rawMsg{subject: events.EventSubject(evs[i].Tenant, evs[i].Session), id: evs[i].ID, body: bodies[i]}
+		p := events.Partition(evs[i].Tenant, evs[i].Session, partitions)
+		msgs[i] = rawMsg{subject: events.StoredEventSubject(p, evs[i].Tenant, evs[i].Session), id: evs[i].ID, body: bodies[i]}
 	}
 	return msgs, nil
 }

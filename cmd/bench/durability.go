@@ -58,7 +58,7 @@ func (r *runner) durabilityFigure(ctx context.Context) error {
 			}{
 				{"raw PublishMsgAsync, 100 in flight per writer", func(prefix string) (time.Duration, int, error) {
 					evs := flatten(writerTurns(prefix, n, w))
-					msgs, err := rawMessages(evs)
+					msgs, err := rawMessages(evs, l.Partitions())
 					if err != nil {
 						return 0, 0, err
 					}

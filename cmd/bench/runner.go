@@ -11,6 +11,7 @@ import (
 	"runtime/pprof"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -44,6 +45,9 @@ type Sizes struct {
 	RestoreSizes []int
 	Restores     int
 	DistillEvery int
+	// InspectEvents is the length of the session the inspect figure
+	// restores and encodes (it never distils).
+	InspectEvents int
 	// Incidents is how many sessions break an invariant one after another
 	// (and again all at once) in the incident figure.
 	Incidents int
@@ -56,6 +60,15 @@ type Sizes struct {
 	// ImportSyncAlways imports them a second time with fsync on every ack.
 	ImportPaths      []string
 	ImportSyncAlways bool
+	// ScaleEvents are folded by one engine, then by two sharing the
+	// partitions (over FoldSessions sessions); Handovers is how many
+	// SIGKILLs the handover figure times per kind; NewSessions how many
+	// brand-new sessions the newsessions figure projects; FleetSessions
+	// how many summaries the fleet figure reads.
+	ScaleEvents   int
+	Handovers     int
+	NewSessions   int
+	FleetSessions int
 }
 
 // DefaultTranscripts is where the shipped Claude Code transcripts are, from
@@ -68,10 +81,11 @@ func FullSizes() Sizes {
 		AppendEvents: 100_000, AppendSessions: 10_000, AppendBatch: 100, AppendWriters: 4, AppendWarmup: 20_000, Runs: 5, Settle: time.Second,
 		SyncEvents: 20_000,
 		FoldEvents: 100_000, FoldSessions: 10_000,
-		RestoreSizes: []int{1_000, 10_000, 100_000}, Restores: 200, DistillEvery: 300,
+		RestoreSizes: []int{1_000, 10_000, 100_000}, Restores: 200, DistillEvery: 300, InspectEvents: 200_000,
 		Incidents:   200,
 		MemSessions: 100_000, MemHeldSessions: 20_000,
 		ImportPaths: []string{DefaultTranscripts}, ImportSyncAlways: true,
+		ScaleEvents: 100_000, Handovers: 10, NewSessions: 20_000, FleetSessions: 100_000,
 	}
 }
 
@@ -81,15 +95,17 @@ func QuickSizes() Sizes {
 		AppendEvents: 20_000, AppendSessions: 10_000, AppendBatch: 100, AppendWriters: 4, AppendWarmup: 5_000, Runs: 3, Settle: 200 * time.Millisecond,
 		SyncEvents: 2_000,
 		FoldEvents: 20_000, FoldSessions: 2_000,
-		RestoreSizes: []int{1_000, 5_000, 20_000}, Restores: 50, DistillEvery: 300,
+		RestoreSizes: []int{1_000, 5_000, 20_000}, Restores: 50, DistillEvery: 300, InspectEvents: 20_000,
 		Incidents:   30,
 		MemSessions: 5_000, MemHeldSessions: 2_000,
 		ImportPaths: []string{DefaultTranscripts},
+		ScaleEvents: 20_000, Handovers: 2, NewSessions: 5_000, FleetSessions: 20_000,
 	}
 }
 
 // Benchmarks are the names --only takes, in the order they run.
-var Benchmarks = []string{"append", "fold", "restore", "incident", "memory", "import", "sync", "durability"}
+var Benchmarks = []string{"append", "fold", "restore", "inspect", "incident", "memory", "import", "sync", "durability",
+	"scale", "handover", "newsessions", "fleet"}
 
 // Row is one line of the results table.
 type Row struct {
@@ -236,16 +252,21 @@ func (m *Main) Run(ctx context.Context) (*Report, error) {
 		}
 		defer pprof.StopCPUProfile()
 	}
-	r := &runner{sizes: m.Sizes, out: m.Stderr, rep: rep, memProfile: m.MemProfile}
+	r := &runner{sizes: m.Sizes, out: &lockedWriter{w: m.Stderr}, rep: rep, memProfile: m.MemProfile}
 	steps := map[string]func(context.Context) error{
-		"append":     r.appendFigure,
-		"fold":       r.foldFigure,
-		"restore":    r.restoreFigure,
-		"incident":   r.incidentFigure,
-		"memory":     r.memoryFigure,
-		"import":     r.importFigure,
-		"sync":       r.syncFigure,
-		"durability": r.durabilityFigure,
+		"append":      r.appendFigure,
+		"fold":        r.foldFigure,
+		"restore":     r.restoreFigure,
+		"inspect":     r.inspectFigure,
+		"incident":    r.incidentFigure,
+		"memory":      r.memoryFigure,
+		"import":      r.importFigure,
+		"sync":        r.syncFigure,
+		"durability":  r.durabilityFigure,
+		"scale":       r.scaleFigure,
+		"handover":    r.handoverFigure,
+		"newsessions": r.newSessionsFigure,
+		"fleet":       r.fleetFigure,
 	}
 	for _, name := range Benchmarks {
 		if len(m.Only) > 0 && !slices.Contains(m.Only, name) {
@@ -278,6 +299,19 @@ type runner struct {
 	out        io.Writer
 	rep        *Report
 	memProfile string
+}
+
+// lockedWriter serialises writes: child processes write their stderr to
+// the runner's output from goroutines of their own.
+type lockedWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
 }
 
 func (r *runner) logf(format string, args ...any) {

@@ -65,8 +65,11 @@ func IsChild() bool { return os.Getenv(childEnv) != "" }
 // exited or closed it). For "memory" it runs the memory figure (see
 // memoryChild) and writes its result as JSON to stdout.
 func RunChild() error {
-	if os.Getenv(childEnv) == "memory" {
+	switch kind := os.Getenv(childEnv); kind {
+	case "memory":
 		return memoryChild()
+	case "engine", "worker":
+		return memberChild(kind)
 	}
 	srv, err := startServer(os.Getenv(childEnv) == "always")
 	if err != nil {

@@ -16,6 +16,7 @@ import (
 
 	"github.com/turnstone-dev/turnstone/embedded/embeddedtest"
 	"github.com/turnstone-dev/turnstone/events"
+	"github.com/turnstone-dev/turnstone/ingest/ingesttest"
 	"github.com/turnstone-dev/turnstone/projections"
 	"github.com/turnstone-dev/turnstone/recovery"
 )
@@ -91,13 +92,11 @@ func readSession(t *testing.T, log *events.Log, tenant, session string) []events
 
 func TestRunSessionsAndServe(t *testing.T) {
 	srv := embeddedtest.Start(t)
-	nc, js := embeddedtest.Connect(t, srv)
+	nc, _ := embeddedtest.Connect(t, srv)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	log, err := events.Open(ctx, js, events.Config{}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	inc, _ := embeddedtest.Connect(t, srv)
+	log := ingesttest.Serve(t, inc)
 
 	var stdout, stderr syncBuffer
 	runCtx, stop := context.WithCancel(ctx)
@@ -167,9 +166,11 @@ func readSessionIfAny(log *events.Log, tenant, session string) []events.Event {
 
 func TestExitOnCrash(t *testing.T) {
 	srv := embeddedtest.Start(t)
-	nc, js := embeddedtest.Connect(t, srv)
+	nc, _ := embeddedtest.Connect(t, srv)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
+	inc, _ := embeddedtest.Connect(t, srv)
+	log := ingesttest.Serve(t, inc)
 
 	cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), "REFRUNTIME_ARGS=--nats-url "+srv.ClientURL()+" --tenant acme --sessions 2 --turns 2 --fault crash-mid-tool --exit-on-crash")
@@ -185,10 +186,6 @@ func TestExitOnCrash(t *testing.T) {
 		t.Fatalf("stdout %q: want the one session that crashed", stdout.String())
 	}
 
-	log, err := events.Open(ctx, js, events.Config{}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
 	evs := readSession(t, log, "acme", ids[0])
 	if last := evs[len(evs)-1]; last.Type != events.TypeToolCallStarted {
 		t.Errorf("last event %s, want tool_call.started", last.Type)

@@ -11,12 +11,13 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 	"github.com/spf13/cobra"
 
 	"github.com/turnstone-dev/turnstone/embedded"
 	"github.com/turnstone-dev/turnstone/events"
+	"github.com/turnstone-dev/turnstone/ingest"
+	"github.com/turnstone-dev/turnstone/internal/console"
 	"github.com/turnstone-dev/turnstone/refruntime"
 )
 
@@ -88,7 +89,11 @@ SIGINT or SIGTERM.`,
 	cmd.SetErr(m.stderr)
 	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
 	fs := cmd.Flags()
-	fs.StringVar(&m.natsURL, "nats-url", embedded.DefaultURL, "NATS server URL")
+	url := os.Getenv("TURNSTONE_NATS_URL")
+	if url == "" {
+		url = embedded.DefaultURL
+	}
+	fs.StringVar(&m.natsURL, "nats-url", url, "NATS server URL (env TURNSTONE_NATS_URL)")
 	fs.StringVar(&m.tenant, "tenant", "demo", "tenant to record under")
 	fs.StringVar(&m.name, "name", refruntime.DefaultName, "runtime name (session.started, event source)")
 	fs.IntVar(&m.sessions, "sessions", 1, "sessions to run")
@@ -161,18 +166,16 @@ func (m *Main) Run(ctx context.Context) error {
 	if m.verbose {
 		level = zerolog.DebugLevel
 	}
-	logger := zerolog.New(zerolog.ConsoleWriter{Out: m.stderr, TimeFormat: time.TimeOnly}).Level(level).With().Timestamp().Logger()
+	logger := zerolog.New(console.LogWriter(m.stderr)).Level(level).With().Timestamp().Logger()
 
 	nc, err := nats.Connect(m.natsURL, nats.Name("refruntime "+m.tenant))
 	if err != nil {
 		return fmt.Errorf("connect to %s: %w", m.natsURL, err)
 	}
 	m.nc = nc
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return fmt.Errorf("jetstream: %w", err)
-	}
-	log, err := events.Open(ctx, js, events.Config{}, &logger)
+	// The runtime is a publisher like any other: it appends and reads
+	// through the engine (under auth, with its tenant's credentials).
+	log, err := ingest.NewClient(nc, ingest.ClientConfig{})
 	if err != nil {
 		return err
 	}

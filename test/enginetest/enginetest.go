@@ -29,6 +29,8 @@ type Options struct {
 	Log events.Config
 	// Runtime configures the reference runtime (Tenant defaults to "acme").
 	Runtime refruntime.Config
+	// MaxCommandBytes is the reconciler's (0: its default).
+	MaxCommandBytes int
 }
 
 // Engine is a running engine in a test.
@@ -60,7 +62,7 @@ func Start(tb testing.TB, o Options) *Engine {
 		tb.Fatal(err)
 	}
 	clock := recovery.NewFakeClock(time.Now())
-	eng, err := engine.Open(ctx, nc, engine.Config{Log: o.Log, Policy: policy, Clock: clock,
+	eng, err := engine.Open(ctx, nc, engine.Config{Log: o.Log, Policy: policy, Clock: clock, MaxCommandBytes: o.MaxCommandBytes,
 		Presence: presence.Config{Interval: 200 * time.Millisecond, Wait: 200 * time.Millisecond}}, nil)
 	if err != nil {
 		tb.Fatal(err)

@@ -1,0 +1,455 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/turnstone-dev/turnstone/engine"
+	"github.com/turnstone-dev/turnstone/events"
+	"github.com/turnstone-dev/turnstone/pgroup"
+	"github.com/turnstone-dev/turnstone/projections"
+	"github.com/turnstone-dev/turnstone/recovery"
+)
+
+// The figures of issue 9 (engines and workers sharing the partitions):
+//
+//   - "scale": events folded per second by one engine, and by two engines
+//     sharing the partitions, each engine a process of its own, with each
+//     process's CPU time (on 2 cores two engines mostly share the CPU: the
+//     figure says so rather than hides it);
+//   - "handover": how long after a SIGKILL of an engine (and of a worker)
+//     the survivor owns every partition, p50 and p99;
+//   - "newsessions": brand-new sessions projected per second (one event
+//     each; target at least 5,000/s);
+//   - "fleet": `engine sessions` (the fleet index read) at 100,000 sessions
+//     (target under 1 s), and how long an engine takes to be ready with
+//     that fleet (target under 5 s).
+
+// memberEnv passes a member child its NATS URL and name: "url,name".
+const memberEnv = "TURNSTONE_BENCH_MEMBER"
+
+// memberChild runs an engine ("engine") or a worker ("worker") until its
+// stdin closes; it writes "ready" and a newline once it joined its group.
+func memberChild(kind string) error {
+	url, name, _ := strings.Cut(os.Getenv(memberEnv), ",")
+	nc, err := nats.Connect(url, nats.Name("bench-"+kind))
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	ctx := context.Background()
+	var stop func(context.Context) error
+	switch kind {
+	case "engine":
+		e, err := engine.Open(ctx, nc, engine.Config{Name: name, UseExisting: true}, nil)
+		if err != nil {
+			return err
+		}
+		stop = e.Close
+	case "worker":
+		js, err := jetstream.New(nc)
+		if err != nil {
+			return err
+		}
+		l, err := events.Open(ctx, js, events.Config{UseExisting: true}, nil)
+		if err != nil {
+			return err
+		}
+		w, err := recovery.NewWorker(nc, l, recovery.WorkerConfig{Name: name, UseExisting: true}, nil)
+		if err != nil {
+			return err
+		}
+		if err := w.Open(ctx); err != nil {
+			return err
+		}
+		stop = w.Close
+	default:
+		return fmt.Errorf("member child %q", kind)
+	}
+	fmt.Println("ready")
+	_, _ = io.Copy(io.Discard, os.Stdin)
+	cctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	return stop(cctx)
+}
+
+// member is a running member child.
+type member struct {
+	cmd   *exec.Cmd
+	stdin io.WriteCloser
+}
+
+// startMember starts an engine or worker child on url and waits until it
+// is ready.
+func (r *runner) startMember(ctx context.Context, kind, url, name string) (*member, error) {
+	exe, err := os.Executable()
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.CommandContext(ctx, exe)
+	cmd.Env = append(os.Environ(), childEnv+"="+kind, memberEnv+"="+url+","+name)
+	cmd.Stderr = r.out
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		return nil, err
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	line, err := bufio.NewReader(stdout).ReadString('\n')
+	if err != nil || strings.TrimSpace(line) != "ready" {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		return nil, fmt.Errorf("%s child %s: %q %v", kind, name, line, err)
+	}
+	return &member{cmd: cmd, stdin: stdin}, nil
+}
+
+// stop ends the child and returns the CPU time (user and system) it used.
+func (m *member) stop() time.Duration {
+	_ = m.stdin.Close()
+	_ = m.cmd.Wait()
+	if m.cmd.ProcessState == nil {
+		return 0
+	}
+	return m.cmd.ProcessState.UserTime() + m.cmd.ProcessState.SystemTime()
+}
+
+// kill SIGKILLs the child.
+func (m *member) kill() {
+	_ = m.cmd.Process.Kill()
+	_ = m.cmd.Wait()
+}
+
+// setupServer starts a server in a child process and sets up the streams
+// (as `engine setup` does), returning it with a client and the log.
+func setupServer(ctx context.Context) (*server, *client, *events.Log, error) {
+	srv, _, err := childServer(false)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	c, err := connect(srv.url, "bench-setup")
+	if err != nil {
+		srv.close()
+		return nil, nil, nil, err
+	}
+	l, err := engine.Setup(ctx, c.js, events.Config{}, nil)
+	if err != nil {
+		c.nc.Close()
+		srv.close()
+		return nil, nil, nil, err
+	}
+	return srv, c, l, nil
+}
+
+// drained waits until every partition's projector consumer has delivered
+// and seen acknowledged every event: the engines folded the log.
+func drained(ctx context.Context, js jetstream.JetStream, partitions int, within time.Duration) error {
+	all := make([]int, partitions)
+	for i := range all {
+		all[i] = i
+	}
+	deadline := time.Now().Add(within)
+	for {
+		states, err := projections.PartitionStates(ctx, js, "", all)
+		if err == nil {
+			done := true
+			for _, s := range states {
+				if s.Pending > 0 || s.AckPending > 0 {
+					done = false
+				}
+			}
+			if done {
+				return nil
+			}
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("the engines did not fold the log within %s: %w", within, errTimeout)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// scaleFigure folds ScaleEvents events over FoldSessions sessions with one
+// engine, then (on a fresh log) with two sharing the partitions.
+func (r *runner) scaleFigure(ctx context.Context) error {
+	n, sessions := r.sizes.ScaleEvents, r.sizes.FoldSessions
+	type result struct {
+		d   time.Duration
+		cpu []time.Duration
+	}
+	run := func(engines int) (result, error) {
+		srv, c, l, err := setupServer(ctx)
+		if err != nil {
+			return result{}, err
+		}
+		defer srv.close()
+		defer c.nc.Close()
+		// The engines run first and share the partitions; then the events
+		// come, as they would from runtimes, and the group folds them.
+		var ms []*member
+		for i := 0; i < engines; i++ {
+			name := fmt.Sprintf("e%d", i)
+			m, err := r.startMember(ctx, "engine", srv.url, name)
+			if err != nil {
+				return result{}, err
+			}
+			ms = append(ms, m)
+		}
+		for i := range ms {
+			if err := waitOwned(ctx, c.js, engine.Group, fmt.Sprintf("e%d", i), l.Partitions()/engines, 30*time.Second); err != nil {
+				return result{}, err
+			}
+		}
+		settle(r.sizes.Settle)
+		start := time.Now()
+		if _, err := appendConcurrently(ctx, l, spreadEvents(fmt.Sprintf("sc%d-", engines), n, sessions), r.sizes.AppendBatch, r.sizes.AppendWriters); err != nil {
+			return result{}, err
+		}
+		err = drained(ctx, c.js, l.Partitions(), 5*time.Minute)
+		d := time.Since(start)
+		res := result{d: d}
+		for _, m := range ms {
+			res.cpu = append(res.cpu, m.stop())
+		}
+		return res, err
+	}
+	one, err := run(1)
+	if err != nil {
+		return err
+	}
+	two, err := run(2)
+	if err != nil {
+		return err
+	}
+	fmtCPU := func(cs []time.Duration) string {
+		var parts []string
+		for _, c := range cs {
+			parts = append(parts, fmt.Sprintf("%.1fs", c.Seconds()))
+		}
+		return strings.Join(parts, " + ")
+	}
+	r.add(Row{Bench: "scale", Figure: fmt.Sprintf("events folded per second by the engines' group sharing the partitions, %s events over %s sessions appended while they run (from the first append to the last event folded)", commas(int64(n)), commas(int64(sessions))),
+		Value:    fmt.Sprintf("2 engines: %s (CPU %s)", perSec(rate(n, two.d)), fmtCPU(two.cpu)),
+		Baseline: fmt.Sprintf("1 engine: %s (CPU %s)", perSec(rate(n, one.d)), fmtCPU(one.cpu)),
+		Ratio:    rate(n, two.d) / rate(n, one.d),
+		Metrics:  map[string]float64{"one_s": one.d.Seconds(), "two_s": two.d.Seconds(), "one_rate": rate(n, one.d), "two_rate": rate(n, two.d)},
+	})
+	r.rep.Notes = append(r.rep.Notes, fmt.Sprintf("scale: with 2 cores, two engine processes and the NATS server share the same CPUs; the group's rate shows what sharing the partitions costs or gains here, the per-process CPU time what each engine did (1 engine %s, 2 engines %s).", fmtCPU(one.cpu), fmtCPU(two.cpu)))
+	return nil
+}
+
+// handoverFigure SIGKILLs one of two engines (then one of two workers)
+// Handovers times and measures how long until the survivor's heartbeat
+// says it owns every partition.
+func (r *runner) handoverFigure(ctx context.Context) error {
+	for _, kind := range []string{"engine", "worker"} {
+		group := engine.Group
+		if kind == "worker" {
+			group = recovery.WorkerGroup
+		}
+		srv, c, l, err := setupServer(ctx)
+		if err != nil {
+			return err
+		}
+		var times []time.Duration
+		survivor, err := r.startMember(ctx, kind, srv.url, "survivor")
+		if err == nil {
+			for i := 0; i < r.sizes.Handovers && err == nil; i++ {
+				var victim *member
+				name := fmt.Sprintf("victim%d", i)
+				victim, err = r.startMember(ctx, kind, srv.url, name)
+				if err != nil {
+					break
+				}
+				// Wait for the victim to own its share, then kill it.
+				if err = waitOwned(ctx, c.js, group, name, 1, 15*time.Second); err != nil {
+					break
+				}
+				victim.kill()
+				start := time.Now()
+				if err = waitOwned(ctx, c.js, group, "survivor", l.Partitions(), 30*time.Second); err != nil {
+					break
+				}
+				times = append(times, time.Since(start))
+			}
+			survivor.stop()
+		}
+		c.nc.Close()
+		srv.close()
+		if err != nil {
+			return fmt.Errorf("handover %s: %w", kind, err)
+		}
+		r.add(Row{Bench: "handover", Figure: fmt.Sprintf("a SIGKILLed %s's partitions owned again by the survivor (%d kills)", kind, len(times)),
+			Value:  fmt.Sprintf("p50 %s, p99 %s", percentile(times, 50).Round(time.Millisecond), percentile(times, 99).Round(time.Millisecond)),
+			Target: "within pgroup's bound: TTL + 2 heartbeats (7 s), as the survivor's next heartbeat shows it", Status: passIf(percentile(times, 99) <= pgroup.DefaultTTL+2*pgroup.DefaultHeartbeat),
+			Metrics: map[string]float64{"p50_s": percentile(times, 50).Seconds(), "p99_s": percentile(times, 99).Seconds()},
+		})
+	}
+	return nil
+}
+
+// waitOwned waits until member's heartbeat in group says it owns at least
+// n partitions.
+func waitOwned(ctx context.Context, js jetstream.JetStream, group, name string, n int, within time.Duration) error {
+	deadline := time.Now().Add(within)
+	for time.Now().Before(deadline) {
+		recs, err := pgroup.List(ctx, js, "", group)
+		if err == nil {
+			for _, rec := range recs {
+				if rec.Member == name && len(rec.Partitions) >= n {
+					return nil
+				}
+			}
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return fmt.Errorf("%s %s does not own %d partitions within %s: %w", group, name, n, within, errTimeout)
+}
+
+// newSessionsFigure folds NewSessions brand-new sessions of one event each
+// with one engine.
+func (r *runner) newSessionsFigure(ctx context.Context) error {
+	n := r.sizes.NewSessions
+	srv, c, l, err := setupServer(ctx)
+	if err != nil {
+		return err
+	}
+	defer srv.close()
+	defer c.nc.Close()
+	evs := make([]events.Event, n)
+	for i := range evs {
+		ev, err := events.New(benchTenant, sessionName("new", i), "", &events.SessionStarted{Runtime: "bench"})
+		if err != nil {
+			return err
+		}
+		evs[i] = ev
+	}
+	if _, err := appendConcurrently(ctx, l, evs, r.sizes.AppendBatch, r.sizes.AppendWriters); err != nil {
+		return err
+	}
+	settle(r.sizes.Settle)
+	start := time.Now()
+	m, err := r.startMember(ctx, "engine", srv.url, "e0")
+	if err != nil {
+		return err
+	}
+	err = drained(ctx, c.js, l.Partitions(), 5*time.Minute)
+	d := time.Since(start)
+	cpu := m.stop()
+	if err != nil {
+		return err
+	}
+	got := rate(n, d)
+	r.add(Row{Bench: "newsessions", Figure: fmt.Sprintf("brand-new sessions projected per second (%s sessions of one event, one engine, from its start)", commas(int64(n))),
+		Value: perSec(got), Target: "at least 5,000/s", Status: passIf(got >= 5000),
+		Metrics: map[string]float64{"rate": got, "seconds": d.Seconds(), "engine_cpu_s": cpu.Seconds()},
+	})
+	return nil
+}
+
+// fleetFigure writes FleetSessions summaries to the fleet index and times
+// reading them all (what `engine sessions` does), and an engine's start
+// with that fleet.
+func (r *runner) fleetFigure(ctx context.Context) error {
+	n := r.sizes.FleetSessions
+	srv, c, l, err := setupServer(ctx)
+	if err != nil {
+		return err
+	}
+	defer srv.close()
+	defer c.nc.Close()
+	js, err := jetstream.New(c.nc, jetstream.WithPublishAsyncMaxPending(4096))
+	if err != nil {
+		return err
+	}
+	now := time.Now().UTC()
+	var futs []jetstream.PubAckFuture
+	for i := 0; i < n; i++ {
+		s := sessionName("fleet", i)
+		p := events.Partition(benchTenant, s, l.Partitions())
+		b, _ := json.Marshal(projections.Summary{Tenant: benchTenant, Session: s, Partition: p, Status: projections.StatusIdle,
+			Runtime: "bench", Counts: projections.Counts{TurnsTotal: 3, TurnsCompleted: 3}, Events: 12, FirstSeq: uint64(i*12 + 1), LastSeq: uint64(i*12 + 12), LastTime: now, LastStored: now})
+		f, err := js.PublishAsync("$KV."+projections.IndexBucket+"."+projections.IndexKey(p, benchTenant, s), b)
+		if err != nil {
+			return err
+		}
+		futs = append(futs, f)
+		if len(futs) == 2000 {
+			for _, f := range futs {
+				if err := waitFuture(ctx, f); err != nil {
+					return err
+				}
+			}
+			futs = futs[:0]
+		}
+	}
+	for _, f := range futs {
+		if err := waitFuture(ctx, f); err != nil {
+			return err
+		}
+	}
+	settle(r.sizes.Settle)
+	var reads []time.Duration
+	for i := 0; i < 3; i++ {
+		start := time.Now()
+		sums, err := projections.ReadIndex(ctx, c.js, projections.IndexFilter{})
+		if err != nil {
+			return err
+		}
+		reads = append(reads, time.Since(start))
+		if len(sums) != n {
+			return fmt.Errorf("fleet: the index read %d summaries, want %d", len(sums), n)
+		}
+	}
+	read := percentile(reads, 50)
+	r.add(Row{Bench: "fleet", Figure: fmt.Sprintf("`engine sessions`: the fleet index read whole, %s sessions (median of 3)", commas(int64(n))),
+		Value: read.Round(time.Millisecond).String(), Target: "under 1 s", Status: passIf(read < time.Second),
+		Metrics: map[string]float64{"read_s": read.Seconds()}})
+
+	start := time.Now()
+	m, err := r.startMember(ctx, "engine", srv.url, "e0")
+	if err != nil {
+		return err
+	}
+	ready := time.Since(start)
+	m.stop()
+	r.add(Row{Bench: "fleet", Figure: fmt.Sprintf("an engine process ready (joined, every partition taken, serving) with %s sessions in the index", commas(int64(n))),
+		Value: ready.Round(time.Millisecond).String(), Target: "under 5 s", Status: passIf(ready < 5*time.Second),
+		Metrics: map[string]float64{"ready_s": ready.Seconds()}})
+	return nil
+}
+
+func waitFuture(ctx context.Context, f jetstream.PubAckFuture) error {
+	select {
+	case <-f.Ok():
+		return nil
+	case err := <-f.Err():
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(30 * time.Second):
+		return errTimeout
+	}
+}
+
+// passIf is PASS or MISS.
+func passIf(ok bool) string {
+	if ok {
+		return "PASS"
+	}
+	return "MISS"
+}
