@@ -291,6 +291,11 @@ func (sc *sessionConv) started(labels map[string]string, first int) {
 	if at.IsZero() {
 		at = time.Unix(0, 0).UTC()
 	}
+	// Labels may come from a file name (a subagent's agent id), which
+	// need not be UTF-8; the envelope's strings must be.
+	for k, v := range labels {
+		labels[k] = strings.ToValidUTF8(v, "\uFFFD")
+	}
 	if len(labels) > 0 {
 		p.Labels = labels
 	}
