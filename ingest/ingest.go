@@ -717,9 +717,9 @@ type RejectFilter struct {
 }
 
 // Rejects returns the quarantine's records, oldest first, with their
-// stream sequence. It reads the stream with an ordered consumer in
-// batches (Fetch). jetstream.ErrStreamNotFound (wrapped) when there is no
-// quarantine yet.
+// stream sequence. It reads the stream in batches (events.ReadStream,
+// which works on replicated streams). jetstream.ErrStreamNotFound
+// (wrapped) when there is no quarantine yet.
 func Rejects(ctx context.Context, js jetstream.JetStream, f RejectFilter) ([]Reject, error) {
 	st, err := js.Stream(ctx, QuarantineStream)
 	if err != nil {
@@ -736,36 +736,20 @@ func Rejects(ctx context.Context, js jetstream.JetStream, f RejectFilter) ([]Rej
 	if info.State.Msgs == 0 {
 		return nil, nil
 	}
-	cons, err := st.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{FilterSubjects: []string{subject}})
+	var out []Reject
+	err = events.ReadStream(ctx, st, jetstream.OrderedConsumerConfig{FilterSubjects: []string{subject}}, 500, func(msg jetstream.Msg) error {
+		var r Reject
+		if json.Unmarshal(msg.Data(), &r) != nil {
+			return nil
+		}
+		if meta, err := msg.Metadata(); err == nil {
+			r.Seq = meta.Sequence.Stream
+		}
+		out = append(out, r)
+		return nil
+	})
 	if err != nil {
 		return nil, fmt.Errorf("rejects: %w", err)
-	}
-	var out []Reject
-	remaining := info.State.Msgs
-	for remaining > 0 {
-		batch, err := cons.Fetch(int(min(remaining, 500)), jetstream.FetchMaxWait(5*time.Second))
-		if err != nil {
-			return nil, fmt.Errorf("rejects: %w", err)
-		}
-		n := 0
-		for msg := range batch.Messages() {
-			n++
-			remaining--
-			var r Reject
-			if json.Unmarshal(msg.Data(), &r) != nil {
-				continue
-			}
-			if meta, err := msg.Metadata(); err == nil {
-				r.Seq = meta.Sequence.Stream
-				if meta.NumPending == 0 {
-					remaining = 0
-				}
-			}
-			out = append(out, r)
-		}
-		if n == 0 {
-			break
-		}
 	}
 	if f.Limit > 0 && len(out) > f.Limit {
 		out = out[len(out)-f.Limit:]
