@@ -18,10 +18,10 @@ const (
 	// StatusPaused: between session.paused and session.resumed; new turns
 	// are violations (turn_while_paused) and most recovery waits.
 	StatusPaused SessionStatus = "paused"
-	// StatusInTurn: a turn is in flight.
-	StatusInTurn SessionStatus = "in_turn"
 	// StatusBroken: a violation is open (Counts.ViolationsOpen > 0).
 	StatusBroken SessionStatus = "broken"
+	// StatusInTurn: a turn is in flight.
+	StatusInTurn SessionStatus = "in_turn"
 	// StatusIdle: none of the above.
 	StatusIdle SessionStatus = "idle"
 	// StatusInvalid: not a session but events stored under a subject the
@@ -31,7 +31,7 @@ const (
 
 // Statuses lists every SessionStatus, in precedence order (StatusInvalid
 // last: it is not a Session's).
-var Statuses = []SessionStatus{StatusPaused, StatusInTurn, StatusBroken, StatusIdle, StatusInvalid}
+var Statuses = []SessionStatus{StatusPaused, StatusBroken, StatusInTurn, StatusIdle, StatusInvalid}
 
 // Valid reports whether st is one of Statuses.
 func (st SessionStatus) Valid() bool {

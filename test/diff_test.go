@@ -29,6 +29,9 @@ func TestDiffOfARealTranscript(t *testing.T) {
 		t.Fatal(err)
 	}
 	cut, orphans := cutAfterToolUse(t, filepath.Join(transcriptsDir, "spotter/tool_heavy.jsonl"), 3)
+	// The person's next prompt shows the tool never answered (a transcript's
+	// end alone leaves the turn in flight: the runtime may still be at it).
+	cut = nextPrompt(t, cut)
 	for _, imp := range []struct {
 		tenant string
 		files  []string
