@@ -126,7 +126,7 @@ func Erase(ctx context.Context, nc *nats.Conn, req EraseRequest) (audit.Record, 
 
 	// 2. Purge, twice: the second pass removes what a member had sent
 	// before it confirmed and the server stored after the first.
-	p := purger{nc: nc, js: js, prefix: js.Options().APIPrefix}
+	p := purger{nc: nc, js: js, prefix: apiPrefix(js)}
 	counts := &audit.Counts{}
 	rec.Counts = counts
 	var perr error
@@ -246,6 +246,18 @@ func countSessions(ctx context.Context, js jetstream.JetStream, scope erasure.Sc
 		}
 	}
 	return n, nil
+}
+
+// apiPrefix is the JetStream API prefix of js, with its trailing dot.
+func apiPrefix(js jetstream.JetStream) string {
+	o := js.Options()
+	switch {
+	case o.APIPrefix != "":
+		return strings.TrimSuffix(o.APIPrefix, ".") + "."
+	case o.Domain != "":
+		return "$JS." + o.Domain + ".API."
+	}
+	return jetstream.DefaultAPIPrefix
 }
 
 // jsErrPurgeFailed is JetStream's error code of a purge refused (deny

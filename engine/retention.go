@@ -45,7 +45,7 @@ func (e *Engine) retentionLoop() {
 
 // SweepRetention erases the sessions of the partitions the engine owns
 // whose latest event was stored longer ago than their tenant's
-// retention.max_age (the policy; the engine's clock), whole, through
+// retention.max_age (the policy), whole, through
 // Erase with reason "retention" (at most 100 sessions per erase and audit
 // record). It reads the fleet index and checks each candidate's latest
 // event in the log before it erases it, so a session written since its
@@ -64,7 +64,7 @@ func (e *Engine) SweepRetention(ctx context.Context) (int, error) {
 	if err != nil {
 		return 0, fmt.Errorf("retention: %w", err)
 	}
-	now := e.now()
+	now := time.Now() // the log's clock is the servers' (store times)
 	due := map[string][]string{} // tenant -> sessions
 	for _, m := range sums {
 		maxAge := time.Duration(policy.For(m.Tenant).Retention.MaxAge)
@@ -121,12 +121,4 @@ func (e *Engine) SweepRetention(ctx context.Context) (int, error) {
 		}
 	}
 	return erased, errors.Join(errs...)
-}
-
-// now is the engine's clock: the reconciler's (a fake one in tests).
-func (e *Engine) now() time.Time {
-	if e.cfg.Clock != nil {
-		return e.cfg.Clock.Now()
-	}
-	return time.Now()
 }
