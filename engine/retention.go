@@ -64,7 +64,7 @@ func (e *Engine) SweepRetention(ctx context.Context) (int, error) {
 	if err != nil {
 		return 0, fmt.Errorf("retention: %w", err)
 	}
-	now := time.Now() // the log's clock is the servers' (store times)
+	now := time.Now()            // the log's clock is the servers' (store times)
 	due := map[string][]string{} // tenant -> sessions
 	for _, m := range sums {
 		maxAge := time.Duration(policy.For(m.Tenant).Retention.MaxAge)
