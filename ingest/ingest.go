@@ -585,12 +585,12 @@ func (s *Server) quarantine(m *nats.Msg, tenant, session string, code int, reaso
 	}
 	s.count(outcome)
 	reason = events.MaskString(reason)
-	body := m.Data
+	body := maskBody(m.Data)
 	if len(body) > maxRejectBody {
 		body = body[:maxRejectBody]
 	}
 	rec := Reject{At: time.Now().UTC(), Subject: m.Subject, Tenant: tenant, Session: session, Publisher: "unknown",
-		Reason: reason, Code: code, Body: events.MaskString(string(body))}
+		Reason: reason, Code: code, Body: body}
 	if info := m.Header.Get(RequestInfoHeader); info != "" {
 		rec.Publisher = publisherOf(info)
 	}
@@ -621,6 +621,52 @@ func (s *Server) quarantine(m *nats.Msg, tenant, session string, code int, reaso
 		status = 403
 	}
 	s.reply(m, PubAck{Error: &APIError{Code: status, ErrCode: code, Description: desc}})
+}
+
+// maskBody masks a refused body before it is kept, whole (then cut): as
+// JSON when it is JSON (every string decoded, so an escaped secret is
+// found: events.MaskJSON), else as text, and, when it holds escapes, as
+// the text they stand for (a broken JSON body's strings).
+func maskBody(b []byte) string {
+	if json.Valid(b) {
+		return string(events.MaskJSON(b))
+	}
+	s := string(b)
+	if strings.Contains(s, `\`) {
+		u := unescape(s)
+		if m := events.MaskString(u); m != u {
+			return m
+		}
+	}
+	return events.MaskString(s)
+}
+
+// unescape replaces JSON string escapes with what they stand for, as far
+// as they are well formed.
+func unescape(s string) string {
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c != '\\' || i+1 == len(s) {
+			b.WriteByte(c)
+			continue
+		}
+		i++
+		switch s[i] {
+		case 'n':
+			b.WriteByte('\n')
+		case 't':
+			b.WriteByte('\t')
+		case 'r':
+			b.WriteByte('\r')
+		case '"', '\\', '/':
+			b.WriteByte(s[i])
+		default:
+			b.WriteByte('\\')
+			b.WriteByte(s[i])
+		}
+	}
+	return b.String()
 }
 
 // QuarantineSubject is the subject of a session's quarantine records:
