@@ -1,6 +1,7 @@
 package events
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -373,6 +374,31 @@ var _ SessionLog = (*Log)(nil)
 // sending anything; atomic asks for events of one session only. For the
 // engine's ingest, which publishes them itself. Errors as Append's.
 func (l *Log) Prepare(evs []Event, atomic bool) ([]*nats.Msg, error) { return l.prepare(evs, atomic) }
+
+// PrepareBody is Prepare for one event ev decoded (Decode) from body, the
+// bytes a publisher sent: ev is validated as Prepare does; when masking
+// the whole body would change nothing (MaskJSON finds no secret in any
+// of its strings, the envelope's and unknown members' included) the body
+// is stored byte for byte as it was sent, saving a re-encode; otherwise
+// the event is masked and re-encoded as Prepare does. The message is for
+// the event's stored subject, with its id as Nats-Msg-Id. Errors as
+// Prepare's.
+func (l *Log) PrepareBody(ev Event, body []byte) (*nats.Msg, error) {
+	if err := Validate(&ev); err != nil {
+		return nil, fmt.Errorf("append events: %w", &EventError{Tenant: ev.Tenant, Session: ev.Session, ID: ev.ID, Err: fmt.Errorf("event 0: %w", err)})
+	}
+	if len(body) <= l.cfg.MaxEventBytes && bytes.Equal(MaskJSON(body), body) {
+		m := nats.NewMsg(l.SessionSubject(ev.Tenant, ev.Session))
+		m.Data = body
+		m.Header.Set(jetstream.MsgIDHeader, ev.ID)
+		return m, nil
+	}
+	msgs, err := l.prepare([]Event{ev}, false)
+	if err != nil {
+		return nil, err
+	}
+	return msgs[0], nil
+}
 
 // Append validates, masks and stores evs in order, and returns one Ack per
 // event. Each event is published to its stored subject,

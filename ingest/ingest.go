@@ -422,8 +422,10 @@ func (s *Server) lane(p int) *lane {
 	}()
 	go func() {
 		defer s.wg.Done()
+		timer := time.NewTimer(time.Hour) // one timer for the lane, reset per reply
+		defer timer.Stop()
 		for pr := range ln.replies {
-			s.awaitReply(pr)
+			s.awaitReply(pr, timer)
 		}
 	}()
 	return ln
@@ -485,7 +487,17 @@ func (s *Server) handle(ln *lane, m *nats.Msg) {
 		return
 	}
 	expectHdr := m.Header.Get(jetstream.ExpectedLastSubjSeqHeader)
-	msgs, err := s.log.Prepare(evs, expectHdr != "" || len(evs) > 1)
+	var msgs []*nats.Msg
+	var err error
+	if len(evs) == 1 && expectHdr == "" {
+		// One event: stored as sent when it holds nothing to mask.
+		var msg *nats.Msg
+		if msg, err = s.log.PrepareBody(evs[0], body); err == nil {
+			msgs = []*nats.Msg{msg}
+		}
+	} else {
+		msgs, err = s.log.Prepare(evs, expectHdr != "" || len(evs) > 1)
+	}
 	if err != nil {
 		code := CodeInvalid
 		if errors.Is(err, events.ErrTooLarge) {
@@ -549,9 +561,9 @@ func (s *Server) handle(ln *lane, m *nats.Msg) {
 }
 
 // awaitReply replies to an async append once JetStream acknowledged it.
-func (s *Server) awaitReply(pr pendingReply) {
+func (s *Server) awaitReply(pr pendingReply, timer *time.Timer) {
 	defer s.cfg.Gate.Leave(pr.tenant, pr.session)
-	timer := time.NewTimer(s.log.Config().Timeout)
+	timer.Reset(s.log.Config().Timeout)
 	defer timer.Stop()
 	select {
 	case pa := <-pr.fut.Ok():
