@@ -279,16 +279,18 @@ type tracked struct {
 	touched   time.Time
 	elem      *list.Element
 	// indexed is the attention of the summary last written to the index;
-	// dirty says the summary changed since.
+	// dirty says the summary changed since; subject is the session's
+	// stored subject (for a subject that names no valid session).
 	indexed attention
 	dirty   bool
+	subject string
 }
 
 // attention is what the reconciler acts on, of a session's state (see
 // Summary.Attention): comparable, and cheap to compute per event.
 type attention struct {
 	written  bool
-	status   string
+	status   SessionStatus
 	inFlight int
 	pending  bool
 	paused   bool
@@ -648,12 +650,15 @@ func (p *Projector) apply(ctx context.Context, part int, ev events.Event) jetstr
 		t.sinceSnap = 0
 	}
 	var fut jetstream.PubAckFuture
-	if p.cfg.Index && validIndexKey(ev.Tenant, ev.Session) {
+	if p.cfg.Index {
+		if t.subject == "" {
+			t.subject = ev.Subject
+		}
 		if att := attentionOf(t.state); att != t.indexed {
 			// The index write holds the gate until it is stored (the
 			// acker leaves it).
 			if gate.Enter(ev.Tenant, ev.Session, since) {
-				fut = p.putSummary(t.state.Summary(t.partition))
+				fut = p.putSummary(t.summary())
 				if fut == nil {
 					gate.Leave(ev.Tenant, ev.Session)
 				}
@@ -677,14 +682,32 @@ func (p *Projector) apply(ctx context.Context, part int, ev events.Event) jetstr
 	return fut
 }
 
-// putSummary publishes a summary to the index, asynchronously; nil when
-// it could not be sent.
-func (p *Projector) putSummary(m Summary) jetstream.PubAckFuture {
+// summary is the session's index row and its key: the state's Summary,
+// or, for a subject that names no valid session, an invalid row.
+func (t *tracked) summary() indexRow {
+	if validIndexKey(t.state.Tenant, t.state.Session) {
+		return indexRow{key: IndexKey(t.partition, t.state.Tenant, t.state.Session), sum: t.state.Summary(t.partition)}
+	}
+	_, tenant, session, _, why := events.ParseStoredSubject(t.subject)
+	return indexRow{key: invalidIndexKey(t.partition, t.subject),
+		sum: InvalidSubjectSummary(t.subject, tenant, session, t.partition, t.state.Events, why)}
+}
+
+// indexRow is an index entry to write.
+type indexRow struct {
+	key string
+	sum Summary
+}
+
+// putSummary publishes an index row, asynchronously; nil when it could
+// not be sent.
+func (p *Projector) putSummary(r indexRow) jetstream.PubAckFuture {
+	m := r.sum
 	b, err := json.Marshal(m)
 	if err != nil {
 		return nil
 	}
-	fut, err := p.log.JetStream().PublishAsync(indexSubject(m.Partition, m.Tenant, m.Session), b)
+	fut, err := p.log.JetStream().PublishAsync("$KV."+IndexBucket+"."+r.key, b)
 	if err != nil {
 		p.l.Warn().Err(err).Str("session", m.Tenant+"/"+m.Session).Msg("index write not sent")
 		return nil
@@ -707,21 +730,22 @@ func (p *Projector) indexLoop(ctx context.Context) {
 		gate := p.cfg.Gate
 		since := gate.Epoch()
 		p.mu.Lock()
-		var due []Summary
+		var due []indexRow
 		for _, t := range p.sessions {
-			if t.dirty && validIndexKey(t.state.Tenant, t.state.Session) {
-				due = append(due, t.state.Summary(t.partition))
+			if t.dirty {
+				due = append(due, t.summary())
 				t.dirty = false
 			}
 		}
 		p.mu.Unlock()
 		var sent []Summary
 		var futs []jetstream.PubAckFuture
-		for _, m := range due {
+		for _, r := range due {
+			m := r.sum
 			if !gate.Enter(m.Tenant, m.Session, since) {
 				continue // erased since the summary was taken
 			}
-			if fut := p.putSummary(m); fut != nil {
+			if fut := p.putSummary(r); fut != nil {
 				sent, futs = append(sent, m), append(futs, fut)
 			} else {
 				gate.Leave(m.Tenant, m.Session)

@@ -1,19 +1,11 @@
 package projections
 
-// The session statuses Status returns, in precedence order.
-const (
-	StatusPaused = "paused"
-	StatusInTurn = "in_turn"
-	StatusBroken = "broken"
-	StatusIdle   = "idle"
-)
-
-// Status is the session's status in one word: "paused" while paused, else
-// "in_turn" while a turn is in flight, else "broken" when a violation
-// that is not resolved arose since the current history began (the
-// session's start or the last distillation; orphans are violations too),
-// else "idle".
-func (s *Session) Status() string {
+// Status is the session's status in one word: StatusPaused while paused,
+// else StatusInTurn while a turn is in flight, else StatusBroken when a
+// violation that is not resolved arose since the current history began
+// (the session's start or the last distillation; orphans are violations
+// too: Counts.ViolationsOpen > 0), else StatusIdle. View carries it.
+func (s *Session) Status() SessionStatus {
 	switch {
 	case s.Paused:
 		return StatusPaused

@@ -32,7 +32,15 @@ import (
 // message, unknown types capped (UnknownOther), HistoryBroken, the
 // failed, abandoned and parked totals, Block.Seq, and the
 // too_many_turns_in_flight rule.
-const Version = 5
+//
+// Version 6: the stage a turn is in (Turn.Stage), from turn.abandoned's
+// stage; typed recovery outcomes.
+//
+// Version 7: invariant 4 calibrated on real sessions: the implementation
+// budget counts failed attempts per step (Steps, ToolCall.Step,
+// Turn.FailedAttempts), and the output streak compares the input each
+// output answers (user messages' Hash, OutputStreak.Input).
+const Version = 7
 
 // MaxClockSkew is how far an event's own time may lie ahead of its store
 // time (Event.Stored, JetStream's clock) before the fold flags it with a
@@ -107,6 +115,10 @@ const (
 	// KeepOutputSeqs is how many sequences OutputStreak.Seqs keeps: those
 	// of the run's first messages.
 	KeepOutputSeqs = 10
+	// MaxSteps is how many failing steps of turns in flight Steps keeps:
+	// past it, the one with the fewest failures in a row is forgotten (a
+	// step that counts toward a budget has more).
+	MaxSteps = 16
 	// MaxUnknownTypes is how many unknown event types UnknownTypes names;
 	// events of further types are counted in UnknownOther.
 	MaxUnknownTypes = 32
@@ -259,6 +271,10 @@ type Session struct {
 	// immediate identical re-run passed (the latest KeepAnomalies). They
 	// are not violations.
 	Flaky []Flaky `json:"flaky,omitempty"`
+	// Steps are the steps of turns in flight that failed and have not
+	// succeeded since, in order of their first failure (at most
+	// MaxSteps): what each turn's FailedAttempts counts (see Step).
+	Steps []Step `json:"steps,omitempty"`
 
 	// Paused is true between session.paused and session.resumed;
 	// PauseReason and PausedSeq tell why and since when; PauseCause,
@@ -522,7 +538,8 @@ func (s *Session) apply(ev events.Event) {
 		s.turnStarted(ev, turn, p)
 	case *events.TurnStageCompleted:
 		if t := s.turnEvent(ev, turn); t != nil {
-			t.LastStage = stageKey(p.Stage)
+			t.LastStage, t.Stage = stageKey(p.Stage), stageKey(p.Stage.Next())
+			s.stepPassed(turn, stageStep(p.Stage))
 		}
 	case *events.TurnCompleted:
 		if t := s.turnEvent(ev, turn); t != nil {
@@ -536,15 +553,16 @@ func (s *Session) apply(ev events.Event) {
 	case *events.TurnFailed:
 		if t := s.turnEvent(ev, turn); t != nil {
 			info := turnError(p.Error)
-			t.FailedStage, t.Error = stageKey(p.Stage), &info
+			t.FailedStage, t.Error, t.Stage = stageKey(p.Stage), &info, stageKey(p.Stage)
 			s.endTurn(ev, t, TurnFailed, "", 0)
 			s.recordError(ev, turn, p.Stage, p.Error, 0)
 		}
 	case *events.TurnAbandoned:
 		if t := s.turnEvent(ev, turn); t != nil {
-			if p.LastStage != "" {
-				t.LastStage = stageKey(p.LastStage)
+			if c := p.Completed(); c != "" {
+				t.LastStage = stageKey(c)
 			}
+			t.Stage = stageKey(p.InStage())
 			s.endTurn(ev, t, TurnAbandoned, p.Reason, 0)
 		}
 	case *events.MessageAppended:
@@ -564,9 +582,7 @@ func (s *Session) apply(ev events.Event) {
 		}
 	case *events.ErrorRecorded:
 		s.recordError(ev, turn, p.Stage, p.ErrorInfo, p.Consecutive)
-		if t := s.turn(turn); t != nil {
-			t.FailedAttempts++
-		}
+		s.stepFailed(ev, turn, stageStep(p.Stage), string(stageKey(p.Stage)))
 	case *events.DistillationRequested:
 		s.distillationRequested(ev, turn, p)
 	case *events.DistillationStarted:

@@ -401,7 +401,7 @@ func TestCrossTenantBodyLeavesTheOtherSessionAlone(t *testing.T) {
 		if m.Session != "victim" && m.Session != "attacker" && !strings.HasPrefix(m.Session, "_") {
 			t.Fatalf("index row for %s/%s", m.Tenant, m.Session)
 		}
-		if m.Session == "victim" && (m.Tenant != "beta" || m.InFlight != 0) {
+		if m.Session == "victim" && (m.Tenant != "beta" || m.Counts.TurnsInFlight != 0) {
 			t.Fatalf("victim's index row: %+v", m)
 		}
 	}
