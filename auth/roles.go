@@ -122,9 +122,13 @@ func jsNoUpdate(s, name string) []Grant {
 	}
 }
 
-// kvRead are the rows of reading and watching bucket b.
+// kvRead are the rows of reading and watching bucket b. Stopping a watch
+// deletes its ephemeral consumer (nats.go does), so deleting a consumer of
+// the bucket's stream is granted: the KV streams hold no durable consumer
+// of Turnstone's.
 func kvRead(b, why string) []Grant {
-	return append(jsRead("KV_"+b, why), jsOrdered("KV_"+b, why+" (watch)")...)
+	g := append(jsRead("KV_"+b, why), jsOrdered("KV_"+b, why+" (watch)")...)
+	return append(g, Grant{Subject: "$JS.API.CONSUMER.DELETE.KV_" + b + ".*", Pub: true, Why: why + " (stop a watch)"})
 }
 
 // Grants returns the rows of role: for RoleTenant, of tenant's user.
