@@ -239,3 +239,33 @@ func RolePermissions(role Role, tenant string, partitions int) *Permissions {
 	}
 	return p
 }
+
+// PermissionTable returns the permissions of every role as a Markdown
+// table (role, subject, publish/subscribe, allow/deny, why), tenant rows
+// written for the tenant "<tenant>" and per-partition rows with "<n>":
+// the table docs/security.md holds (its test keeps the two equal).
+func PermissionTable() string {
+	var b strings.Builder
+	b.WriteString("| role | subject | may | why |\n| --- | --- | --- | --- |\n")
+	for _, role := range []Role{RoleTenant, RoleEngine, RoleWorker, RoleOperator} {
+		for _, g := range Grants(role, "<tenant>") {
+			var may []string
+			if g.Pub {
+				may = append(may, "publish")
+			}
+			if g.Sub {
+				may = append(may, "subscribe")
+			}
+			verb := strings.Join(may, ", ")
+			if g.Deny {
+				verb = "**deny** " + verb
+			}
+			subject := g.Subject
+			if g.PerPartition {
+				subject = strings.ReplaceAll(subject, "%d", "<n>")
+			}
+			fmt.Fprintf(&b, "| %s | `%s` | %s | %s |\n", role, subject, verb, g.Why)
+		}
+	}
+	return b.String()
+}
