@@ -35,7 +35,12 @@ import (
 //
 // Version 6: the stage a turn is in (Turn.Stage), from turn.abandoned's
 // stage; typed recovery outcomes.
-const Version = 6
+//
+// Version 7: invariant 4 calibrated on real sessions: the implementation
+// budget counts failed attempts per step (Steps, ToolCall.Step,
+// Turn.FailedAttempts), and the output streak compares the input each
+// output answers (user messages' Hash, OutputStreak.Input).
+const Version = 7
 
 // MaxClockSkew is how far an event's own time may lie ahead of its store
 // time (Event.Stored, JetStream's clock) before the fold flags it with a
@@ -110,6 +115,10 @@ const (
 	// KeepOutputSeqs is how many sequences OutputStreak.Seqs keeps: those
 	// of the run's first messages.
 	KeepOutputSeqs = 10
+	// MaxSteps is how many failing steps of turns in flight Steps keeps:
+	// past it, the one with the fewest failures in a row is forgotten (a
+	// step that counts toward a budget has more).
+	MaxSteps = 16
 	// MaxUnknownTypes is how many unknown event types UnknownTypes names;
 	// events of further types are counted in UnknownOther.
 	MaxUnknownTypes = 32
@@ -262,6 +271,10 @@ type Session struct {
 	// immediate identical re-run passed (the latest KeepAnomalies). They
 	// are not violations.
 	Flaky []Flaky `json:"flaky,omitempty"`
+	// Steps are the steps of turns in flight that failed and have not
+	// succeeded since, in order of their first failure (at most
+	// MaxSteps): what each turn's FailedAttempts counts (see Step).
+	Steps []Step `json:"steps,omitempty"`
 
 	// Paused is true between session.paused and session.resumed;
 	// PauseReason and PausedSeq tell why and since when; PauseCause,
@@ -526,6 +539,7 @@ func (s *Session) apply(ev events.Event) {
 	case *events.TurnStageCompleted:
 		if t := s.turnEvent(ev, turn); t != nil {
 			t.LastStage, t.Stage = stageKey(p.Stage), stageKey(p.Stage.Next())
+			s.stepPassed(turn, stageStep(p.Stage))
 		}
 	case *events.TurnCompleted:
 		if t := s.turnEvent(ev, turn); t != nil {
@@ -568,9 +582,7 @@ func (s *Session) apply(ev events.Event) {
 		}
 	case *events.ErrorRecorded:
 		s.recordError(ev, turn, p.Stage, p.ErrorInfo, p.Consecutive)
-		if t := s.turn(turn); t != nil {
-			t.FailedAttempts++
-		}
+		s.stepFailed(ev, turn, stageStep(p.Stage), string(stageKey(p.Stage)))
 	case *events.DistillationRequested:
 		s.distillationRequested(ev, turn, p)
 	case *events.DistillationStarted:

@@ -67,14 +67,21 @@ type Turn struct {
 	// DurationMS is the turn's wall time in milliseconds: turn.completed's
 	// duration_ms when given, else EndedAt - StartedAt.
 	DurationMS int64 `json:"duration_ms,omitempty"`
-	// FailedAttempts is the implementation budget the turn spent
-	// (invariant 4): its failed attempts. It counts the tool_result blocks
-	// with is_error set that answer a tool_use block of the turn (results
-	// that pair with their tool_use only; the synthetic results a repair
-	// writes do not count, nor does tool_call.completed's is_error), plus
-	// the error.recorded events that carry the turn, whether or not it is
-	// still in flight. The turn.failed that ends a turn is its outcome,
-	// not an attempt. The limit is the reconciler's policy.
+	// FailedAttempts is the implementation budget the turn has spent
+	// (invariant 4): the most attempts at one of its steps that failed in
+	// a row, with no success of that step between them (see Step: the
+	// same tool on the same operand, or one stage). It counts the
+	// tool_result blocks with is_error set that answer a tool_use block
+	// of the turn (results that pair with their tool_use only; the
+	// synthetic results a repair writes do not count, nor does
+	// tool_call.completed's is_error) and the error.recorded events that
+	// carry the turn while it is in flight; it falls back when the step
+	// it counts succeeds, and keeps its value when the turn ends. Failures
+	// at different steps do not add up: a long turn with a test run that
+	// fails before it passes, a search with no match and a file that was
+	// not there has spent nothing lasting. The turn.failed that ends a
+	// turn is its outcome, not an attempt. The limit is the reconciler's
+	// policy (budget.implementation_attempts).
 	FailedAttempts int `json:"failed_attempts,omitempty"`
 }
 
@@ -159,6 +166,7 @@ func (s *Session) endTurn(ev events.Event, t *Turn, status TurnStatus, reason st
 			break
 		}
 	}
+	s.endSteps(t)
 	s.judge(ev, id, fmt.Sprintf("turn %s %s", id, status))
 	s.completeOutput(func(m *Message) bool { return m.Turn == id || m.Turn == "" })
 }

@@ -184,9 +184,15 @@ func Decide(in Input) []Action {
 		cmd(recovery.KindPivotStrategy, "", fmt.Sprintf("loop: the same error %d times in a row since seq %d", st.Count, st.FirstSeq),
 			[]uint64{st.FirstSeq}, recovery.Params{Strategy: "different approach after a repeated error"})
 	}
-	if t := lastTurn(s); t != nil && t.FailedAttempts >= p.Budget.ImplementationAttempts {
-		cmd(recovery.KindPivotStrategy, t.ID, fmt.Sprintf("turn %s spent its implementation budget: %d failed attempts", t.ID, t.FailedAttempts),
-			[]uint64{t.StartedSeq}, recovery.Params{Strategy: "budget spent"})
+	// The implementation budget: attempts at one step of the turn in
+	// flight that failed in a row (projections.Step). One command per run
+	// of failures (its first failure is the evidence); a turn that ended
+	// needs no pivot.
+	if t := lastTurn(s); t != nil && t.Status == projections.TurnInFlight && t.FailedAttempts >= p.Budget.ImplementationAttempts {
+		if st := s.BudgetStep(t.ID); st != nil {
+			cmd(recovery.KindPivotStrategy, t.ID, fmt.Sprintf("turn %s spent its implementation budget: %d failed attempts in a row at one step (%s, seq %d to %d)",
+				t.ID, st.Failures, st.Name, st.FirstSeq, st.LastSeq), []uint64{st.FirstSeq}, recovery.Params{Strategy: "budget spent"})
+		}
 	}
 	return out
 }

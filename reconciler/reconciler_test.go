@@ -238,26 +238,29 @@ func TestLoopsAndBudgets(t *testing.T) {
 	// The same output three times in a row halts the loop: paused, with
 	// the evidence.
 	e.append("loop", "", &events.SessionStarted{})
-	for i := 0; i < 3; i++ {
-		e.append("loop", "", &events.MessageAppended{Role: events.RoleUser, Content: text(fmt.Sprintf("try %d", i))})
+	// The same answer to the same input: a loop (the same answer to
+	// inputs that differ would not be).
+	for range 3 {
+		e.append("loop", "", &events.MessageAppended{Role: events.RoleUser, Content: text("try again")})
 		e.append("loop", "", &events.MessageAppended{Role: events.RoleAssistant, Content: text("I'll try the same fix again.")})
 	}
 	// An assistant message counts once it is complete: when the next
 	// message arrives.
-	e.append("loop", "", &events.MessageAppended{Role: events.RoleUser, Content: text("try 3")})
+	e.append("loop", "", &events.MessageAppended{Role: events.RoleUser, Content: text("try again")})
 	s := e.eventually("paused on the output loop", time.Second, func(s *projections.Session) bool { return s.Paused }, "loop")
 	if !strings.Contains(s.PauseReason, "same assistant output 3 times") {
 		t.Fatalf("pause reason %q", s.PauseReason)
 	}
 
-	// A turn that spends its implementation budget pivots.
+	// A turn that spends its implementation budget pivots: the same
+	// command failing ten times in a row (another description each time).
 	e.append("budget", "", &events.SessionStarted{})
 	e.append("budget", "b1", &events.TurnStarted{Prompt: "fix the build"})
 	e.append("budget", "b1", &events.MessageAppended{Role: events.RoleUser, Content: text("fix the build")})
 	for i := 0; i < 10; i++ {
 		id := fmt.Sprintf("toolu_b%d", i)
 		e.append("budget", "b1", &events.MessageAppended{Role: events.RoleAssistant, Content: []events.ContentBlock{
-			{Type: "tool_use", ID: id, Name: "Bash", Input: json.RawMessage(fmt.Sprintf(`{"command":"make attempt=%d"}`, i))}}})
+			{Type: "tool_use", ID: id, Name: "Bash", Input: json.RawMessage(fmt.Sprintf(`{"command":"make","description":"attempt %d"}`, i))}}})
 		content, _ := json.Marshal(fmt.Sprintf("build failed (%d)", i))
 		e.append("budget", "b1", &events.MessageAppended{Role: events.RoleUser, Content: []events.ContentBlock{
 			{Type: "tool_result", ToolUseID: id, IsError: true, Content: content}}})

@@ -24,9 +24,10 @@ func newImportCommand(g *globals) *cobra.Command {
 		format string
 		tenant string
 		quiet  bool
+		follow bool
 	)
 	cmd := &cobra.Command{
-		Use:   "import --format claude-code FILE|DIR...",
+		Use:   "import --format claude-code [--follow] FILE|DIR...",
 		Short: "Import agent transcripts into the event log",
 		Long: `Import transcripts into the event log, one session per transcript.
 
@@ -46,7 +47,15 @@ and has lines that are not Claude Code records (it is not a transcript:
 README.md, go.mod, random bytes); 0 otherwise. A file that yields no
 session because it is empty, or holds only records that make none (a
 summary, file snapshots: Claude Code leaves such files behind), is
-reported and does not fail the import.`,
+reported and does not fail the import. Imported sessions are history: the
+reconciler never acts on them.
+
+--follow records sessions live as Claude Code writes them (point it at
+~/.claude/projects): it reads the transcripts already there (those written
+in the last 30 minutes as live, older ones as history), then watches the
+files and directories and appends each new file and each appended line as
+it is written, until Ctrl-C. A turn at the end of a file still being
+written stays in flight; a followed session is live.`,
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if format != "claude-code" {
@@ -59,7 +68,7 @@ reported and does not fail the import.`,
 			if err != nil {
 				return err
 			}
-			if len(files) == 0 {
+			if len(files) == 0 && !follow {
 				return errors.New("no *.jsonl transcript in the arguments")
 			}
 			ctx := cmd.Context()
@@ -74,6 +83,9 @@ reported and does not fail the import.`,
 			log, err := ingest.NewClient(nc, ingest.ClientConfig{Timeout: 10 * time.Second, RetryFor: 10 * time.Second})
 			if err != nil {
 				return err
+			}
+			if follow {
+				return followTranscripts(ctx, g, claudecode.LogStore(log), args, tenant)
 			}
 
 			bar := progressbar.NewOptions64(-1,
@@ -105,6 +117,7 @@ reported and does not fail the import.`,
 	cmd.Flags().StringVar(&format, "format", "", "transcript format: claude-code (required)")
 	cmd.Flags().StringVar(&tenant, "tenant", "default", "tenant to import the sessions into")
 	cmd.Flags().BoolVar(&quiet, "quiet", false, "no progress bar")
+	cmd.Flags().BoolVar(&follow, "follow", false, "keep watching the files and directories, and record sessions live as they are written (until Ctrl-C)")
 	_ = cmd.MarkFlagRequired("format")
 	return cmd
 }
