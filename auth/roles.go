@@ -4,7 +4,9 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/turnstone-dev/turnstone/audit"
 	"github.com/turnstone-dev/turnstone/engine"
+	"github.com/turnstone-dev/turnstone/erasure"
 	"github.com/turnstone-dev/turnstone/events"
 	"github.com/turnstone-dev/turnstone/ingest"
 	"github.com/turnstone-dev/turnstone/pgroup"
@@ -68,6 +70,9 @@ var (
 	readPrefix  = ingest.ReadSubjectPrefix
 	quarPrefix  = ingest.QuarantineSubjectPrefix
 	engineGroup = engine.Group
+	eraseNotice = erasure.NoticeSubject
+	auditStream = audit.Stream
+	auditPrefix = audit.SubjectPrefix
 )
 
 // partitionName turns a partition-0 name ("recovery-p0") into its
@@ -164,6 +169,7 @@ func Grants(role Role, tenant string) []Grant {
 			{Subject: "$KV." + kvMembers + "." + engineGroup + ".*", Pub: true, Why: "heartbeats in the engines' group"},
 			{Subject: "$KV." + kvProbe + ".>", Pub: true, Why: "the reconciler's write probe"},
 			{Subject: "$JS.API.INFO", Pub: true, Why: "the reconciler's check of the account's storage"},
+			{Subject: eraseNotice, Sub: true, Why: "erasure: hear an erase's notices and confirm them (block the scope, forget its state)"},
 		}
 		g = append(g, jsRead(evStream, "read the event log")...)
 		g = append(g, jsOrdered(evStream, "read and follow sessions (ordered consumers)")...)
@@ -185,6 +191,7 @@ func Grants(role Role, tenant string) []Grant {
 			{Subject: "$KV." + kvCommands + ".>", Pub: true, Why: "command statuses"},
 			{Subject: "$KV." + kvMembers + "." + recovery.WorkerGroup + ".*", Pub: true, Why: "heartbeats in the workers' group"},
 			{Subject: "$JS.API.INFO", Pub: true, Why: "account info (client checks)"},
+			{Subject: eraseNotice, Sub: true, Why: "erasure: hear an erase's notices and confirm them (block the scope, forget its state)"},
 		}
 		g = append(g, jsRead(evStream, "read sessions")...)
 		g = append(g, jsOrdered(evStream, "read and follow sessions (ordered consumers)")...)
@@ -200,6 +207,28 @@ func Grants(role Role, tenant string) []Grant {
 	return nil
 }
 
+// RetentionGrants are the rows an engine gets on top of Grants(RoleEngine)
+// when the spec sets `retention: true`: what its retention sweep needs to
+// erase the sessions past their tenant's max age (engine.SweepRetention
+// through engine.Erase). JetStream cannot limit a purge to some subjects by
+// permission (the filter is in the request's body), so these rows let the
+// engine purge the whole of each stream: a deployment without a retention
+// policy leaves them out, and only the operator can purge.
+func RetentionGrants() []Grant {
+	g := []Grant{
+		{Subject: eraseNotice, Pub: true, Why: "retention: announce its erase to every engine and worker"},
+		{Subject: auditPrefix + ".>", Pub: true, Why: "retention: record each sweep's erase in the audit stream"},
+		{Subject: "$KV." + kvCommands + ".>", Pub: true, Why: "retention: delete the statuses of the erased sessions' commands"},
+	}
+	for _, st := range []string{evStream, snapStream, recStream, quarStream, "KV_" + kvIndex, "KV_" + kvCommands} {
+		g = append(g, Grant{Subject: "$JS.API.STREAM.PURGE." + st, Pub: true, Why: "retention: purge the sessions past their tenant's max age"})
+	}
+	g = append(g, Grant{Subject: "$JS.API.STREAM.INFO." + auditStream, Pub: true, Why: "retention: check the audit stream exists before erasing"})
+	g = append(g, jsOrdered(recStream, "retention: find the erased sessions' commands")...)
+	g = append(g, kvRead(kvCommands, "retention: the erased sessions' command statuses")...)
+	return g
+}
+
 // AllowResponses reports whether role may publish a reply to any request
 // it received (nats-server's allow_responses): the engine answers
 // appends and reads, the tenant its runtime's control requests and
@@ -208,13 +237,19 @@ func AllowResponses(role Role) bool { return role != RoleOperator }
 
 // RolePermissions returns the permissions of a user of role (of tenant,
 // for RoleTenant), its per-partition rows expanded for partitions
-// partitions. The operator's are nil: it may do anything in its account.
-func RolePermissions(role Role, tenant string, partitions int) *Permissions {
+// partitions; an engine's with RetentionGrants when retention is set
+// (the spec's `retention: true`). The operator's are nil: it may do
+// anything in its account.
+func RolePermissions(role Role, tenant string, partitions int, retention bool) *Permissions {
 	if role == RoleOperator {
 		return nil
 	}
 	p := &Permissions{AllowResponses: AllowResponses(role)}
-	for _, g := range Grants(role, tenant) {
+	grants := Grants(role, tenant)
+	if role == RoleEngine && retention {
+		grants = append(grants, RetentionGrants()...)
+	}
+	for _, g := range grants {
 		subjects := []string{g.Subject}
 		if g.PerPartition {
 			subjects = subjects[:0]
@@ -247,8 +282,12 @@ func RolePermissions(role Role, tenant string, partitions int) *Permissions {
 func PermissionTable() string {
 	var b strings.Builder
 	b.WriteString("| role | subject | may | why |\n| --- | --- | --- | --- |\n")
-	for _, role := range []Role{RoleTenant, RoleEngine, RoleWorker, RoleOperator} {
-		for _, g := range Grants(role, "<tenant>") {
+	for _, role := range []Role{RoleTenant, RoleEngine, "engine, with `retention: true`", RoleWorker, RoleOperator} {
+		grants := Grants(role, "<tenant>")
+		if role != RoleEngine && strings.HasPrefix(string(role), string(RoleEngine)) {
+			grants = RetentionGrants()
+		}
+		for _, g := range grants {
 			var may []string
 			if g.Pub {
 				may = append(may, "publish")

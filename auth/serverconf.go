@@ -46,7 +46,7 @@ func ServerConfig(s *Spec, keys Keys) (string, error) {
 	w(2, "users: [")
 	for _, u := range users {
 		if u.Account() == Account {
-			writeUser(w, 3, u, keys[u.Name], s.Partitions)
+			writeUser(w, 3, u, keys[u.Name], s.Partitions, s.Retention)
 		}
 	}
 	w(2, "]")
@@ -70,7 +70,7 @@ func ServerConfig(s *Spec, keys Keys) (string, error) {
 		w(2, "users: [")
 		for _, u := range users {
 			if u.Role == RoleTenant && u.Tenant == t {
-				writeUser(w, 3, u, keys[u.Name], s.Partitions)
+				writeUser(w, 3, u, keys[u.Name], s.Partitions, s.Retention)
 			}
 		}
 		w(2, "]")
@@ -90,9 +90,9 @@ func ServerConfig(s *Spec, keys Keys) (string, error) {
 }
 
 // writeUser writes one user entry: its key and permissions.
-func writeUser(w func(int, string, ...any), indent int, u User, key string, partitions int) {
+func writeUser(w func(int, string, ...any), indent int, u User, key string, partitions int, retention bool) {
 	w(indent, "# %s (role %s)", u.Name, u.Role)
-	p := RolePermissions(u.Role, u.Tenant, partitions)
+	p := RolePermissions(u.Role, u.Tenant, partitions, retention)
 	if p == nil {
 		w(indent, "{nkey: %s}", q(key))
 		return

@@ -97,6 +97,11 @@ type Spec struct {
 	Partitions int `yaml:"partitions"`
 	// Users are the users beyond the defaults.
 	Users []User `yaml:"users"`
+	// Retention gives the engines the rights their retention sweep needs
+	// (RetentionGrants: purge every Turnstone stream, write the audit
+	// stream). Set it when the policy has a retention.max_age; without it
+	// only the operator can erase.
+	Retention bool `yaml:"retention"`
 
 	// dir is the spec file's directory (LoadSpec sets it).
 	dir string
