@@ -125,17 +125,38 @@ func run(ctx context.Context, f flags, stderr io.Writer) error {
 			_ = ts.Close(cctx)
 		}()
 	}
-	w, err := recovery.NewWorker(nc, log, recovery.WorkerConfig{
-		OnCommand:      metrics.WorkerCommand,
-		Name:           f.name,
-		ControlTimeout: f.controlTimeout,
-		UseExisting:    f.useExisting,
-		Delivery:       recovery.DeliveryConfig{AckWait: f.ackWait, MaxDeliver: f.maxDeliver, PinnedTTL: f.pinnedTTL},
-	}, &logger)
-	if err != nil {
-		return err
+	// Open sets up the recovery stream's partition consumers and joins
+	// the group. Right after a nats-server node is lost, a consumer whose
+	// leader was there answers nothing until it elects another (seconds):
+	// try again with back-off, with a fresh worker each time, for up to
+	// two minutes, rather than exit.
+	var w *recovery.Worker
+	open := func() error {
+		var err error
+		w, err = recovery.NewWorker(nc, log, recovery.WorkerConfig{
+			OnCommand:      metrics.WorkerCommand,
+			Name:           f.name,
+			ControlTimeout: f.controlTimeout,
+			UseExisting:    f.useExisting,
+			Delivery:       recovery.DeliveryConfig{AckWait: f.ackWait, MaxDeliver: f.maxDeliver, PinnedTTL: f.pinnedTTL},
+		}, &logger)
+		if err != nil {
+			return backoff.Permanent(err)
+		}
+		if err := w.Open(ctx); err != nil {
+			cctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			_ = w.Close(cctx)
+			cancel()
+			return err
+		}
+		return nil
 	}
-	if err := w.Open(ctx); err != nil {
+	ob := backoff.NewExponentialBackOff()
+	ob.MaxInterval = 5 * time.Second
+	ob.MaxElapsedTime = 2 * time.Minute
+	if err := backoff.RetryNotify(open, backoff.WithContext(ob, ctx), func(err error, next time.Duration) {
+		logger.Warn().Err(err).Dur("retry_in", next).Msg("worker could not open; trying again")
+	}); err != nil {
 		return err
 	}
 	go func() {
