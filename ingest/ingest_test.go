@@ -250,12 +250,15 @@ func TestClientReadWaitsForAnEngine(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	read := make(chan error, 1)
 	go func() {
-		time.Sleep(500 * time.Millisecond)
-		enc, _ := embeddedtest.Connect(t, srv)
-		ingesttest.Serve(t, enc)
+		_, err := cl.LastSeq(ctx, "acme", "s1")
+		read <- err
 	}()
-	if _, err := cl.LastSeq(ctx, "acme", "s1"); !errors.Is(err, events.ErrSessionNotFound) {
+	time.Sleep(500 * time.Millisecond)
+	enc, _ := embeddedtest.Connect(t, srv)
+	ingesttest.Serve(t, enc)
+	if err := <-read; !errors.Is(err, events.ErrSessionNotFound) {
 		t.Fatalf("an engine starting 0.5 s later: %v, want its answer (ErrSessionNotFound)", err)
 	}
 }
