@@ -26,7 +26,9 @@ type ClientConfig struct {
 	// acknowledged (no engine answers; the session's partition is moving
 	// to another engine), with exponential back-off, before it gives up
 	// with events.ErrLogUnavailable. The events' ids make a retry safe.
-	// Default 30 seconds; negative: no retry.
+	// Reads (ReadSession, LastSeq) are asked again for as long while no
+	// engine answers at all (no responders). Default 30 seconds;
+	// negative: no retry.
 	RetryFor time.Duration
 }
 
@@ -255,8 +257,32 @@ func classify(err error) error {
 	return fmt.Errorf("%w: %w", events.ErrLogUnavailable, err)
 }
 
-// read asks for one page.
+// read asks for one page. While no engine answers at all (no
+// responders: none is running yet, as when a runtime starts with the
+// engines), it asks again with the appends' back-off for up to RetryFor;
+// a read is safe to repeat.
 func (c *Client) read(ctx context.Context, tenant, session string, req ReadRequest) (*ReadReply, error) {
+	b := backoff.WithContext(backoff.NewExponentialBackOff(backoff.WithInitialInterval(100*time.Millisecond),
+		backoff.WithMaxInterval(2*time.Second), backoff.WithMaxElapsedTime(max(c.cfg.RetryFor, 0))), ctx)
+	for {
+		rep, err := c.readOnce(ctx, tenant, session, req)
+		if !errors.Is(err, nats.ErrNoResponders) || c.cfg.RetryFor < 0 {
+			return rep, err
+		}
+		wait := b.NextBackOff()
+		if wait == backoff.Stop {
+			return rep, err
+		}
+		select {
+		case <-ctx.Done():
+			return rep, err
+		case <-time.After(wait):
+		}
+	}
+}
+
+// readOnce asks for one page once.
+func (c *Client) readOnce(ctx context.Context, tenant, session string, req ReadRequest) (*ReadReply, error) {
 	b, _ := json.Marshal(req)
 	rctx, cancel := c.withTimeout(ctx)
 	defer cancel()

@@ -231,3 +231,34 @@ func TestOnlyThePartitionsOwnerAnswers(t *testing.T) {
 		}
 	}
 }
+
+// A publisher that starts with the engines (docker compose starts them
+// together) reads before any engine serves: the read is asked again until
+// one answers, within RetryFor; with RetryFor negative it fails at once.
+func TestClientReadWaitsForAnEngine(t *testing.T) {
+	srv := embeddedtest.Start(t)
+	nc, _ := embeddedtest.Connect(t, srv)
+	noRetry, err := ingest.NewClient(nc, ingest.ClientConfig{RetryFor: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if _, err := noRetry.LastSeq(ctx, "acme", "s1"); !errors.Is(err, events.ErrLogUnavailable) {
+		t.Fatalf("no engine, no retry: %v, want ErrLogUnavailable", err)
+	}
+	cl, err := ingest.NewClient(nc, ingest.ClientConfig{RetryFor: 20 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	read := make(chan error, 1)
+	go func() {
+		_, err := cl.LastSeq(ctx, "acme", "s1")
+		read <- err
+	}()
+	time.Sleep(500 * time.Millisecond)
+	enc, _ := embeddedtest.Connect(t, srv)
+	ingesttest.Serve(t, enc)
+	if err := <-read; !errors.Is(err, events.ErrSessionNotFound) {
+		t.Fatalf("an engine starting 0.5 s later: %v, want its answer (ErrSessionNotFound)", err)
+	}
+}

@@ -3,6 +3,8 @@ package main
 import (
 	"fmt"
 	"os"
+	"path/filepath"
+	"time"
 
 	"github.com/spf13/cobra"
 	"github.com/turnstone-dev/turnstone/auth"
@@ -54,6 +56,45 @@ nats-server or cluster includes it in its configuration (include
 		},
 	}
 	config.Flags().StringVarP(&out, "out", "o", "", "file to write the configuration to (default: standard output)")
-	cmd.AddCommand(config)
+	cmd.AddCommand(config, newAuthCertsCommand(g))
+	return cmd
+}
+
+// newAuthCertsCommand is `engine auth certs DIR --hosts ...`: a
+// self-signed CA and a server certificate for nats-server's client port,
+// for setups with no CA of their own (docker-compose.yml's init-tls).
+func newAuthCertsCommand(g *globals) *cobra.Command {
+	var (
+		hosts    []string
+		validFor time.Duration
+	)
+	cmd := &cobra.Command{
+		Use:   "certs DIR",
+		Short: "Write a self-signed CA and a server certificate for nats-server's TLS",
+		Long: `Make sure DIR holds ` + auth.CAFile + ` (a self-signed CA: give it to every client
+with --tls-ca), ` + auth.ServerCertFile + ` and ` + auth.ServerKeyFile + ` (the server's certificate, signed
+by that CA, naming every --hosts, and its key: nats-server --tlscert and
+--tlskey). Certificates that already name every host and stay valid for 30
+more days are kept, so it can run at every start; otherwise a new CA and
+server certificate replace them. The CA's private key is never written.
+Use your own CA instead when you have one (docs/security.md).`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			created, err := auth.WriteCerts(auth.CertConfig{Dir: args[0], Hosts: hosts, ValidFor: validFor})
+			if err != nil {
+				return err
+			}
+			if created {
+				fmt.Fprintf(g.stderr, "wrote %s, %s and %s for %v\n", filepath.Join(args[0], auth.CAFile),
+					filepath.Join(args[0], auth.ServerCertFile), filepath.Join(args[0], auth.ServerKeyFile), hosts)
+			} else {
+				fmt.Fprintf(g.stderr, "kept the certificates in %s: they name %v and stay valid for at least 30 more days\n", args[0], hosts)
+			}
+			return nil
+		},
+	}
+	cmd.Flags().StringSliceVar(&hosts, "hosts", nil, "DNS names and IP addresses clients reach the server by, comma-separated (required)")
+	cmd.Flags().DurationVar(&validFor, "valid-for", auth.DefaultCertValidity, "how long the certificates are valid")
+	_ = cmd.MarkFlagRequired("hosts")
 	return cmd
 }
