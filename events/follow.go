@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -50,14 +51,7 @@ func (l *Log) Follow(ctx context.Context, opts FollowOptions, fn func(Event)) (*
 	case opts.Session != "":
 		filter = EventSubjectPrefix + ".*.*." + opts.Session
 	}
-	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: []string{filter}}
-	switch {
-	case opts.FromSeq > 0:
-		cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, opts.FromSeq
-	case !opts.FromTime.IsZero():
-		t := opts.FromTime
-		cfg.DeliverPolicy, cfg.OptStartTime = jetstream.DeliverByStartTimePolicy, &t
-	}
+	cfg := orderedConfig(filter, opts.FromSeq, opts.FromTime)
 	cctx, cancel := l.withTimeout(ctx)
 	cons, err := l.events.OrderedConsumer(cctx, cfg)
 	cancel()
@@ -85,4 +79,68 @@ func (l *Log) Follow(ctx context.Context, opts FollowOptions, fn func(Event)) (*
 		close(f.closed)
 	}()
 	return f, nil
+}
+
+// orderedConfig is an ordered consumer of the events on filter from
+// fromSeq, else from fromTime (store time), else from the first.
+func orderedConfig(filter string, fromSeq uint64, fromTime time.Time) jetstream.OrderedConsumerConfig {
+	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: []string{filter}}
+	switch {
+	case fromSeq > 0:
+		cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, fromSeq
+	case !fromTime.IsZero():
+		t := fromTime
+		cfg.DeliverPolicy, cfg.OptStartTime = jetstream.DeliverByStartTimePolicy, &t
+	}
+	return cfg
+}
+
+// readOrdered delivers, through an ordered consumer of cfg, the events up
+// to stream sequence last (or until none is pending), in stream order, on
+// the caller's goroutine. It returns fn's first error, ctx's, or
+// ErrLogUnavailable when no event comes for Config.Timeout.
+func (l *Log) readOrdered(ctx context.Context, cfg jetstream.OrderedConsumerConfig, last uint64, fn func(Event) error) error {
+	cctx, cancel := l.withTimeout(ctx)
+	cons, err := l.events.OrderedConsumer(cctx, cfg)
+	cancel()
+	if err != nil {
+		return unavailable(err)
+	}
+	it, err := cons.Messages()
+	if err != nil {
+		return unavailable(err)
+	}
+	defer it.Stop()
+	// Next waits for the next event; a stall or ctx stops the iterator.
+	var stalled atomic.Bool
+	watchdog := time.AfterFunc(l.cfg.Timeout, func() { stalled.Store(true); it.Stop() })
+	defer watchdog.Stop()
+	defer context.AfterFunc(ctx, it.Stop)()
+	for {
+		msg, err := it.Next()
+		switch {
+		case ctx.Err() != nil:
+			return ctx.Err()
+		case stalled.Load():
+			return unavailable(fmt.Errorf("no event within %s", l.cfg.Timeout))
+		case err != nil:
+			return unavailable(err)
+		}
+		watchdog.Stop() // while fn runs: the wait is for the server only
+		meta, err := msg.Metadata()
+		if err != nil {
+			return unavailable(err)
+		}
+		seq := meta.Sequence.Stream
+		if seq > last {
+			return nil
+		}
+		if err := fn(DecodeStoredAt(msg.Subject(), seq, meta.Timestamp, msg.Data())); err != nil {
+			return err
+		}
+		if seq == last || meta.NumPending == 0 {
+			return nil
+		}
+		watchdog.Reset(l.cfg.Timeout)
+	}
 }
