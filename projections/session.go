@@ -1,9 +1,9 @@
 package projections
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -361,18 +361,56 @@ type Totals struct {
 	UntrackedToolUses int `json:"untracked_tool_uses,omitempty"`
 }
 
-// Clone returns a deep copy of the state, made through its JSON form (which
-// holds everything the fold needs; see Session).
+// Clone returns a deep copy of the state: every list, map and pointer is
+// its own, so that folding either leaves the other as it was (strings,
+// which never change, are shared). The copy folds on exactly like s.
+// It only reads s: it is safe beside other readers, not beside Apply.
+// TestCloneSharesNothing checks that it copies every field.
 func (s *Session) Clone() *Session {
-	b, err := json.Marshal(s)
-	if err != nil {
-		return &Session{}
+	c := *s
+	c.idx = nil // rebuilt from the slices on first use
+	c.Labels = maps.Clone(s.Labels)
+	c.HistoryBroken = maps.Clone(s.HistoryBroken)
+	c.Turns = slices.Clone(s.Turns)
+	for i := range c.Turns {
+		c.Turns[i].Error = clonePtr(c.Turns[i].Error)
 	}
-	c := &Session{}
-	if err := json.Unmarshal(b, c); err != nil {
-		return &Session{}
+	c.InFlight = slices.Clone(s.InFlight)
+	c.Messages = slices.Clone(s.Messages)
+	for i := range c.Messages {
+		m := &c.Messages[i]
+		m.Seqs, m.Blocks = slices.Clone(m.Seqs), slices.Clone(m.Blocks)
 	}
-	return c
+	c.Pending = slices.Clone(s.Pending)
+	c.ToolCalls = slices.Clone(s.ToolCalls)
+	c.Orphans = slices.Clone(s.Orphans)
+	c.UnmatchedResults = slices.Clone(s.UnmatchedResults)
+	c.Violations = slices.Clone(s.Violations)
+	c.Distillations = slices.Clone(s.Distillations)
+	for i := range c.Distillations {
+		c.Distillations[i].DirtyReasons = slices.Clone(c.Distillations[i].DirtyReasons)
+	}
+	c.Errors.Last = clonePtr(s.Errors.Last)
+	c.Outputs.Seqs = slices.Clone(s.Outputs.Seqs)
+	c.LastTool = clonePtr(s.LastTool)
+	c.Flaky = slices.Clone(s.Flaky)
+	c.Commands = slices.Clone(s.Commands)
+	c.Breakers = slices.Clone(s.Breakers)
+	c.Forks = slices.Clone(s.Forks)
+	c.Rewinds = slices.Clone(s.Rewinds)
+	c.Rewound = slices.Clone(s.Rewound)
+	c.InvalidEvents = slices.Clone(s.InvalidEvents)
+	c.UnknownTypes = slices.Clone(s.UnknownTypes)
+	return &c
+}
+
+// clonePtr returns a pointer to a copy of *p, or nil.
+func clonePtr[T any](p *T) *T {
+	if p == nil {
+		return nil
+	}
+	c := *p
+	return &c
 }
 
 // Fold is FoldLog, under the name it had before rewinds: it folds a
