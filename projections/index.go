@@ -40,18 +40,18 @@ type Summary struct {
 	ParentSession string `json:"parent_session,omitempty"`
 	ForkedFrom    string `json:"forked_from,omitempty"`
 	// History marks an imported session (the reconciler never acts on it).
-	History bool `json:"history,omitempty"`
+	History bool `json:"history,omitzero"`
 	// Turns is how many turns started; InFlight how many are in flight.
 	Turns    int `json:"turns"`
 	InFlight int `json:"in_flight"`
 	// Orphans are the open orphaned tool_use blocks of the current
 	// history; Repaired the orphans ever repaired.
 	Orphans  int `json:"orphans"`
-	Repaired int `json:"repaired,omitempty"`
+	Repaired int `json:"repaired,omitzero"`
 	// Violations counts the violations ever raised, Resolved those a
 	// repair resolved.
 	Violations int `json:"violations"`
-	Resolved   int `json:"resolved,omitempty"`
+	Resolved   int `json:"resolved,omitzero"`
 	// Events is how many events were folded; FirstSeq and LastSeq their
 	// first and last stream sequences.
 	Events   int    `json:"events"`
@@ -64,12 +64,12 @@ type Summary struct {
 	LastStored     time.Time `json:"last_stored,omitzero"`
 	LastLiveStored time.Time `json:"last_live_stored,omitzero"`
 	// Paused and PauseCause are the pause's, when paused.
-	Paused     bool              `json:"paused,omitempty"`
+	Paused     bool              `json:"paused,omitzero"`
 	PauseCause events.PauseCause `json:"pause_cause,omitempty"`
 	// PendingDistillation is set while a distillation request waits.
-	PendingDistillation bool `json:"pending_distillation,omitempty"`
+	PendingDistillation bool `json:"pending_distillation,omitzero"`
 	// Anomalous is Session.Anomalous (what `engine incidents` lists).
-	Anomalous bool `json:"anomalous,omitempty"`
+	Anomalous bool `json:"anomalous,omitzero"`
 }
 
 // Summary returns the session's row in the fleet index, for partition.

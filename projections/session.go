@@ -32,7 +32,12 @@ import (
 // message, unknown types capped (UnknownOther), HistoryBroken, the
 // failed, abandoned and parked totals, Block.Seq, and the
 // too_many_turns_in_flight rule.
-const Version = 5
+//
+// Version 6: the snapshot's stored form (EncodeSnapshot): its JSON
+// written by github.com/go-json-experiment/json and compressed with S2;
+// the state's JSON is the same bytes as before but for <, > and &, now
+// written as they are.
+const Version = 6
 
 // MaxClockSkew is how far an event's own time may lie ahead of its store
 // time (Event.Stored, JetStream's clock) before the fold flags it with a
@@ -165,13 +170,13 @@ type Session struct {
 	// the first MaxLabels in key order, keys as IDKey, values clipped
 	// (DetailRunes); LabelsDropped counts the others.
 	Labels        map[string]string `json:"labels,omitempty"`
-	LabelsDropped int               `json:"labels_dropped,omitempty"`
+	LabelsDropped int               `json:"labels_dropped,omitzero"`
 	// ForkedFrom and ForkSeq are a fork's lineage, from the first
 	// session.started that names them: the session (same tenant) it was
 	// forked from, and the last stream sequence of that session's events
 	// it copies (a sequence of the source session's log, not of this one).
 	ForkedFrom string `json:"forked_from,omitempty"`
-	ForkSeq    uint64 `json:"fork_seq,omitempty"`
+	ForkSeq    uint64 `json:"fork_seq,omitzero"`
 
 	// Events is how many events were folded, invalid, unknown and rewound
 	// ones included.
@@ -199,7 +204,7 @@ type Session struct {
 	// History is set when the latest session.started said the session is
 	// history (recorded after the fact, such as an imported transcript):
 	// the reconciler never acts on it.
-	History bool `json:"history,omitempty"`
+	History bool `json:"history,omitzero"`
 	// Totals counts every entry ever made in the lists the state keeps
 	// only the latest entries of.
 	Totals Totals `json:"totals"`
@@ -216,7 +221,7 @@ type Session struct {
 	// current history the state no longer keeps (HistoryLen is both). A
 	// distillation.completed empties it.
 	Messages        []Message `json:"messages,omitempty"`
-	MessagesDropped int       `json:"messages_dropped,omitempty"`
+	MessagesDropped int       `json:"messages_dropped,omitzero"`
 	// HistoryStart marks where the current history began.
 	HistoryStart HistoryMark `json:"history_start"`
 	// Pending lists the tool_use ids of the latest assistant message that
@@ -269,9 +274,9 @@ type Session struct {
 	PauseCause   events.PauseCause `json:"pause_cause,omitempty"`
 	PauseCommand string            `json:"pause_command,omitempty"`
 	PauseKind    string            `json:"pause_kind,omitempty"`
-	PausedSeq    uint64            `json:"paused_seq,omitempty"`
+	PausedSeq    uint64            `json:"paused_seq,omitzero"`
 	// LastSnapshotSeq is the covers_seq of the latest snapshot.taken.
-	LastSnapshotSeq uint64 `json:"last_snapshot_seq,omitempty"`
+	LastSnapshotSeq uint64 `json:"last_snapshot_seq,omitzero"`
 
 	// Commands are the recovery commands run on the session, by id, in
 	// order of their first recovery.* event: the latest KeepCommands done
@@ -300,13 +305,13 @@ type Session struct {
 	Rewound []SeqRange `json:"rewound,omitempty"`
 	// RewoundEvents is how many of the session's events lie in Rewound,
 	// as of the last refold.
-	RewoundEvents int `json:"rewound_events,omitempty"`
+	RewoundEvents int `json:"rewound_events,omitzero"`
 	// NeedsRefold is set by Apply of a session.rewound that undoes events
 	// the state holds: until Refold (or RefoldLog) runs, the recovery
 	// record (Rewinds, Rewound) is current but the rest of the state still
 	// shows the undone events. FoldLog, Restore and the Projector refold
 	// at once; a caller of Apply must too.
-	NeedsRefold bool `json:"needs_refold,omitempty"`
+	NeedsRefold bool `json:"needs_refold,omitzero"`
 
 	// InvalidEvents are the events that could not be folded (the latest
 	// KeepAnomalies); each also has an invalid_event violation.
@@ -317,7 +322,7 @@ type Session struct {
 	// not violations: the wire contract lets newer publishers send new
 	// types.
 	UnknownTypes []UnknownType `json:"unknown_types,omitempty"`
-	UnknownOther int           `json:"unknown_other,omitempty"`
+	UnknownOther int           `json:"unknown_other,omitzero"`
 
 	idx *index // lookups by id, rebuilt from the slices when nil
 }
@@ -340,25 +345,25 @@ type Totals struct {
 	InvalidEvents    int `json:"invalid_events"`
 	Distillations    int `json:"distillations"`
 	// Resolved counts the violations a repair resolved (Violation.Resolved).
-	Resolved int `json:"resolved,omitempty"`
+	Resolved int `json:"resolved,omitzero"`
 	// Commands, Forks, Rewinds and Flaky count the entries ever made in
 	// the lists of the same names.
-	Commands int `json:"commands,omitempty"`
-	Forks    int `json:"forks,omitempty"`
-	Rewinds  int `json:"rewinds,omitempty"`
-	Flaky    int `json:"flaky,omitempty"`
+	Commands int `json:"commands,omitzero"`
+	Forks    int `json:"forks,omitzero"`
+	Rewinds  int `json:"rewinds,omitzero"`
+	Flaky    int `json:"flaky,omitzero"`
 	// FailedTurns and AbandonedTurns count the turns that ended failed or
 	// abandoned; ParkedCommands and FailedCommands the commands parked or
 	// completed with outcome failed (what Anomalous reads, whatever the
 	// lists still keep).
-	FailedTurns    int `json:"failed_turns,omitempty"`
-	AbandonedTurns int `json:"abandoned_turns,omitempty"`
-	ParkedCommands int `json:"parked_commands,omitempty"`
-	FailedCommands int `json:"failed_commands,omitempty"`
+	FailedTurns    int `json:"failed_turns,omitzero"`
+	AbandonedTurns int `json:"abandoned_turns,omitzero"`
+	ParkedCommands int `json:"parked_commands,omitzero"`
+	FailedCommands int `json:"failed_commands,omitzero"`
 	// UntrackedToolUses counts the tool_use blocks past
 	// MaxToolUsesPerMessage of their message, which the state did not
 	// track.
-	UntrackedToolUses int `json:"untracked_tool_uses,omitempty"`
+	UntrackedToolUses int `json:"untracked_tool_uses,omitzero"`
 }
 
 // Clone returns a deep copy of the state: every list, map and pointer is
