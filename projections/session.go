@@ -456,6 +456,7 @@ func (s *Session) Apply(ev events.Event) []Violation {
 		vs = slices.Clone(s.Violations[len(s.Violations)-n:]) // before trim drops any
 	}
 	s.trim()
+	s.index() // built here, so that readers of the state after Apply only read it
 	return vs
 }
 
@@ -721,8 +722,10 @@ func since(mark, total, n int) int {
 }
 
 // index holds lookups by id over the state's slices. It is not marshalled:
-// it is rebuilt from the slices when nil (after a JSON round trip) or
-// after a slice is trimmed.
+// it is rebuilt from the slices when nil (after a JSON round trip or a
+// Clone) or after a slice is trimmed, and Apply leaves it built, so that
+// the queries of readers sharing a state (the projector's hooks, Clone)
+// never write it.
 type index struct {
 	turns     map[string]int // turn id -> index in Turns
 	toolCalls map[string]int // tool_use id -> index in ToolCalls (the latest)
