@@ -2,7 +2,6 @@ package events
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
@@ -18,10 +17,10 @@ const directBatch = 512
 // 2.11+): up to Batch messages on NextBySubj from Seq (or StartTime).
 // The stream must allow direct access.
 type directRequest struct {
-	Seq        uint64     `json:"seq,omitempty"`
+	Seq        uint64     `json:"seq,omitzero"`
 	NextBySubj string     `json:"next_by_subj"`
 	Batch      int        `json:"batch"`
-	StartTime  *time.Time `json:"start_time,omitempty"`
+	StartTime  *time.Time `json:"start_time,omitzero"`
 }
 
 // errDirectDone ends a read: every message asked for was delivered.
@@ -63,7 +62,7 @@ func (l *Log) readDirect(ctx context.Context, subject string, opts ReadOptions, 
 	}
 	r := directRead{until: opts.UntilSeq, fn: fn}
 	for {
-		body, _ := json.Marshal(req)
+		body, _ := marshal(req)
 		if err := nc.PublishRequest("$JS.API.DIRECT.GET."+EventsStream, inbox, body); err != nil {
 			return unavailable(err)
 		}

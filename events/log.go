@@ -2,7 +2,6 @@ package events
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"hash/fnv"
@@ -480,7 +479,7 @@ func (l *Log) appendAtomic(ctx context.Context, evs []Event, msgs []*nats.Msg, e
 			Count     int                 `json:"count"`
 			Error     *jetstream.APIError `json:"error"`
 		}
-		if err := json.Unmarshal(resp.Data, &ack); err != nil {
+		if err := unmarshal(resp.Data, &ack); err != nil {
 			return nil, fmt.Errorf("append events: %w: bad ack %q", ErrLogUnavailable, resp.Data)
 		}
 		if ack.Error != nil {

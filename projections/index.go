@@ -2,7 +2,6 @@ package projections
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"sort"
@@ -10,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/go-json-experiment/json"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/turnstone-dev/turnstone/events"
 )
@@ -250,7 +250,7 @@ func RebuildIndex(ctx context.Context, log *events.Log, store *SnapshotStore) (i
 		if s.Tenant == "" {
 			s.Tenant, s.Session = ref.Tenant, ref.Session
 		}
-		b, err := json.Marshal(s.Summary(ref.Partition))
+		b, err := encodeState(s.Summary(ref.Partition))
 		if err != nil {
 			return n, fmt.Errorf("rebuild index: %w", err)
 		}

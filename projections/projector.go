@@ -3,7 +3,6 @@ package projections
 import (
 	"container/list"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"sort"
@@ -709,7 +708,7 @@ func (p *Projector) apply(ctx context.Context, part int, ev events.Event) jetstr
 // putSummary publishes a summary to the index, asynchronously; nil when
 // it could not be sent.
 func (p *Projector) putSummary(m Summary) jetstream.PubAckFuture {
-	b, err := json.Marshal(m)
+	b, err := encodeState(m)
 	if err != nil {
 		return nil
 	}

@@ -2,12 +2,12 @@ package recovery
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
 	"time"
 
+	"github.com/go-json-experiment/json"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/turnstone-dev/turnstone/events"
 )
@@ -173,7 +173,7 @@ func Issue(ctx context.Context, js jetstream.JetStream, cmd Command) (seq uint64
 	if err := cmd.Validate(); err != nil {
 		return 0, false, fmt.Errorf("issue command: %w", err)
 	}
-	body, err := json.Marshal(cmd)
+	body, err := json.Marshal(cmd, json.Deterministic(true))
 	if err != nil {
 		return 0, false, fmt.Errorf("issue command %s: %w", cmd.ID, err)
 	}
@@ -230,7 +230,7 @@ type Status struct {
 	Seq       uint64    `json:"seq"`
 	State     string    `json:"state"`
 	Outcome   string    `json:"outcome,omitempty"`
-	Attempts  int       `json:"attempts,omitempty"`
+	Attempts  int       `json:"attempts,omitzero"`
 	Worker    string    `json:"worker,omitempty"`
 	Reason    string    `json:"reason,omitempty"`
 	UpdatedAt time.Time `json:"updated_at"`

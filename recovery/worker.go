@@ -2,7 +2,6 @@ package recovery
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -11,6 +10,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/go-json-experiment/json"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
@@ -505,7 +505,7 @@ func (w *Worker) setStatus(ctx context.Context, cmd Command, meta *jetstream.Msg
 	if meta != nil {
 		st.Seq = meta.Sequence.Stream
 	}
-	b, _ := json.Marshal(st)
+	b, _ := json.Marshal(st, json.Deterministic(true))
 	if _, err := w.kv.Put(ctx, cmd.ID, b); err != nil {
 		return fmt.Errorf("status of %s: %w", cmd.ID, err)
 	}
