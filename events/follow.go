@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -96,9 +95,11 @@ func orderedConfig(filter string, fromSeq uint64, fromTime time.Time) jetstream.
 }
 
 // readOrdered delivers, through an ordered consumer of cfg, the events up
-// to stream sequence last (or until none is pending), in stream order, on
-// the caller's goroutine. It returns fn's first error, ctx's, or
-// ErrLogUnavailable when no event comes for Config.Timeout.
+// to stream sequence last (or until none is pending), in stream order, to
+// fn on the caller's goroutine. Each event is decoded on the consumer's
+// own goroutine while fn folds the one before: the two run in parallel.
+// It returns fn's first error, ctx's, or ErrLogUnavailable when no event
+// comes for Config.Timeout.
 func (l *Log) readOrdered(ctx context.Context, cfg jetstream.OrderedConsumerConfig, last uint64, fn func(Event) error) error {
 	cctx, cancel := l.withTimeout(ctx)
 	cons, err := l.events.OrderedConsumer(cctx, cfg)
@@ -106,41 +107,59 @@ func (l *Log) readOrdered(ctx context.Context, cfg jetstream.OrderedConsumerConf
 	if err != nil {
 		return unavailable(err)
 	}
-	it, err := cons.Messages()
+	type item struct {
+		ev   Event
+		skip bool // past last: nothing to deliver
+		end  bool // the last one to deliver
+		err  error
+	}
+	items := make(chan item, readAhead)
+	quit := make(chan struct{})
+	cc, err := cons.Consume(func(msg jetstream.Msg) {
+		var it item
+		if meta, err := msg.Metadata(); err != nil {
+			it.err = unavailable(err)
+		} else if seq := meta.Sequence.Stream; seq > last {
+			it.skip, it.end = true, true
+		} else {
+			it.ev = DecodeStoredAt(msg.Subject(), seq, meta.Timestamp, msg.Data())
+			it.end = seq == last || meta.NumPending == 0
+		}
+		select {
+		case items <- it:
+		case <-quit:
+		}
+	})
 	if err != nil {
 		return unavailable(err)
 	}
-	defer it.Stop()
-	// Next waits for the next event; a stall or ctx stops the iterator.
-	var stalled atomic.Bool
-	watchdog := time.AfterFunc(l.cfg.Timeout, func() { stalled.Store(true); it.Stop() })
-	defer watchdog.Stop()
-	defer context.AfterFunc(ctx, it.Stop)()
+	defer cc.Stop()
+	defer close(quit) // first: a handler waiting to send gives up
+	timer := time.NewTimer(l.cfg.Timeout)
+	defer timer.Stop()
 	for {
-		msg, err := it.Next()
-		switch {
-		case ctx.Err() != nil:
-			return ctx.Err()
-		case stalled.Load():
+		select {
+		case it := <-items:
+			switch {
+			case it.err != nil:
+				return it.err
+			case it.skip:
+				return nil
+			}
+			if err := fn(it.ev); err != nil {
+				return err
+			}
+			if it.end {
+				return nil
+			}
+			timer.Reset(l.cfg.Timeout) // the wait is for the server, not fn
+		case <-timer.C:
 			return unavailable(fmt.Errorf("no event within %s", l.cfg.Timeout))
-		case err != nil:
-			return unavailable(err)
+		case <-ctx.Done():
+			return ctx.Err()
 		}
-		watchdog.Stop() // while fn runs: the wait is for the server only
-		meta, err := msg.Metadata()
-		if err != nil {
-			return unavailable(err)
-		}
-		seq := meta.Sequence.Stream
-		if seq > last {
-			return nil
-		}
-		if err := fn(DecodeStoredAt(msg.Subject(), seq, meta.Timestamp, msg.Data())); err != nil {
-			return err
-		}
-		if seq == last || meta.NumPending == 0 {
-			return nil
-		}
-		watchdog.Reset(l.cfg.Timeout)
 	}
 }
+
+// readAhead is how many decoded events readOrdered holds for fn.
+const readAhead = 256

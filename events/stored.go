@@ -2,6 +2,7 @@ package events
 
 import (
 	"bytes"
+	stdjson "encoding/json"
 	"io"
 	"sync"
 
@@ -14,6 +15,7 @@ import (
 type storedDecoder struct {
 	dec *jsontext.Decoder
 	buf *bytes.Buffer
+	ev  Event // decoded into here (a pointer to a local would escape)
 }
 
 var storedDecoders = sync.Pool{New: func() any {
@@ -32,12 +34,15 @@ var storedDecoders = sync.Pool{New: func() any {
 // false, and the caller decodes the body with Decode and Validate, whose
 // results and errors are the reference: for a body decodeValid accepts,
 // they give the same Event and payload (FuzzDecodeValidate checks).
-func decodeValid(body []byte) (ev Event, ok bool) {
+func decodeValid(body []byte) (Event, bool) {
 	sd := storedDecoders.Get().(*storedDecoder)
 	defer storedDecoders.Put(sd)
+	sd.buf.Reset()
 	*sd.buf = *bytes.NewBuffer(body)
 	dec := sd.dec
 	dec.Reset(sd.buf)
+	ev := &sd.ev
+	*ev = Event{}
 
 	if tok, err := dec.ReadToken(); err != nil || tok.Kind() != '{' {
 		return Event{}, false
@@ -70,7 +75,7 @@ func decodeValid(body []byte) (ev Event, ok bool) {
 				return Event{}, false // unknown type, data before type, or not an object
 			}
 			start := dec.InputOffset() // after the name: the colon and white space follow
-			if err := json.UnmarshalDecode(dec, p); err != nil {
+			if err := json.UnmarshalDecode(dec, p, rawInPlace); err != nil {
 				return Event{}, false
 			}
 			data := body[start:dec.InputOffset()]
@@ -95,11 +100,24 @@ func decodeValid(body []byte) (ev Event, ok bool) {
 		return Event{}, false
 	}
 	v := validator{}
-	v.envelope(&ev)
-	v.payload(&ev, p)
+	v.envelope(ev)
+	v.payload(ev, p)
 	if len(v.errs) > 0 {
 		return Event{}, false
 	}
 	ev.payload = p
-	return ev, true
+	out := *ev
+	*ev = Event{} // the pool keeps nothing of it
+	return out, true
 }
+
+// rawInPlace decodes a json.RawMessage (a tool's input, a result's
+// content) as the bytes of the value in the body, shared rather than
+// copied: the decoder reads the body in place (a bytes.Buffer), and the
+// event keeps the body anyway (Raw). They are the bytes json.RawMessage's
+// own UnmarshalJSON would copy.
+var rawInPlace = json.WithUnmarshalers(json.UnmarshalFromFunc(func(dec *jsontext.Decoder, v *stdjson.RawMessage) error {
+	val, err := dec.ReadValue()
+	*v = stdjson.RawMessage(val)
+	return err
+}))

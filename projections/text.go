@@ -31,16 +31,30 @@ func detail(s string) string { return clip(s, DetailRunes, DetailBytes) }
 func clip(s string, runes, maxJSON int) string {
 	s = validKey(s)
 	n, size := 0, 0
-	for j, r := range s {
-		c := jsonRuneLen(r)
+	for j := 0; j < len(s); {
+		w, c := 1, int(asciiJSONLen[s[j]&0x7f])
+		if s[j] >= utf8.RuneSelf {
+			var r rune
+			r, w = utf8.DecodeRuneInString(s[j:])
+			c = jsonRuneLen(r)
+		}
 		if n == runes || size+c > maxJSON {
 			return s[:j] + "…"
 		}
 		n++
 		size += c
+		j += w
 	}
 	return s
 }
+
+// asciiJSONLen is jsonRuneLen of each ASCII character.
+var asciiJSONLen = func() (t [utf8.RuneSelf]uint8) {
+	for r := range t {
+		t[r] = uint8(jsonRuneLen(rune(r)))
+	}
+	return t
+}()
 
 // jsonRuneLen is how many bytes encoding/json writes for r inside a
 // string.
@@ -179,6 +193,7 @@ func digest(cb *events.ContentBlock, seq uint64) Block {
 // with the white space outside strings removed, without reading further.
 func compactPrefix(raw []byte, max int) string {
 	var b strings.Builder
+	b.Grow(min(len(raw), max+1))
 	inString, escaped := false, false
 	for _, c := range raw {
 		if b.Len() >= max {

@@ -39,3 +39,34 @@ func TestResultText(t *testing.T) {
 		}
 	}
 }
+
+// TestClipMatchesItsDefinition compares clip with its definition, rune by
+// rune, on random strings of every kind of character JSON writes
+// differently (and invalid UTF-8).
+func TestClipMatchesItsDefinition(t *testing.T) {
+	slow := func(s string, runes, maxJSON int) string {
+		s = validKey(s)
+		n, size := 0, 0
+		for j, r := range s {
+			c := jsonRuneLen(r)
+			if n == runes || size+c > maxJSON {
+				return s[:j] + "…"
+			}
+			n++
+			size += c
+		}
+		return s
+	}
+	pieces := []string{"a", " ", "\"", "\\", "\n", "\x01", "<", "&", "é", "😀", "\u2028", "\xff", "\xe2\x82"}
+	r := newRand(11)
+	for i := 0; i < 5000; i++ {
+		var b strings.Builder
+		for k := r.IntN(60); k > 0; k-- {
+			b.WriteString(pieces[r.IntN(len(pieces))])
+		}
+		s, runes, max := b.String(), 1+r.IntN(40), 1+r.IntN(120)
+		if got, want := clip(s, runes, max), slow(s, runes, max); got != want {
+			t.Fatalf("clip(%q, %d, %d) = %q, want %q", s, runes, max, got, want)
+		}
+	}
+}
