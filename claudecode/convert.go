@@ -37,6 +37,14 @@ type Options struct {
 	// skipped with a Diagnostic wrapping ErrLineTooLong. Default
 	// DefaultMaxLineBytes.
 	MaxLineBytes int
+	// Live says the transcripts are being written as they are read
+	// (`engine import --follow`): the sessions are live
+	// (events.SessionStarted.History false), and only what later lines
+	// cannot change is converted (see "Live transcripts" in the package
+	// documentation). By default a transcript is history: its sessions are
+	// marked so, and the end of the file ends its last turn when the
+	// transcript says how the turn ended.
+	Live bool
 }
 
 func (o *Options) setDefaults() {
@@ -127,7 +135,7 @@ type Converter struct {
 type parentLinks struct {
 	byAgent  map[string]string // agentId -> Task tool_use id
 	tasks    []taskCall        // Task tool calls, in order
-	assigned map[string]bool   // tool_use ids already linked to a subagent
+	assigned map[string]string // tool_use id -> the subagent session it is linked to
 }
 
 // taskCall is a Task (or Agent) tool_use: the subagent's prompt and type.
@@ -144,14 +152,14 @@ func (p *parentLinks) task(id string) (taskCall, bool) {
 	return taskCall{}, false
 }
 
-// byPrompt returns the first Task call not yet linked whose prompt is
-// prompt.
-func (p *parentLinks) byPrompt(prompt string) (taskCall, bool) {
+// byPrompt returns the first Task call whose prompt is prompt, not yet
+// linked to a subagent session other than token.
+func (p *parentLinks) byPrompt(prompt, token string) (taskCall, bool) {
 	if prompt == "" {
 		return taskCall{}, false
 	}
 	for _, t := range p.tasks {
-		if t.prompt == prompt && !p.assigned[t.id] {
+		if t.prompt == prompt && (p.assigned[t.id] == "" || p.assigned[t.id] == token) {
 			return t, true
 		}
 	}
@@ -193,13 +201,38 @@ func Convert(r io.Reader, name string, opts Options) (*Result, error) {
 // files are converted separately, see Expand). It returns an error only
 // when the file cannot be opened or read; problems with its content are
 // Diagnostics in the Result.
+//
+// For a subagent transcript agent-<id>.jsonl, the agent-<id>.meta.json
+// Claude Code 2.1 writes beside it gives the subagent_type label (its
+// agentType) when the Task call did not; a meta file that is missing or
+// unreadable is ignored.
 func (c *Converter) ConvertFile(path string) (*Result, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("convert transcript: %w", err)
 	}
 	defer f.Close()
-	return c.Convert(f, path)
+	return c.convert(f, path, readAgentMeta(path))
+}
+
+// agentMeta is what a subagent's .meta.json says (Claude Code 2.1).
+type agentMeta struct {
+	AgentType string `json:"agentType"`
+}
+
+// readAgentMeta reads the .meta.json beside a subagent transcript, or
+// returns the zero agentMeta.
+func readAgentMeta(path string) agentMeta {
+	var m agentMeta
+	if !strings.HasPrefix(filepath.Base(path), "agent-") || !strings.HasSuffix(path, ".jsonl") {
+		return m
+	}
+	b, err := os.ReadFile(strings.TrimSuffix(path, ".jsonl") + ".meta.json")
+	if err != nil || len(b) > 64<<10 || json.Unmarshal(b, &m) != nil {
+		return agentMeta{}
+	}
+	m.AgentType = clip(strings.TrimSpace(m.AgentType), 100)
+	return m
 }
 
 // Convert converts one transcript read from r. name is the transcript's
@@ -209,6 +242,10 @@ func (c *Converter) ConvertFile(path string) (*Result, error) {
 // or too long line is a Diagnostic and is skipped, and every other record
 // is converted. It never panics on any input.
 func (c *Converter) Convert(r io.Reader, name string) (*Result, error) {
+	return c.convert(r, name, agentMeta{})
+}
+
+func (c *Converter) convert(r io.Reader, name string, meta agentMeta) (*Result, error) {
 	res := &Result{Skipped: map[string]int{}}
 	var recs []*record
 	lr := newLineReader(r, c.opts.MaxLineBytes)
@@ -237,7 +274,7 @@ func (c *Converter) Convert(r io.Reader, name string) (*Result, error) {
 		}
 		recs = append(recs, rec)
 	}
-	c.convertRecords(name, recs, res)
+	c.convertRecords(name, recs, res, meta)
 	return res, nil
 }
 
@@ -248,7 +285,7 @@ type bucket struct {
 }
 
 // convertRecords splits a file's records into sessions and converts each.
-func (c *Converter) convertRecords(name string, recs []*record, res *Result) {
+func (c *Converter) convertRecords(name string, recs []*record, res *Result, meta agentMeta) {
 	var hist []*record
 	for _, r := range recs {
 		if r.history() {
@@ -317,6 +354,7 @@ func (c *Converter) convertRecords(name string, recs []*record, res *Result) {
 		}
 		s := Session{Tenant: c.opts.Tenant, Session: b.token, File: name, Kind: b.kind, Parent: b.parent}
 		var labels map[string]string
+		taskPrompt := ""
 		if b.kind != KindMain {
 			labels = map[string]string{"agent_id": b.agentID}
 			if l := c.links[b.parent]; l != nil && b.kind == KindSubagent {
@@ -328,20 +366,27 @@ func (c *Converter) convertRecords(name string, recs []*record, res *Result) {
 					}
 				}
 				if !ok {
-					t, ok = l.byPrompt(firstPrompt(b.recs))
+					t, ok = l.byPrompt(firstPrompt(b.recs), b.token)
 				}
-				if ok {
-					l.assigned[t.id] = true
+				if ok && (l.assigned[t.id] == "" || l.assigned[t.id] == b.token) {
+					l.assigned[t.id] = b.token
 					s.ParentToolUseID = t.id
+					taskPrompt = t.prompt
 					if t.subagentType != "" {
 						labels["subagent_type"] = t.subagentType
 					}
 				}
 			}
 		}
+		if b.kind == KindSubagent && labels["subagent_type"] == "" && meta.AgentType != "" {
+			labels["subagent_type"] = meta.AgentType
+		}
 		sc := newSessionConv(c, &s, b.recs, res)
+		sc.taskPrompt = taskPrompt
 		sc.run(labels)
-		res.Sessions = append(res.Sessions, s)
+		if len(s.Events) > 0 {
+			res.Sessions = append(res.Sessions, s)
+		}
 	}
 }
 
@@ -373,7 +418,7 @@ func sidechainFile(stem string, hist []*record) (string, bool) {
 func (c *Converter) learnLinks(parent string, hist, all []*record) {
 	l := c.links[parent]
 	if l == nil {
-		l = &parentLinks{byAgent: map[string]string{}, assigned: map[string]bool{}}
+		l = &parentLinks{byAgent: map[string]string{}, assigned: map[string]string{}}
 		c.links[parent] = l
 	}
 	for _, r := range hist {

@@ -141,8 +141,9 @@ func sessionStats(t testing.TB, s Session) stats {
 
 // checkSession asserts the rules every converted session keeps: it opens
 // with session.started; every event is valid; turns do not overlap and each
-// ends exactly once; events inside a turn name it; tool calls start and
-// complete once. It returns the problems found.
+// ends at most once, every turn but the last before the next starts (the
+// last may stay in flight: see openTurn); events inside a turn name it;
+// tool calls start and complete once. It returns the problems found.
 func checkSession(t testing.TB, s Session) []string {
 	t.Helper()
 	var probs []string
@@ -195,10 +196,22 @@ func checkSession(t testing.TB, s Session) []string {
 			bad("%s at %d names turn %s while %q is open", ev.Type, i, ev.Turn, open)
 		}
 	}
-	if open != "" {
-		bad("turn %s never ends", open)
-	}
 	return probs
+}
+
+// openTurn returns the session's last turn when no end event follows its
+// turn.started, or "".
+func openTurn(s Session) string {
+	open := ""
+	for _, ev := range s.Events {
+		switch ev.Type {
+		case events.TypeTurnStarted:
+			open = ev.Turn
+		case events.TypeTurnCompleted, events.TypeTurnFailed, events.TypeTurnAbandoned:
+			open = ""
+		}
+	}
+	return open
 }
 
 // historyProblems applies the message-history invariant of docs/design.md
@@ -298,6 +311,9 @@ func TestCorpusConverts(t *testing.T) {
 			}
 			for _, p := range checkSession(t, s) {
 				t.Errorf("%s (%s): %s", rel, s.Session, p)
+			}
+			if open := openTurn(s); open != "" {
+				t.Errorf("%s (%s): turn %s never ends, though the transcript is complete", rel, s.Session, open)
 			}
 			for _, p := range historyProblems(t, s) {
 				t.Errorf("%s (%s): history: %s", rel, s.Session, p)
@@ -470,14 +486,16 @@ func TestCorpusTurns(t *testing.T) {
 	if last := s.Events[len(s.Events)-1]; last.Type != events.TypeTurnCompleted || payload[events.TurnCompleted](t, last).DurationMS != 5634 {
 		t.Errorf("short: last event %s %s, want turn.completed after 5634 ms", last.Type, last.Data)
 	}
-	// A turn that has a turn_duration record takes its duration from it.
+	// A turn lasts from its prompt to its latest message (its
+	// turn_duration record, 2729883 ms, comes after the turn and is not
+	// read: the end must not depend on what follows the turn's messages).
 	s = c.results[corpusFile(t, "spotter/258c7280-ae70-4798-800f-63464d01a85d.jsonl")].Sessions[0]
 	found := false
 	for _, ev := range s.Events {
 		if ev.Type == events.TypeTurnCompleted && ev.Turn == "0a5857c1-7c3d-4165-b520-c7eff1cfa27a" {
 			found = true
-			if p := payload[events.TurnCompleted](t, ev); p.DurationMS != 2729883 || p.Reason != "end_turn" {
-				t.Errorf("258c7280 turn 2 completed %+v, want 2729883 ms end_turn", p)
+			if p := payload[events.TurnCompleted](t, ev); p.DurationMS != 2730135 || p.Reason != "end_turn" {
+				t.Errorf("258c7280 turn 2 completed %+v, want 2730135 ms end_turn", p)
 			}
 		}
 	}
@@ -606,7 +624,12 @@ func toolUseLines(t testing.TB, lines []string) (idx []int, ids []string) {
 	return idx, ids
 }
 
-func TestCutAfterToolUseFailsTheTurn(t *testing.T) {
+// TestCutAfterToolUseLeavesTheTurnInFlight cuts real transcripts right
+// after each tool_use record, as a process that died mid-tool (or a
+// snapshot of a file still being written) leaves them: the tool_use is
+// converted, its turn stays in flight (the transcript does not say how it
+// ended), and no result is made up.
+func TestCutAfterToolUseLeavesTheTurnInFlight(t *testing.T) {
 	for _, rel := range []string{
 		"spotter/short.jsonl",
 		"spotter/tool_heavy.jsonl",
@@ -633,37 +656,26 @@ func TestCutAfterToolUseFailsTheTurn(t *testing.T) {
 			for _, p := range checkSession(t, s) {
 				t.Errorf("%s cut at line %d: %s", rel, idx[k]+1, p)
 			}
-			last := s.Events[len(s.Events)-1]
-			if last.Type != events.TypeTurnFailed {
-				t.Errorf("%s cut at line %d: last event %s, want turn.failed", rel, idx[k]+1, last.Type)
-				continue
+			if openTurn(s) == "" {
+				t.Errorf("%s cut at line %d: the last turn ended; want it in flight", rel, idx[k]+1)
 			}
-			tf := payload[events.TurnFailed](t, last)
-			if tf.Stage != events.StageExecute || tf.Error.Kind != events.KindUnknown ||
-				!strings.HasPrefix(tf.Error.Message, "transcript ends between tool_use ") ||
-				!strings.Contains(tf.Error.Message, ids[k]) {
-				t.Errorf("%s cut at line %d: turn.failed %+v does not name %s", rel, idx[k]+1, tf, ids[k])
-			}
+			started := false
 			for _, ev := range s.Events {
-				if ev.Type != events.TypeMessageAppended {
-					continue
-				}
-				for _, b := range payload[events.MessageAppended](t, ev).Content {
-					if b.Type == events.BlockToolResult && b.ToolUseID == ids[k] {
-						t.Errorf("%s cut at line %d: %s has a tool_result", rel, idx[k]+1, ids[k])
+				switch ev.Type {
+				case events.TypeToolCallStarted:
+					started = started || payload[events.ToolCallStarted](t, ev).ToolUseID == ids[k]
+				case events.TypeMessageAppended:
+					for _, b := range payload[events.MessageAppended](t, ev).Content {
+						if b.Type == events.BlockToolResult && b.ToolUseID == ids[k] {
+							t.Errorf("%s cut at line %d: %s has a tool_result", rel, idx[k]+1, ids[k])
+						}
 					}
 				}
 			}
+			if !started {
+				t.Errorf("%s cut at line %d: no tool_call.started for %s", rel, idx[k]+1, ids[k])
+			}
 		}
-	}
-	// The exact message for a single orphan.
-	lines := readLines(t, corpusFile(t, "spotter/tool_heavy.jsonl"))
-	idx, ids := toolUseLines(t, lines)
-	res := convertLines(t, "tool_heavy.jsonl", lines[:idx[0]+1])
-	evs := res.Sessions[0].Events
-	tf := payload[events.TurnFailed](t, evs[len(evs)-1])
-	if want := "transcript ends between tool_use " + ids[0] + " and its tool_result"; tf.Error.Message != want {
-		t.Errorf("message %q, want %q", tf.Error.Message, want)
 	}
 }
 
@@ -916,7 +928,7 @@ func TestCommandsAndMergedMessages(t *testing.T) {
 		"turn.completed@c1",
 		"message.appended", "message.appended", "message.appended", // /mcp runs between turns
 		"message.appended", "message.appended", // so does !ls
-		"turn.started@p2", "message.appended@p2", "turn.completed@p2",
+		"turn.started@p2", "message.appended@p2", // the model has not answered p2: in flight
 	}
 	if got := types(s.Events); !reflect.DeepEqual(got, want) {
 		t.Fatalf("events\n%v\nwant\n%v", got, want)
@@ -1018,8 +1030,12 @@ func TestSubagentFileLinkedInOneRun(t *testing.T) {
 	if s2 := res.Sessions[0]; s2.Session != s.Session || s2.Parent != "sess-1" || s2.ParentToolUseID != "" {
 		t.Errorf("alone: %+v", s2)
 	}
-	if d := payload[events.ToolCallCompleted](t, sessions[0].Events[len(sessions[0].Events)-3]); d.DurationMS != 7000 {
-		t.Errorf("Task duration %+v", d)
+	for _, ev := range sessions[0].Events {
+		if ev.Type == events.TypeToolCallCompleted {
+			if d := payload[events.ToolCallCompleted](t, ev); d.ToolUseID == "toolu_T" && d.DurationMS != 7000 {
+				t.Errorf("Task duration %+v", d)
+			}
+		}
 	}
 }
 

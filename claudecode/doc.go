@@ -28,11 +28,17 @@
 //
 // A session starts with session.started (runtime "claude-code <version>",
 // the first model, provider "anthropic", labels cwd, git_branch, slug,
-// agent_id, subagent_type). Then, record by record:
+// agent_id, subagent_type; history true unless Options.Live), read from the
+// records up to and including the session's first model response, so that
+// it says the same whatever follows. A subagent's subagent_type comes from
+// its Task call, else from the agent-<id>.meta.json Claude Code 2.1 writes
+// beside its transcript. Then, record by record:
 //
 //   - A prompt starts a turn: turn.started (turn = the record's uuid,
 //     prompt = its first 200 characters, trigger "user", "subagent" or
-//     "compaction" by session kind), then the prompt as message.appended. A
+//     "compaction" by session kind, "warmup" for Claude Code 2.0's warm-up
+//     request to a subagent type, "Warmup", which no Task call ran), then
+//     the prompt as message.appended. A
 //     prompt is a user record of text or images a person typed; a slash
 //     command that expands to a prompt (/init, custom commands; trigger
 //     "command", prompt "/name args"); or a background task's
@@ -79,36 +85,80 @@
 //     has no turn.
 //
 // A turn ends just before the next turn starts, before a local command (or
-// a system local_command record) or a manual compaction, and at the end of
-// the file: turn.failed (stage execute) with the error when its last
-// user-visible record was an API error; turn.failed (stage execute, kind
-// unknown, "transcript ends between tool_use <id> and its tool_result")
-// when the file ends after an assistant tool_use without its result (the
-// process died there, leaving an orphan); otherwise turn.completed with
-// reason "interrupted" after an interruption marker, else "end_turn", and
-// duration_ms from the turn's system turn_duration record, else from the
-// first to the last record of the turn. Records before the first prompt
-// (the isMeta context of a compaction agent's transcript) and local commands
-// between turns are messages with no turn.
+// a system local_command record) or a manual compaction: turn.failed
+// (stage execute) with the error when its last user-visible record was an
+// API error, otherwise turn.completed with reason "interrupted" after an
+// interruption marker, else "end_turn", and duration_ms from the turn's
+// prompt to its latest user or assistant record. Records before the first
+// prompt (the isMeta context of a compaction agent's transcript) and local
+// commands between turns are messages with no turn.
+//
+// A sidechain transcript that begins with the model's response has lost
+// its prompt: Claude Code 2.0.42 to 2.0.55 did not write the "Warmup" it
+// sends each subagent type when a session starts (2.0.28 to 2.0.37 and
+// 2.0.64 write it). Its turn starts with the prompt written back, as a
+// meta and synthetic user message: the Task call's prompt when a Task call
+// ran it, else "Warmup" (trigger "warmup").
+//
+// # The end of a transcript
+//
+// A transcript file has no end marker: its last line may be the last of
+// the session, or the latest of a file Claude Code is still writing. The
+// end of the records ends the last turn only when the transcript says how
+// it ended: after an interruption marker or an API error that ended the
+// model call, or when the model's latest response answered and nothing
+// awaits it (in a history import; in live mode only once a stop hook's
+// summary or a turn_duration record, which Claude Code writes when a turn
+// is over, follows it). A turn whose latest response has a tool_use
+// without its result (the tool is running, or the process died: the file
+// does not say which), or whose latest record is a user record the model
+// has not answered, stays in flight: a later import of the grown file
+// continues it, and only the reconciler's deadline (for a live session)
+// or a person abandons it, which makes the pending tool_use an orphan.
+//
+// # Live transcripts
+//
+// With Options.Live (`engine import --follow`, see Follower) the file may
+// grow after it is read, so the conversion writes only what later lines
+// cannot change: nothing of a session before its first model response; an
+// assistant response only once a record after it shows it complete (Claude
+// Code writes a response one content block a line, and runs tools between
+// two of them); no slash command until the record after it says whether
+// it ran locally; no compaction before the next model call gives its size.
+// The rest is converted when the lines that decide it are written. The
+// conversion of any prefix of a transcript in live mode is thus a part of
+// the conversion of the whole, event for event and in order. A history
+// import of a copy cut between two responses is a part of the whole's
+// too, except that it may guess the end of the last turn (a response the
+// person then interrupted), a compaction's size, or a sidechain's
+// session.started before its first response otherwise than the grown
+// file: the grown file's versions of those events are then dropped as
+// already stored, and nothing breaks. Claude Code before 2.1 writes no
+// record when a turn is over: in live mode the last turn of such a
+// session stays in flight until the next prompt.
 //
 // Other records (progress, file-history-snapshot, queue-operation,
 // summary, system stop_hook_summary, turn_duration and local_command)
 // produce no event and are counted in Result.Skipped by type
-// ("system/<subtype>" for system records); agent_progress records and
-// turn_duration still serve for linking and durations. Prompts queued while
-// a turn runs reach the model without a user record (only a queue-operation
-// holds their text), so they are not in the history.
+// ("system/<subtype>" for system records); agent_progress records still
+// serve for linking, stop_hook_summary and turn_duration to know a turn is
+// over. Prompts queued while a turn runs reach the model without a user
+// record (only a queue-operation holds their text), so they are not in the
+// history.
 //
 // # Identity and order
 //
-// Every event time is its record's timestamp. Event ids are
+// Every event time is its record's timestamp (a turn's end: its latest
+// user or assistant record's). Event ids are
 // events.DeterministicID(time, "<tenant>/<session>/<record uuid>/<kind>"),
-// so converting a transcript twice gives the same events, and Import skips
-// those a store already holds. Events are in the order above, which
-// follows the file; Claude Code's timestamps are not always monotonic, and
-// neither are the events' times. Conversion follows the file order, not
-// the parentUuid tree: a transcript with rewound branches converts them in
-// the order they were written.
+// and a turn's end is events.DeterministicID(the turn's start,
+// "<tenant>/<session>/<turn>/end") whatever the outcome, so converting a
+// transcript twice gives the same events, Import skips those a store
+// already holds, and no import ever ends a turn twice. Events are in the
+// order above, which follows the file; Claude Code's timestamps are not
+// always monotonic, and neither are the events' times. Conversion follows
+// the file order, not the parentUuid tree: a transcript with rewound
+// branches converts them in the order they were written.
 //
 // # Errors
 //

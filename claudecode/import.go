@@ -44,7 +44,11 @@ type Report struct {
 	Existing    int
 	Skipped     map[string]int
 	Diagnostics []Diagnostic
-	Elapsed     time.Duration
+	// NoSession lists, in order, the files that were read but yielded no
+	// session (no record that makes one: an empty file, or one that is
+	// not a transcript).
+	NoSession []string
+	Elapsed   time.Duration
 }
 
 // EventsPerSecond is the conversion rate: events converted (appended or
@@ -109,6 +113,9 @@ func Import(ctx context.Context, store Store, files []string, opts Options, prog
 			continue
 		}
 		rep.Files++
+		if len(res.Sessions) == 0 {
+			rep.NoSession = append(rep.NoSession, f)
+		}
 		rep.Records += res.Records
 		rep.Diagnostics = append(rep.Diagnostics, res.Diagnostics...)
 		for k, v := range res.Skipped {

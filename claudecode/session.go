@@ -18,7 +18,12 @@ const (
 	triggerTaskNotification = "task_notification"
 	triggerSubagent         = "subagent"
 	triggerCompaction       = "compaction"
+	triggerWarmup           = "warmup"
 )
+
+// warmupPrompt is the prompt Claude Code 2.0 sends each subagent type when
+// a session starts, to warm its prompt cache; no Task call runs it.
+const warmupPrompt = "Warmup"
 
 // outcome is the last user-visible thing of a turn, which decides how it
 // ends.
@@ -83,20 +88,25 @@ type sessionConv struct {
 	res  *Result
 	seen map[string]bool // record uuids converted
 
-	source string
-	prefix string // of every event id key: tenant/session/
+	source  string
+	prefix  string // of every event id key: tenant/session/
+	stopped bool   // live mode: the conversion stopped before a record the next ones decide
 
 	turn      string
 	turnStart time.Time
-	turnLast  time.Time
-	turnDurMS int64
-	idle      bool // a stop hook or turn_duration said the turn is over
+	turnLast  time.Time // the time of the turn's latest user or assistant record
+	awaiting  bool      // the turn's latest user or assistant record is a user record the model has not answered
+	idle      bool      // a stop hook or turn_duration said the turn is over
 	outcome   outcome
 	lastErr   events.ErrorInfo
 
 	pending    *pendingMessage
+	settled    bool                // a record after the pending message says it is complete
 	open       map[string]toolCall // tool calls started and not completed
 	unanswered []string            // tool_use ids of the latest assistant message without a result yet
+
+	taskPrompt string // the prompt of the Task call that ran this sidechain, when known
+	warmup     bool   // a sidechain no Task call ran: Claude Code's warm-up request
 
 	errStreak int
 	errKey    string
@@ -114,10 +124,16 @@ func newSessionConv(c *Converter, s *Session, recs []*record, res *Result) *sess
 	}
 }
 
-// emit appends one event, keyed (for its deterministic id) by key under the
-// session, or reports a Diagnostic for line when the event is invalid.
+// emit appends one event at time at, keyed (for its deterministic id) by
+// key under the session and at, or reports a Diagnostic for line when the
+// event is invalid.
 func (sc *sessionConv) emit(at time.Time, key, turn string, p events.Payload, line int) {
-	id := events.DeterministicID(at, sc.prefix+key)
+	sc.emitID(at, at, key, turn, p, line)
+}
+
+// emitID is emit with the id's time idAt apart from the event's time at.
+func (sc *sessionConv) emitID(at, idAt time.Time, key, turn string, p events.Payload, line int) {
+	id := events.DeterministicID(idAt, sc.prefix+key)
 	ev, err := events.NewAt(at, id, sc.s.Tenant, sc.s.Session, turn, p)
 	if err == nil {
 		ev.Source = sc.source
@@ -134,10 +150,37 @@ func (sc *sessionConv) emit(at time.Time, key, turn string, p events.Payload, li
 func (sc *sessionConv) skip(what string) { sc.res.Skipped[what]++ }
 
 // run converts the records: session.started, then each record in order,
-// then the end of the last turn.
+// then the end of the last turn when the transcript says how it ended.
+//
+// In live mode (Options.Live: the file may still grow) it converts only
+// what later lines cannot change: nothing at all before the session's
+// first model response (session.started describes it), no slash command
+// or compaction whose meaning the next record decides (a local command's
+// output; the next model call's context size), and no assistant response
+// that may still get blocks (see finish). The rest waits for more lines.
 func (sc *sessionConv) run(labels map[string]string) {
-	sc.started(labels)
+	first := firstResponse(sc.recs)
+	if sc.c.opts.Live && first < 0 {
+		return
+	}
+	sc.started(labels, first)
+	lastUA, lastA := -1, -1 // the last user or assistant record, the last assistant record
 	for i, r := range sc.recs {
+		switch r.typ {
+		case recAssistant:
+			lastUA, lastA = i, i
+		case recUser:
+			lastUA = i
+		}
+	}
+	sc.prompt()
+	for i, r := range sc.recs {
+		if sc.c.opts.Live && (r.typ == recUser && r.class == classCommand && i >= lastUA ||
+			r.typ == recSystem && r.subtype == subCompact && i > lastA) {
+			sc.settled = true // a record follows the pending message
+			sc.stopped = true
+			break
+		}
 		if r.uuid != "" && r.typ != recSystem {
 			if sc.seen[r.uuid] {
 				sc.skip("duplicate " + r.typ)
@@ -151,6 +194,9 @@ func (sc *sessionConv) run(labels map[string]string) {
 		case recUser:
 			sc.user(r, i)
 		case recSystem:
+			if r.subtype == subStopHook || r.subtype == subTurnDur {
+				sc.settled = true // written once the response is complete
+			}
 			sc.system(r, i)
 		}
 		sc.touch(r)
@@ -158,16 +204,74 @@ func (sc *sessionConv) run(labels map[string]string) {
 	sc.finish()
 }
 
-// started emits session.started at the session's first record.
-func (sc *sessionConv) started(labels map[string]string) {
+// firstResponse is the index of the session's first model response (an
+// assistant record that is not an API error, of a real model), or -1.
+func firstResponse(recs []*record) int {
+	for i, r := range recs {
+		if r.typ == recAssistant && !r.apiError && r.model != "" && r.model != "<synthetic>" {
+			return i
+		}
+	}
+	return -1
+}
+
+// prompt starts the turn of a sidechain whose transcript begins with the
+// model's response: Claude Code (2.0.42 to 2.0.55) did not write the
+// prompt of its warm-up requests (the "Warmup" it sends each subagent type
+// when a session starts, which 2.0.28 to 2.0.37 and 2.0.64 write as a
+// user record). The prompt is the Task call's, when a Task call ran the
+// sidechain, else "Warmup"; it is written as a meta and synthetic user
+// message (the runtime sent it, Turnstone wrote it down), so that the
+// history starts with a user message as the model saw it.
+func (sc *sessionConv) prompt() {
+	if sc.s.Kind == KindMain {
+		return
+	}
+	var r *record
+	for _, x := range sc.recs {
+		if x.typ == recUser || x.typ == recAssistant {
+			r = x
+			break
+		}
+	}
+	if r == nil || r.typ != recAssistant || r.parentUUID != "" {
+		if r != nil && r.typ == recUser && r.class == classPrompt && sc.taskPrompt == "" && strings.TrimSpace(r.text) == warmupPrompt {
+			sc.warmup = true
+		}
+		return
+	}
+	text, trigger := sc.taskPrompt, sc.promptTrigger()
+	if text == "" {
+		text, trigger = warmupPrompt, triggerWarmup
+	}
+	sc.turn = token(r.uuid)
+	sc.turnStart, sc.turnLast = r.time, r.time
+	sc.emit(r.time, r.uuid+"/prompt/turn.started", sc.turn, &events.TurnStarted{
+		Prompt: clip(strings.TrimSpace(text), promptPreviewRunes), Trigger: trigger,
+	}, r.line)
+	sc.emit(r.time, r.uuid+"/prompt/message", sc.turn, &events.MessageAppended{
+		Role: events.RoleUser, Content: []events.ContentBlock{{Type: events.BlockText, Text: text}}, Meta: true, Synthetic: true,
+	}, r.line)
+}
+
+// started emits session.started at the session's first record. It reads
+// the records up to and including the first model response (index first;
+// all of them when there is none), so that it says the same whatever the
+// transcript holds after that: the runtime's version, the model, and the
+// cwd, git_branch and slug labels as first set.
+func (sc *sessionConv) started(labels map[string]string, first int) {
 	p := &events.SessionStarted{Provider: providerAnthropic, Kind: sc.s.Kind,
-		ParentSession: sc.s.Parent, ParentToolUseID: sc.s.ParentToolUseID}
+		ParentSession: sc.s.Parent, ParentToolUseID: sc.s.ParentToolUseID, History: !sc.c.opts.Live}
 	if labels == nil {
 		labels = map[string]string{}
 	}
+	recs := sc.recs
+	if first >= 0 {
+		recs = recs[:first+1]
+	}
 	var at time.Time
 	line := 0
-	for _, r := range sc.recs {
+	for _, r := range recs {
 		if at.IsZero() && !r.time.IsZero() {
 			at, line = r.time, r.line
 		}
@@ -187,10 +291,23 @@ func (sc *sessionConv) started(labels map[string]string) {
 	if at.IsZero() {
 		at = time.Unix(0, 0).UTC()
 	}
+	// Labels may come from a file name (a subagent's agent id), which
+	// need not be UTF-8; the envelope's strings must be.
+	for k, v := range labels {
+		labels[k] = strings.ToValidUTF8(v, "\uFFFD")
+	}
 	if len(labels) > 0 {
 		p.Labels = labels
 	}
-	sc.emit(at, "session.started", "", p, line)
+	// A live session.started is another event than a history one: a
+	// session imported as history whose file then grows under --follow
+	// becomes live (the latest session.started decides), and a history
+	// import of a followed file makes it history again.
+	key := "session.started"
+	if sc.c.opts.Live {
+		key += "/live"
+	}
+	sc.emit(at, key, "", p, line)
 }
 
 func setLabel(labels map[string]string, k, v string) {
@@ -199,11 +316,19 @@ func setLabel(labels map[string]string, k, v string) {
 	}
 }
 
-// touch extends the current turn to r's time.
+// touch extends the current turn to r's time when r is a user or
+// assistant record (the turn's own messages: system records such as a
+// stop hook's summary come after the turn and may not be written yet when
+// a later import ends it), and notes whether the model still owes an
+// answer to it.
 func (sc *sessionConv) touch(r *record) {
-	if sc.turn != "" && r.time.After(sc.turnLast) {
+	if sc.turn == "" || r.typ != recUser && r.typ != recAssistant {
+		return
+	}
+	if r.time.After(sc.turnLast) {
 		sc.turnLast = r.time
 	}
+	sc.awaiting = r.typ == recUser && r.class != classInterruption
 }
 
 func (sc *sessionConv) assistant(r *record) {
@@ -222,6 +347,7 @@ func (sc *sessionConv) assistant(r *record) {
 		sc.pending = p
 	}
 	p.records++
+	sc.settled = false
 	if r.stopReason != "" {
 		p.stopReason = r.stopReason
 	}
@@ -384,6 +510,9 @@ func (sc *sessionConv) answered(id string) {
 }
 
 func (sc *sessionConv) promptTrigger() string {
+	if sc.warmup {
+		return triggerWarmup
+	}
 	switch sc.s.Kind {
 	case KindSubagent:
 		return triggerSubagent
@@ -421,7 +550,6 @@ func (sc *sessionConv) startTurn(r *record, trigger, prompt string) {
 	sc.endTurn()
 	sc.turn = token(r.uuid)
 	sc.turnStart, sc.turnLast = r.time, r.time
-	sc.turnDurMS = 0
 	sc.idle = false
 	sc.outcome = outcomeMessage
 	sc.lastErr = events.ErrorInfo{}
@@ -433,7 +561,11 @@ func (sc *sessionConv) startTurn(r *record, trigger, prompt string) {
 
 // endTurn ends the turn in flight, if any: turn.failed when its last
 // user-visible record was an API error, else turn.completed with reason
-// "interrupted" or "end_turn".
+// "interrupted" or "end_turn" and the time from its prompt to its latest
+// message. The end is a function of the turn's own records, and its id of
+// the turn alone (the time of its prompt and the key "<turn>/end"), so
+// that an import of the transcript before or after it grew ends a turn
+// once, with the same event.
 func (sc *sessionConv) endTurn() {
 	if sc.turn == "" {
 		return
@@ -441,22 +573,20 @@ func (sc *sessionConv) endTurn() {
 	turn := sc.turn
 	sc.turn = ""
 	if sc.outcome == outcomeAPIError {
-		sc.emit(sc.turnLast, turn+"/turn.failed", turn, &events.TurnFailed{
+		sc.emitID(sc.turnLast, sc.turnStart, turn+"/end", turn, &events.TurnFailed{
 			Stage: events.StageExecute, Error: sc.lastErr,
 		}, 0)
 		return
 	}
-	dur := sc.turnDurMS
-	if dur == 0 {
-		if d := sc.turnLast.Sub(sc.turnStart).Milliseconds(); d > 0 {
-			dur = d
-		}
+	dur := int64(0)
+	if d := sc.turnLast.Sub(sc.turnStart).Milliseconds(); d > 0 {
+		dur = d
 	}
 	reason := "end_turn"
 	if sc.outcome == outcomeInterrupted {
 		reason = "interrupted"
 	}
-	sc.emit(sc.turnLast, turn+"/turn.completed", turn, &events.TurnCompleted{Reason: reason, DurationMS: dur}, 0)
+	sc.emitID(sc.turnLast, sc.turnStart, turn+"/end", turn, &events.TurnCompleted{Reason: reason, DurationMS: dur}, 0)
 }
 
 // apiError emits error.recorded for an API error record, which ends the
@@ -495,9 +625,6 @@ func (sc *sessionConv) system(r *record, i int) {
 		sc.compaction(r, i)
 		return
 	case subTurnDur:
-		if sc.turn != "" && r.durationMS > 0 {
-			sc.turnDurMS = r.durationMS
-		}
 		sc.idle = true
 	case subStopHook:
 		sc.idle = true
@@ -557,25 +684,32 @@ func (sc *sessionConv) tokensAfter(i int) int64 {
 	return 0
 }
 
-// finish ends the last turn: turn.failed when the transcript stops between
-// an assistant tool_use and its tool_result (the process died there),
-// otherwise as endTurn decides.
+// finish converts what the end of the records decides. The pending
+// assistant message is emitted, except in live mode while nothing after
+// it says it is complete (Claude Code writes a response one block at a
+// time, and may run its tools between two of them): it waits for more
+// lines, and so does its turn. Then the last turn ends only when the
+// transcript says how: after an interruption marker or an API error that
+// ended the model call; otherwise it stays in flight while a tool_use of
+// the latest response awaits its result (the tool is running, or the
+// process died: a transcript does not say which, and a later import of
+// the grown file may hold the result) or the model has not answered the
+// latest user record. When the model's last response answered, the turn
+// ends at the end of a history import, and in live mode only once a stop
+// hook's summary or a turn_duration record says the turn is over (or the
+// next prompt arrives).
 func (sc *sessionConv) finish() {
-	sc.flush()
-	if sc.turn != "" && len(sc.unanswered) > 0 {
-		turn := sc.turn
-		sc.turn = ""
-		var msg string
-		if len(sc.unanswered) == 1 {
-			msg = fmt.Sprintf("transcript ends between tool_use %s and its tool_result", sc.unanswered[0])
-		} else {
-			msg = fmt.Sprintf("transcript ends between tool_use %s and their tool_results", strings.Join(sc.unanswered, ", "))
-		}
-		sc.emit(sc.turnLast, turn+"/turn.failed", turn, &events.TurnFailed{
-			Stage: events.StageExecute,
-			Error: events.ErrorInfo{Message: msg, Kind: events.KindUnknown},
-		}, 0)
+	if sc.c.opts.Live && sc.pending != nil && !sc.settled {
+		sc.pending = nil
 		return
 	}
-	sc.endTurn()
+	sc.flush()
+	switch {
+	case sc.turn == "" || sc.stopped:
+	case sc.outcome == outcomeInterrupted || sc.outcome == outcomeAPIError:
+		sc.endTurn()
+	case len(sc.unanswered) > 0 || sc.awaiting:
+	case !sc.c.opts.Live || sc.idle:
+		sc.endTurn()
+	}
 }

@@ -225,6 +225,9 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config, logger *zerolog.Logger
 				for _, v := range vs {
 					m.ObserveViolation(string(v.Rule))
 				}
+				// The sessions, orphans and violations gauges: the View's
+				// status and counts, also when a restore folded the event.
+				m.ObserveSession(s)
 			}
 			if cfg.OnApply != nil {
 				cfg.OnApply(s, ev, applied, vs)

@@ -86,7 +86,7 @@ func TestEnginesShareThePartitionsAndTakeOver(t *testing.T) {
 				return false
 			}
 			for _, m := range sums {
-				if m.Turns != turns || m.Status != projections.StatusIdle {
+				if m.Counts.TurnsTotal != turns || m.Status != projections.StatusIdle {
 					return false
 				}
 			}

@@ -684,28 +684,66 @@ type SessionRef struct {
 	Events    uint64
 }
 
+// BadSubject is a subject of the event stream that names no valid session
+// (see ParseStoredSubject): Events events are stored under it, Reason says
+// what is wrong, and Tenant and Session are the tokens where a session's
+// would be, as far as the subject has them. No reader can fold them as a
+// session; the CLI lists them so that they are never invisible.
+type BadSubject struct {
+	Subject string
+	Tenant  string
+	Session string
+	Events  uint64
+	Reason  string
+}
+
 // Sessions lists the sessions in the log, optionally of one tenant (empty:
 // all), sorted by tenant then session. It asks the stream for its subjects,
 // so it costs one request per page of subjects, not a read of the log.
+// Subjects that name no valid session are left out (SessionsChecked lists
+// them). A tenant that is not a valid token (ValidToken) is an error.
 func (l *Log) Sessions(ctx context.Context, tenant string) ([]SessionRef, error) {
+	refs, _, err := l.SessionsChecked(ctx, tenant)
+	return refs, err
+}
+
+// SessionsChecked is Sessions that also returns the subjects holding
+// events that name no valid session (BadSubject, sorted by subject): with
+// tenant set, those that name the tenant where a session's tenant (or
+// that of the publish form, agent.evt.<tenant>.<session>) would be.
+func (l *Log) SessionsChecked(ctx context.Context, tenant string) ([]SessionRef, []BadSubject, error) {
+	if tenant != "" && !ValidToken(tenant) {
+		return nil, nil, fmt.Errorf("list sessions: tenant %q is not 1-%d characters of [A-Za-z0-9_-]", tenant, MaxTokenLen)
+	}
 	ctx, cancel := l.withTimeout(ctx)
 	defer cancel()
-	filter := EventSubjectPrefix + ".>"
+	filters := []string{EventSubjectPrefix + ".>"}
 	if tenant != "" {
-		filter = EventSubjectPrefix + ".*." + tenant + ".*"
+		filters = []string{EventSubjectPrefix + ".*." + tenant + ".>", EventSubjectPrefix + "." + tenant + ".>"}
 	}
-	info, err := l.events.Info(ctx, jetstream.WithSubjectFilter(filter))
-	if err != nil {
-		return nil, fmt.Errorf("list sessions: %w", unavailable(err))
-	}
-	refs := make([]SessionRef, 0, len(info.State.Subjects))
-	for subj, n := range info.State.Subjects {
-		parts := strings.Split(subj, ".")
-		if len(parts) != 5 {
-			continue
+	subjects := map[string]uint64{}
+	for _, f := range filters {
+		info, err := l.events.Info(ctx, jetstream.WithSubjectFilter(f))
+		if err != nil {
+			return nil, nil, fmt.Errorf("list sessions: %w", unavailable(err))
 		}
-		p, _ := strconv.Atoi(parts[2])
-		refs = append(refs, SessionRef{Tenant: parts[3], Session: parts[4], Partition: p, Events: n})
+		for subj, n := range info.State.Subjects {
+			subjects[subj] = n
+		}
+	}
+	refs := make([]SessionRef, 0, len(subjects))
+	var bad []BadSubject
+	for subj, n := range subjects {
+		p, t, s, ok, why := ParseStoredSubject(subj)
+		if ok && p >= l.Partitions() {
+			ok, why = false, fmt.Sprintf("partition %d is not below the stream's %d partitions", p, l.Partitions())
+		}
+		switch {
+		case ok && (tenant == "" || t == tenant):
+			refs = append(refs, SessionRef{Tenant: t, Session: s, Partition: p, Events: n})
+		case !ok && (tenant == "" || t == tenant):
+			bad = append(bad, BadSubject{Subject: subj, Tenant: t, Session: s, Events: n, Reason: why})
+		}
 	}
 	sort.Slice(refs, func(i, j int) bool {
 		if refs[i].Tenant != refs[j].Tenant {
@@ -713,5 +751,6 @@ func (l *Log) Sessions(ctx context.Context, tenant string) ([]SessionRef, error)
 		}
 		return refs[i].Session < refs[j].Session
 	})
-	return refs, nil
+	sort.Slice(bad, func(i, j int) bool { return bad[i].Subject < bad[j].Subject })
+	return refs, bad, nil
 }

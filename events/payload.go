@@ -129,6 +129,25 @@ func (s Stage) valid() bool {
 	return false
 }
 
+// Next returns the stage a turn is in once s is the last stage it
+// completed: context when s is empty (no stage completed yet), then
+// history, execute and finalize; finalize stays finalize (the turn
+// completed every stage but has not delivered its outcome). It returns ""
+// for a value that is not a stage.
+func (s Stage) Next() Stage {
+	switch s {
+	case "":
+		return StageContext
+	case StageContext:
+		return StageHistory
+	case StageHistory:
+		return StageExecute
+	case StageExecute, StageFinalize:
+		return StageFinalize
+	}
+	return ""
+}
+
 // ErrorKind says whether an error is worth retrying: transient (the same
 // call may succeed later: timeouts, 429, 5xx), logic (it will fail again
 // until something changes: 400, a bug) or unknown.
@@ -244,12 +263,39 @@ type TurnFailed struct {
 	Error ErrorInfo `json:"error"`
 }
 
-// TurnAbandoned ends a turn that had no outcome by its deadline. LastStage
-// is the last stage it completed (empty if none); Reason says who abandoned
-// it and why.
+// TurnAbandoned ends a turn that had no outcome by its deadline.
+// LastStageCompleted is the last stage it completed (empty if none); Stage
+// is the stage it was in when it was abandoned (the one after
+// LastStageCompleted: see Stage.Next); Reason says who abandoned it and
+// why.
+//
+// LastStage is the key contract version 1 first wrote, "last_stage", with
+// the same meaning as LastStageCompleted: it is still read (see
+// Completed) but no longer written.
 type TurnAbandoned struct {
-	LastStage Stage  `json:"last_stage,omitempty"`
-	Reason    string `json:"reason"`
+	LastStageCompleted Stage  `json:"last_stage_completed,omitempty"`
+	Stage              Stage  `json:"stage,omitempty"`
+	LastStage          Stage  `json:"last_stage,omitempty"`
+	Reason             string `json:"reason"`
+}
+
+// Completed returns the last stage the turn completed: LastStageCompleted,
+// or the older key LastStage when only that is set.
+func (p *TurnAbandoned) Completed() Stage {
+	if p.LastStageCompleted != "" {
+		return p.LastStageCompleted
+	}
+	return p.LastStage
+}
+
+// InStage returns the stage the turn was in: Stage, or when the event does
+// not say (an event written before the key existed), the stage after
+// Completed.
+func (p *TurnAbandoned) InStage() Stage {
+	if p.Stage != "" {
+		return p.Stage
+	}
+	return p.Completed().Next()
 }
 
 // ErrorInfo is an error as stored: Message and Stack are masked; Kind
@@ -399,42 +445,70 @@ type SessionForked struct {
 	CommandID   string `json:"command_id,omitempty"`
 }
 
-// Recovery outcomes: recovered (the session works again), degraded (it
-// works with less: another provider, raw output, a skipped step), failed
-// (nothing worked; the session is paused or aborted).
+// Outcome is how a recovery command ended (recovery.completed's outcome):
+// one of Outcomes. docs/control.md shows each with an example.
+type Outcome string
+
+// The recovery outcomes.
 const (
-	OutcomeRecovered = "recovered"
-	OutcomeDegraded  = "degraded"
-	OutcomeFailed    = "failed"
+	// OutcomeRecovered: the command did what it was for; the session
+	// works again.
+	OutcomeRecovered Outcome = "recovered"
+	// OutcomeDegraded: it did it with less than asked: another provider,
+	// raw output, a skipped step, or an effect recorded in the log that
+	// the runtime could not be told of.
+	OutcomeDegraded Outcome = "degraded"
+	// OutcomeFailed: nothing worked, or the command's chain ended in a
+	// pause or an abort: the session is paused for a person or given up.
+	OutcomeFailed Outcome = "failed"
+)
+
+// Outcomes lists every Outcome.
+var Outcomes = []Outcome{OutcomeRecovered, OutcomeDegraded, OutcomeFailed}
+
+// Valid reports whether o is one of Outcomes.
+func (o Outcome) Valid() bool {
+	return o == OutcomeRecovered || o == OutcomeDegraded || o == OutcomeFailed
+}
+
+// AttemptResult is how one recovery attempt went (recovery.attempted's
+// result): AttemptOK or AttemptFailed.
+type AttemptResult string
+
+// The attempt results.
+const (
+	AttemptOK     AttemptResult = "ok"
+	AttemptFailed AttemptResult = "failed"
 )
 
 // RecoveryAttempted records one attempt at a recovery command: the
 // command's id and kind, the attempt number (1 for the first) and the
-// strategy tried. Result is "ok" or "failed"; Error, when it failed, what
-// went wrong (masked); Class the error class it fell into; DurationMS how
-// long the attempt took.
+// strategy tried. Result is AttemptOK or AttemptFailed; Error, when it
+// failed, what went wrong (masked); Class the error class it fell into (a
+// recovery.Class name, such as "runtime_unavailable": docs/control.md
+// lists them); DurationMS how long the attempt took.
 type RecoveryAttempted struct {
-	CommandID  string     `json:"command_id"`
-	Kind       string     `json:"kind"`
-	Attempt    int        `json:"attempt"`
-	Strategy   string     `json:"strategy,omitempty"`
-	Worker     string     `json:"worker,omitempty"`
-	Result     string     `json:"result"`
-	Class      string     `json:"class,omitempty"`
-	Error      *ErrorInfo `json:"error,omitempty"`
-	DurationMS int64      `json:"duration_ms,omitzero"`
+	CommandID  string        `json:"command_id"`
+	Kind       string        `json:"kind"`
+	Attempt    int           `json:"attempt"`
+	Strategy   string        `json:"strategy,omitempty"`
+	Worker     string        `json:"worker,omitempty"`
+	Result     AttemptResult `json:"result"`
+	Class      string        `json:"class,omitempty"`
+	Error      *ErrorInfo    `json:"error,omitempty"`
+	DurationMS int64         `json:"duration_ms,omitzero"`
 }
 
 // RecoveryCompleted records how a recovery command ended: its Outcome
 // (OutcomeRecovered, OutcomeDegraded or OutcomeFailed), the strategy that
 // ended it, the number of attempts, and a Detail for people.
 type RecoveryCompleted struct {
-	CommandID string `json:"command_id"`
-	Kind      string `json:"kind"`
-	Outcome   string `json:"outcome"`
-	Strategy  string `json:"strategy,omitempty"`
-	Attempts  int    `json:"attempts,omitzero"`
-	Detail    string `json:"detail,omitempty"`
+	CommandID string  `json:"command_id"`
+	Kind      string  `json:"kind"`
+	Outcome   Outcome `json:"outcome"`
+	Strategy  string  `json:"strategy,omitempty"`
+	Attempts  int     `json:"attempts,omitzero"`
+	Detail    string  `json:"detail,omitempty"`
 }
 
 // RecoveryParked records that a command was set aside after its last

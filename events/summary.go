@@ -51,7 +51,8 @@ func (e Event) Summary() string {
 	case *TurnFailed:
 		return fmt.Sprintf("turn %s: FAILED in %s: %s", e.Turn, p.Stage, errorLine(p.Error))
 	case *TurnAbandoned:
-		return fmt.Sprintf("turn %s: ABANDONED after %s: %s", e.Turn, orNone(string(p.LastStage)), oneLine(p.Reason, summaryWidth))
+		return fmt.Sprintf("turn %s: ABANDONED in %s (last stage completed: %s): %s", e.Turn, orNone(string(p.InStage())),
+			orNone(string(p.Completed())), oneLine(p.Reason, summaryWidth))
 	case *MessageAppended:
 		return messageLine(p)
 	case *ToolCallStarted:
@@ -94,18 +95,31 @@ func (e Event) Summary() string {
 		if p.Strategy != "" {
 			s += " (" + p.Strategy + ")"
 		}
-		s += ": " + p.Result
+		s += ": " + string(p.Result)
+		if p.Class != "" {
+			s += " (" + p.Class + ")"
+		}
 		if p.Error != nil {
-			s += ": " + errorLine(*p.Error)
+			// The class names what went wrong; the error's own kind tag
+			// would name it a second time, in other words.
+			e := *p.Error
+			if p.Class != "" {
+				e.Kind = ""
+			}
+			s += ": " + errorLine(e)
 		}
 		return s
 	case *RecoveryCompleted:
-		s := fmt.Sprintf("%s %s %s", p.Kind, p.CommandID, strings.ToUpper(p.Outcome))
+		s := fmt.Sprintf("%s %s: %s", p.Kind, p.CommandID, strings.ToUpper(string(p.Outcome)))
+		var how []string
 		if p.Strategy != "" {
-			s += " by " + p.Strategy
+			how = append(how, "strategy "+p.Strategy)
 		}
 		if p.Attempts > 0 {
-			s += fmt.Sprintf(" after %d attempt(s)", p.Attempts)
+			how = append(how, fmt.Sprintf("%d attempt(s)", p.Attempts))
+		}
+		if len(how) > 0 {
+			s += " (" + strings.Join(how, ", ") + ")"
 		}
 		if p.Detail != "" {
 			s += ": " + oneLine(p.Detail, summaryWidth)
@@ -223,7 +237,7 @@ func seqRange(from, to uint64) string {
 
 func orNone(s string) string {
 	if s == "" {
-		return "no stage"
+		return "none"
 	}
 	return s
 }

@@ -211,6 +211,8 @@ func (p *TurnFailed) validate(v *validator) {
 }
 
 func (p *TurnAbandoned) validate(v *validator) {
+	v.stage("last_stage_completed", p.LastStageCompleted, false)
+	v.stage("stage", p.Stage, false)
 	v.stage("last_stage", p.LastStage, false)
 	v.required("reason", p.Reason)
 }
@@ -307,18 +309,14 @@ func (p *SessionForked) validate(v *validator) {
 	}
 }
 
-func validOutcome(o string) bool {
-	return o == OutcomeRecovered || o == OutcomeDegraded || o == OutcomeFailed
-}
-
 func (p *RecoveryAttempted) validate(v *validator) {
 	v.required("command_id", p.CommandID)
 	v.required("kind", p.Kind)
 	if p.Attempt < 1 {
 		v.add("attempt", "must be at least 1", fmt.Sprint(p.Attempt))
 	}
-	if p.Result != "ok" && p.Result != "failed" {
-		v.add("result", "must be ok or failed", p.Result)
+	if p.Result != AttemptOK && p.Result != AttemptFailed {
+		v.add("result", "must be ok or failed", string(p.Result))
 	}
 	if p.Error != nil {
 		v.errorInfo("error", p.Error)
@@ -329,8 +327,8 @@ func (p *RecoveryAttempted) validate(v *validator) {
 func (p *RecoveryCompleted) validate(v *validator) {
 	v.required("command_id", p.CommandID)
 	v.required("kind", p.Kind)
-	if !validOutcome(p.Outcome) {
-		v.add("outcome", "must be one of recovered, degraded, failed", p.Outcome)
+	if !p.Outcome.Valid() {
+		v.add("outcome", "must be one of recovered, degraded, failed", string(p.Outcome))
 	}
 }
 

@@ -191,3 +191,40 @@ func TestValidateRefusesInvalidOrTrailingData(t *testing.T) {
 		}
 	}
 }
+
+// TestTurnAbandonedStages checks turn.abandoned's stage keys: the new
+// ones are validated, and the old last_stage is still read as the last
+// stage completed.
+func TestTurnAbandonedStages(t *testing.T) {
+	for _, tt := range []struct {
+		data          string
+		ok            bool
+		completed, in Stage
+	}{
+		{`{"reason":"deadline","last_stage_completed":"history","stage":"execute"}`, true, StageHistory, StageExecute},
+		{`{"reason":"deadline","last_stage":"context"}`, true, StageContext, StageHistory},
+		{`{"reason":"deadline"}`, true, "", StageContext},
+		{`{"reason":"deadline","last_stage_completed":"finalize"}`, true, StageFinalize, StageFinalize},
+		{`{"reason":"deadline","stage":"lunch"}`, false, "", ""},
+		{`{"reason":"deadline","last_stage_completed":"lunch"}`, false, "", ""},
+	} {
+		ev := Event{SpecVersion: SpecVersion, ID: NewID(), Type: TypeTurnAbandoned, Source: DefaultSource, Time: time.Now(),
+			Tenant: "a", Session: "s", Turn: "t1", Data: json.RawMessage(tt.data)}
+		err := Validate(&ev)
+		if (err == nil) != tt.ok {
+			t.Errorf("%s: Validate = %v, want ok %v", tt.data, err, tt.ok)
+			continue
+		}
+		if !tt.ok {
+			continue
+		}
+		p, err := ev.Payload()
+		if err != nil {
+			t.Fatal(err)
+		}
+		a := p.(*TurnAbandoned)
+		if a.Completed() != tt.completed || a.InStage() != tt.in {
+			t.Errorf("%s: completed %q, in %q; want %q, %q", tt.data, a.Completed(), a.InStage(), tt.completed, tt.in)
+		}
+	}
+}

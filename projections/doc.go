@@ -32,5 +32,6 @@
 // invariant 1, toolcalls.go the message history and its tool calls
 // (invariant 2), distillation.go invariant 3, loops.go and errorstats.go
 // invariant 4, violations.go what the fold flags, recovery.go and
-// rewind.go the recovery record, text.go the previews and digests.
+// rewind.go the recovery record, text.go the previews and digests, and
+// view.go the one read model every reader shows (Session.View).
 package projections

@@ -20,7 +20,7 @@ type foldCase struct {
 	steps  []step
 	want   []string
 	kept   []string
-	status string
+	status SessionStatus
 	check  func(t *testing.T, s *Session)
 }
 

@@ -166,8 +166,10 @@ func synth(tb testing.TB, seed uint64, turns int, anomalies bool) []events.Event
 	command := func(kind string, n int) string { return fmt.Sprintf("%s-%d-%d", kind, n, seq) }
 	for n := 1; n <= turns; n++ {
 		turn := fmt.Sprintf("t%d", n)
-		add(turn, &events.TurnStarted{Prompt: fmt.Sprintf("please fix bug #%d in the parser", n), Trigger: "user", DeadlineMS: 600000})
-		add(turn, user(text(fmt.Sprintf("please fix bug #%d in the parser", n))))
+		// The same prompt every turn: an answer repeated to it is a loop
+		// (invariant 4's output streak compares the input answered).
+		add(turn, &events.TurnStarted{Prompt: "please fix the bug in the parser", Trigger: "user", DeadlineMS: 600000})
+		add(turn, user(text("please fix the bug in the parser")))
 		add(turn, &events.TurnStageCompleted{Stage: events.StageContext, DurationMS: 12})
 		add(turn, &events.TurnStageCompleted{Stage: events.StageHistory, DurationMS: 3})
 		rounds := 1 + rng.IntN(4)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"sort"
 	"strconv"
 	"strings"
@@ -21,37 +22,37 @@ import (
 const IndexBucket = "turnstone_sessions"
 
 // Summary is one session's row in the fleet index: what a listing shows
-// and what the engine's scan needs to know without restoring the session.
-// It is derived from the session's state (Session.Summary) and written by
-// the partition's owner: at once when something the reconciler acts on
-// changes (Attention), within about a second otherwise.
+// (`engine sessions`, the web view's fleet page) and what the engine's
+// scan needs to know, without restoring the session. It is derived from
+// the session's state (Session.Summary: the same status and Counts as its
+// View) and written by the partition's owner: at once when something the
+// reconciler acts on changes, within about a second otherwise. A subject
+// that names no valid session has a row too, with Status StatusInvalid
+// and its Subject.
 type Summary struct {
 	Tenant    string `json:"tenant"`
 	Session   string `json:"session"`
 	Partition int    `json:"partition"`
-	// Status is Session.Status: paused, in_turn, broken or idle.
-	Status string `json:"status"`
-	// Kind, Runtime, Model and Provider are the state's.
-	Kind     string `json:"kind,omitempty"`
-	Runtime  string `json:"runtime,omitempty"`
-	Model    string `json:"model,omitempty"`
-	Provider string `json:"provider,omitempty"`
-	// ParentSession and ForkedFrom link a sidechain or a fork.
+	// Subject is set on a row of a subject that names no valid session.
+	Subject string `json:"subject,omitempty"`
+	// Kind, ParentSession and ForkedFrom say what kind of session it is
+	// and link a sidechain or a fork; Runtime, Model and Provider are the
+	// state's.
+	Kind          string `json:"kind,omitempty"`
 	ParentSession string `json:"parent_session,omitempty"`
 	ForkedFrom    string `json:"forked_from,omitempty"`
+	Runtime       string `json:"runtime,omitempty"`
+	Model         string `json:"model,omitempty"`
+	Provider      string `json:"provider,omitempty"`
 	// History marks an imported session (the reconciler never acts on it).
 	History bool `json:"history,omitzero"`
-	// Turns is how many turns started; InFlight how many are in flight.
-	Turns    int `json:"turns"`
-	InFlight int `json:"in_flight"`
-	// Orphans are the open orphaned tool_use blocks of the current
-	// history; Repaired the orphans ever repaired.
-	Orphans  int `json:"orphans"`
-	Repaired int `json:"repaired,omitzero"`
-	// Violations counts the violations ever raised, Resolved those a
-	// repair resolved.
-	Violations int `json:"violations"`
-	Resolved   int `json:"resolved,omitzero"`
+	// Status and StatusDetail are the View's; Paused, PauseReason and
+	// PauseCause the pause's, when paused.
+	Status       SessionStatus     `json:"status"`
+	StatusDetail string            `json:"status_detail,omitempty"`
+	Paused       bool              `json:"paused,omitzero"`
+	PauseReason  string            `json:"pause_reason,omitempty"`
+	PauseCause   events.PauseCause `json:"pause_cause,omitempty"`
 	// Events is how many events were folded; FirstSeq and LastSeq their
 	// first and last stream sequences.
 	Events   int    `json:"events"`
@@ -63,9 +64,8 @@ type Summary struct {
 	LastTime       time.Time `json:"last_time,omitzero"`
 	LastStored     time.Time `json:"last_stored,omitzero"`
 	LastLiveStored time.Time `json:"last_live_stored,omitzero"`
-	// Paused and PauseCause are the pause's, when paused.
-	Paused     bool              `json:"paused,omitzero"`
-	PauseCause events.PauseCause `json:"pause_cause,omitempty"`
+	// Counts are the View's: turns, orphans and violations by state.
+	Counts Counts `json:"counts"`
 	// PendingDistillation is set while a distillation request waits.
 	PendingDistillation bool `json:"pending_distillation,omitzero"`
 	// Anomalous is Session.Anomalous (what `engine incidents` lists).
@@ -74,40 +74,54 @@ type Summary struct {
 
 // Summary returns the session's row in the fleet index, for partition.
 func (s *Session) Summary(partition int) Summary {
-	repaired := 0
-	for i := range s.Orphans {
-		if s.Orphans[i].Repaired {
-			repaired++
-		}
-	}
 	return Summary{
-		Tenant: s.Tenant, Session: s.Session, Partition: partition, Status: s.Status(),
-		Kind: s.Kind, Runtime: s.Runtime, Model: s.Model, Provider: s.Provider,
-		ParentSession: s.ParentSession, ForkedFrom: s.ForkedFrom, History: s.History,
-		Turns: s.Totals.Turns, InFlight: len(s.InFlight),
-		Orphans: len(s.OrphanedToolUseIDs()), Repaired: repaired,
-		Violations: s.Totals.Violations, Resolved: s.Totals.Resolved,
+		Tenant: s.Tenant, Session: s.Session, Partition: partition,
+		Kind: s.Kind, ParentSession: s.ParentSession, ForkedFrom: s.ForkedFrom,
+		Runtime: s.Runtime, Model: s.Model, Provider: s.Provider, History: s.History,
+		Status: s.Status(), Paused: s.Paused, PauseReason: s.PauseReason, PauseCause: s.PauseCause,
 		Events: s.Events, FirstSeq: s.FirstSeq, LastSeq: s.LastSeq,
 		FirstTime: s.FirstTime, LastTime: s.LastTime, LastStored: s.LastStored, LastLiveStored: s.LastLiveStored,
-		Paused: s.Paused, PauseCause: s.PauseCause,
+		Counts:              s.Counts(),
 		PendingDistillation: s.PendingDistillation() != nil,
 		Anomalous:           s.Anomalous(),
 	}
 }
 
-// Attention is the part of a Summary the reconciler acts on (turns in
-// flight, a pending distillation, a pause and its cause, open orphans,
-// history, status): when it changes, the index is written before the
-// event is acknowledged, so a scan that reads the index after a crash
-// misses nothing.
-func (m Summary) Attention() string {
-	return fmt.Sprintf("%s|%d|%v|%v|%s|%d|%v", m.Status, m.InFlight, m.PendingDistillation, m.Paused, m.PauseCause, m.Orphans, m.History)
+// InvalidSubjectSummary is the index row of a subject that names no valid
+// session (events.ParseStoredSubject's reason), holding n events.
+func InvalidSubjectSummary(subject, tenant, session string, partition, n int, reason string) Summary {
+	return Summary{Tenant: tenant, Session: session, Partition: partition, Subject: subject,
+		Status: StatusInvalid, StatusDetail: reason, Events: n, Anomalous: true}
+}
+
+// NeedsReconciler reports whether the summary says something the
+// reconciler acts on may be open: turns in flight, a pending
+// distillation, open orphans, or a pause waiting for its runtime; never
+// for history.
+func (m Summary) NeedsReconciler() bool {
+	if m.History || m.Status == StatusInvalid {
+		return false
+	}
+	return m.Counts.TurnsInFlight > 0 || m.PendingDistillation || m.Counts.OrphansOpen > 0 ||
+		(m.Paused && m.PauseCause == events.CauseRuntimeUnavailable)
 }
 
 // IndexKey is the index key of a session: <partition>.<tenant>.<session>.
 func IndexKey(partition int, tenant, session string) string {
 	return strconv.Itoa(partition) + "." + tenant + "." + session
 }
+
+// invalidIndexKey is the index key of the row of a subject that names no
+// valid session: <partition>._invalid.<hash of the subject>.
+func invalidIndexKey(partition int, subject string) string {
+	h := fnv.New64a()
+	_, _ = h.Write([]byte(subject))
+	return strconv.Itoa(partition) + "." + invalidToken + "." + strconv.FormatUint(h.Sum64(), 16)
+}
+
+// invalidToken is the tenant token of invalid subjects' index rows
+// (tokens starting with "_" are Turnstone's own).
+const invalidToken = "_invalid"
 
 // IndexBucketConfig is the fleet index bucket: history 1 (the latest
 // summary of each session), file storage, replicas replicas.
@@ -153,19 +167,24 @@ func ReadIndex(ctx context.Context, js jetstream.JetStream, f IndexFilter) ([]Su
 	if err != nil {
 		return nil, fmt.Errorf("read index: %w", err)
 	}
-	tenant := "*"
+	tenants := []string{"*"}
 	if f.Tenant != "" {
-		tenant = f.Tenant
+		tenants = []string{f.Tenant, invalidToken} // and the tenant's invalid subjects
+	}
+	parts := []string{"*"}
+	if f.Partitions != nil {
+		parts = nil
+		for _, p := range f.Partitions {
+			parts = append(parts, strconv.Itoa(p))
+		}
+		if len(parts) == 0 {
+			return nil, nil
+		}
 	}
 	var filters []string
-	if f.Partitions == nil {
-		filters = []string{"$KV." + IndexBucket + ".*." + tenant + ".*"}
-	} else {
-		for _, p := range f.Partitions {
-			filters = append(filters, "$KV."+IndexBucket+"."+strconv.Itoa(p)+"."+tenant+".*")
-		}
-		if len(filters) == 0 {
-			return nil, nil
+	for _, p := range parts {
+		for _, t := range tenants {
+			filters = append(filters, "$KV."+IndexBucket+"."+p+"."+t+".*")
 		}
 	}
 	cons, err := st.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{FilterSubjects: filters, DeliverPolicy: jetstream.DeliverLastPerSubjectPolicy})
@@ -190,7 +209,7 @@ func ReadIndex(ctx context.Context, js jetstream.JetStream, f IndexFilter) ([]Su
 				continue
 			}
 			var m Summary
-			if json.Unmarshal(msg.Data(), &m) == nil {
+			if json.Unmarshal(msg.Data(), &m) == nil && (f.Tenant == "" || m.Tenant == f.Tenant) {
 				out = append(out, m)
 			}
 			meta, err := msg.Metadata()
@@ -212,11 +231,6 @@ func ReadIndex(ctx context.Context, js jetstream.JetStream, f IndexFilter) ([]Su
 		return out[i].Session < out[j].Session
 	})
 	return out, nil
-}
-
-// indexSubject is the subject a summary is stored on.
-func indexSubject(partition int, tenant, session string) string {
-	return "$KV." + IndexBucket + "." + IndexKey(partition, tenant, session)
 }
 
 // validIndexKey reports whether tenant and session can be an index key

@@ -57,7 +57,7 @@ func worstState() *Session {
 				Stack: clip(strings.Repeat("<", 9*StackRunes), StackRunes, 2*StackRunes), Kind: events.ErrorKind(worstKey),
 				Provider: worstKey, HTTPStatus: 599, Code: worstKey}, Seq: worstSeq, Turn: worstToken, Stage: events.Stage(worstKey), Consecutive: worstInt},
 			Streak: Streak{Key: worstKey, Count: worstInt, FirstSeq: worstSeq}},
-		Outputs:  OutputStreak{Hash: emptyOutputHash, Count: worstInt, Seqs: seqs(KeepOutputSeqs), LastSeq: worstSeq, Message: worstInt},
+		Outputs:  OutputStreak{Hash: emptyOutputHash, Input: emptyOutputHash, Count: worstInt, Seqs: seqs(KeepOutputSeqs), LastSeq: worstSeq, Message: worstInt},
 		LastTool: &ToolRun{ToolUseID: worstKey, Name: worstKey, Turn: worstToken, UseSeq: worstSeq, InputHash: emptyOutputHash, ResultSeq: worstSeq, IsError: true, RerunOf: worstSeq},
 		Paused:   true, PauseReason: worstDetail, PauseCause: events.PauseCause(worstKey), PauseCommand: worstKey, PauseKind: worstKey,
 		PausedSeq: worstSeq, LastSnapshotSeq: worstSeq,
@@ -94,7 +94,7 @@ func worstState() *Session {
 		s.Pending = append(s.Pending, worstKey)
 	}
 	for range max(list(KeepToolCalls), MaxToolUsesPerMessage) {
-		s.ToolCalls = append(s.ToolCalls, ToolCall{ToolUseID: worstKey, Name: worstKey, Turn: worstToken, Message: worstInt, UseSeq: worstSeq,
+		s.ToolCalls = append(s.ToolCalls, ToolCall{ToolUseID: worstKey, Name: worstKey, Turn: worstToken, Step: emptyOutputHash, Message: worstInt, UseSeq: worstSeq,
 			ResultSeq: worstSeq, IsError: true, Status: CallOnly, StartedSeq: worstSeq, CompletedSeq: worstSeq, DurationMS: math.MaxInt64})
 	}
 	for range list(KeepOrphans) {
@@ -108,6 +108,9 @@ func worstState() *Session {
 		s.InvalidEvents = append(s.InvalidEvents, InvalidEvent{Seq: worstSeq, ID: worstKey, Type: events.Type(worstKey), Error: worstDetail})
 		s.Flaky = append(s.Flaky, Flaky{Tool: worstKey, InputHash: emptyOutputHash, FailSeq: worstSeq, PassSeq: worstSeq, Turn: worstToken})
 	}
+	for range MaxSteps {
+		s.Steps = append(s.Steps, Step{Turn: worstToken, Key: emptyOutputHash, Name: worstKey, Failures: worstInt, FirstSeq: worstSeq, LastSeq: worstSeq})
+	}
 	dirty := []string{DirtyTurnInFlight, DirtyUnansweredToolUse}
 	for _, r := range historyRules {
 		dirty = append(dirty, string(r))
@@ -118,8 +121,8 @@ func worstState() *Session {
 			Trigger: worstKey, Turn: worstToken, DirtyReasons: dirty})
 	}
 	for range list(KeepCommands + MaxOpenCommands) {
-		s.Commands = append(s.Commands, CommandRecord{ID: worstKey, Kind: worstKey, Attempts: worstInt, LastResult: worstKey, LastClass: worstKey,
-			LastError: worstDetail, Strategy: worstKey, Outcome: worstKey, Detail: worstDetail, OutcomeSeq: worstSeq, Parked: true,
+		s.Commands = append(s.Commands, CommandRecord{ID: worstKey, Kind: worstKey, Attempts: worstInt, LastResult: events.AttemptResult(worstKey), LastClass: worstKey,
+			LastError: worstDetail, Strategy: worstKey, Outcome: events.Outcome(worstKey), Detail: worstDetail, OutcomeSeq: worstSeq, Parked: true,
 			ParkReason: worstDetail, Deliveries: worstInt, PauseCause: events.PauseCause(worstKey), FirstSeq: worstSeq, LastSeq: worstSeq})
 	}
 	for range MaxBreakers {

@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"slices"
 	"strings"
 
 	"github.com/turnstone-dev/turnstone/events"
@@ -15,31 +16,50 @@ import (
 // limits are the reconciler's policy.
 //
 //   - Errors.Streak: identical errors in a row (ErrorKey).
-//   - Outputs: identical assistant outputs in a row (OutputStreak,
-//     OutputHash).
-//   - Turn.FailedAttempts: the budget a turn spent (its failed tool
-//     results and recorded errors).
+//   - Outputs: the same assistant output in reply to the same input, in
+//     a row (OutputStreak, OutputHash, Message.Hash).
+//   - Turn.FailedAttempts and Steps: the budget a turn in flight spent,
+//     counted per step: failed attempts at one step (the same tool on
+//     the same operand, or one stage) with no success of that step
+//     between them. A long turn's failures at different steps (a grep
+//     with no match, a test run that fails before it passes) are
+//     ordinary work and spend nothing lasting.
 //   - Flaky: a failed tool call whose immediate identical re-run passed,
 //     a flaky-suspected run (a test, a build): recorded for people, not a
 //     violation and not a loop.
+//
+// They were calibrated on real Claude Code sessions
+// (test/detectors_test.go): each reports nothing on a healthy one.
 
 // DefaultLoopLimit is the run length from which Anomalous calls a streak
 // of identical assistant outputs (Outputs.Count) or identical errors
 // (Errors.Streak.Count) a loop. The reconciler's policy sets its own.
 const DefaultLoopLimit = 3
 
-// OutputStreak is the run of identical assistant outputs in a row
-// (invariant 4). Each assistant message of the history counts once, when
-// it is complete: when a user record arrives after it, when the turn of
-// its first record ends (any turn's end, for a message of no turn), or
-// when a distillation starts; its Message.Hash as of then is its output.
-// A message with the run's Hash extends the run; another starts a new run
-// of 1. The end of a turn does not reset the streak (a loop spans turns);
-// a distillation.completed does (the history it compared is gone).
+// OutputStreak is the run of the same assistant output in reply to the
+// same input, in a row (invariant 4). Each assistant message of the
+// history counts once, when it is complete: when a user record arrives
+// after it, when the turn of its first record ends (any turn's end, for a
+// message of no turn), or when a distillation starts; its Message.Hash as
+// of then is its output, and the Message.Hash of the user message right
+// before it (what it answers: a prompt, or the results of the previous
+// tool calls) is its input. A message with the run's Hash and Input
+// extends the run; another starts a new run of 1. The end of a turn does
+// not reset the streak (a loop spans turns); a distillation.completed
+// does (the history it compared is gone).
+//
+// An output repeated in reply to inputs that differ is not a loop: the
+// agent is waiting on something that changes (a background job it polls,
+// whose status and time stamp change with each poll), or answering a
+// person who says something new each time. Only the same input, to the
+// byte, answered with the same output is no progress.
 type OutputStreak struct {
 	// Hash is the Message.Hash of the run's messages (empty when Count
 	// is 0).
 	Hash string `json:"hash,omitempty"`
+	// Input is the Message.Hash of the user message each of the run's
+	// messages answers (empty at the start of a history).
+	Input string `json:"input,omitempty"`
 	// Count is how many assistant messages in a row had it.
 	Count int `json:"count"`
 	// Seqs are the sequences of the first records (message.appended) of
@@ -136,6 +156,25 @@ func chainOutput(h string, cb *events.ContentBlock) string {
 	return hex.EncodeToString(sum.Sum(nil)[:8])
 }
 
+// chainInput returns the hash h of a user message extended with block cb:
+// the first 16 hex digits of SHA-256(h + "\n" + type, is_error, text,
+// content, source, data), exactly as they are (no white space folded). A
+// tool_result's tool_use_id is left out: the same result of a fresh call
+// is the same input. Two user messages with the same hash said the same
+// thing to the model.
+func chainInput(h string, cb *events.ContentBlock) string {
+	sum := sha256.New()
+	sum.Write([]byte(h + "\n" + cb.Type))
+	if cb.IsError {
+		sum.Write([]byte{0, 1})
+	}
+	for _, part := range [][]byte{[]byte(cb.Text), cb.Content, cb.Source, []byte(cb.Data)} {
+		sum.Write([]byte{0})
+		sum.Write(part)
+	}
+	return hex.EncodeToString(sum.Sum(nil)[:8])
+}
+
 // InputHash returns the first 16 hex digits of the SHA-256 of a tool
 // input as compact JSON (white space outside strings removed): two tool
 // calls with the same name and InputHash are the same call.
@@ -150,16 +189,34 @@ func (s *Session) countOutput(m *Message) {
 	if m == nil || m.Role != events.RoleAssistant || m.Index <= s.Outputs.Message || len(m.Seqs) == 0 {
 		return
 	}
+	input := ""
+	if in := s.message(m.Index - 1); in != nil && in.Role == events.RoleUser {
+		input = in.Hash
+	}
 	o := &s.Outputs
 	o.Message, o.LastSeq = m.Index, m.Seqs[0]
-	if o.Count > 0 && o.Hash == m.Hash {
+	if o.Count > 0 && o.Hash == m.Hash && o.Input == input {
 		o.Count++
 		if len(o.Seqs) < KeepOutputSeqs {
 			o.Seqs = append(o.Seqs, m.Seqs[0])
 		}
 		return
 	}
-	o.Hash, o.Count, o.Seqs = m.Hash, 1, []uint64{m.Seqs[0]}
+	o.Hash, o.Input, o.Count, o.Seqs = m.Hash, input, 1, []uint64{m.Seqs[0]}
+}
+
+// message returns the kept message of the current history with Index i,
+// or nil.
+func (s *Session) message(i int) *Message {
+	for j := len(s.Messages) - 1; j >= 0; j-- {
+		switch m := &s.Messages[j]; {
+		case m.Index == i:
+			return m
+		case m.Index < i:
+			return nil
+		}
+	}
+	return nil
 }
 
 // completeOutput counts the history's latest message when it is an
@@ -182,14 +239,14 @@ func (s *Session) toolRunStarts(ev events.Event, turn string, id string, cb *eve
 }
 
 // toolRunEnds records the outcome of the tool call tc, answered by the
-// (not synthetic) tool_result cb of ev: a failed attempt of its turn when
-// cb is an error; a flaky-suspected run when it is the latest tool run, a
-// re-run of a failed one, and passed.
+// (not synthetic) tool_result cb of ev: a failed attempt at its step when
+// cb is an error, else a success of that step; a flaky-suspected run when
+// it is the latest tool run, a re-run of a failed one, and passed.
 func (s *Session) toolRunEnds(ev events.Event, tc *ToolCall, cb *events.ContentBlock) {
 	if cb.IsError {
-		if t := s.turn(tc.Turn); t != nil {
-			t.FailedAttempts++
-		}
+		s.stepFailed(ev, tc.Turn, tc.Step, tc.Name)
+	} else {
+		s.stepPassed(tc.Turn, tc.Step)
 	}
 	r := s.LastTool
 	if r == nil || r.ToolUseID != tc.ToolUseID || r.UseSeq != tc.UseSeq || r.ResultSeq != 0 {
@@ -200,4 +257,184 @@ func (s *Session) toolRunEnds(ev events.Event, tc *ToolCall, cb *events.ContentB
 		s.Flaky = append(s.Flaky, Flaky{Tool: r.Name, InputHash: r.InputHash, FailSeq: r.RerunOf, PassSeq: ev.Seq, Turn: r.Turn})
 		s.Totals.Flaky++
 	}
+}
+
+// Step is one step of a turn in flight that failed and has not succeeded
+// since: what the implementation budget counts (invariant 4). A step is
+// a tool called on one operand (StepKey of its tool_use), or a stage of
+// the runtime's pipeline whose errors were recorded (error.recorded; for
+// the execute stage that is the model call, which succeeds when the
+// model answers with an assistant message; another stage succeeds with
+// its turn.stage_completed). A failure of the step adds one to Failures;
+// a success of the step removes it, whatever else failed or passed in
+// between; the end of its turn removes every step of the turn.
+type Step struct {
+	// Turn is the turn whose step it is.
+	Turn string `json:"turn"`
+	// Key identifies the step in its turn: StepKey of the tool call, or
+	// "stage:<stage>".
+	Key string `json:"key"`
+	// Name is the tool's name (IDKey), or the stage.
+	Name string `json:"name"`
+	// Failures is how many attempts at it failed since it last succeeded
+	// (or since its turn started).
+	Failures int `json:"failures"`
+	// FirstSeq and LastSeq are the sequences of the first and the latest
+	// of those failures (the records holding the failed tool_result, or
+	// the error.recorded events).
+	FirstSeq uint64 `json:"first_seq"`
+	LastSeq  uint64 `json:"last_seq"`
+}
+
+// stageStep is the Step.Key of a stage's failures.
+func stageStep(stage events.Stage) string {
+	if stage == "" {
+		stage = events.StageExecute
+	}
+	return "stage:" + string(stageKey(stage))
+}
+
+// StepKey returns the key that makes two tool calls "the same step" for
+// the implementation budget: the first 16 hex digits of the SHA-256 of
+// the tool's name, a NUL byte and the call's operand: the first member of
+// its input object (name and value as compact JSON, every run of white
+// space collapsed to one space), or the whole input when it is not an
+// object with members. Tool inputs name what they act on first (a shell
+// command, a file path, a URL, a search pattern; Claude Code's Bash,
+// Read, Edit, Write, Grep, WebFetch), and what follows is commentary or
+// detail that varies between attempts at the same thing (a description,
+// a timeout, the text an edit tries to replace): a command re-run with
+// another description, or a file that keeps refusing edits, is one step.
+func StepKey(name string, input json.RawMessage) string {
+	sum := sha256.New()
+	sum.Write([]byte(name))
+	sum.Write([]byte{0})
+	sum.Write([]byte(strings.Join(strings.Fields(compactJSON(firstMember(input))), " ")))
+	return hex.EncodeToString(sum.Sum(nil)[:8])
+}
+
+// firstMember returns the first member ("name":value) of the JSON object
+// raw, or raw itself when raw is not an object with at least one member.
+// It reads no further than that member.
+func firstMember(raw json.RawMessage) json.RawMessage {
+	i := 0
+	for i < len(raw) && isSpace(raw[i]) {
+		i++
+	}
+	if i == len(raw) || raw[i] != '{' {
+		return raw
+	}
+	start := i + 1
+	depth, inString, escaped := 0, false, false
+	for j := start; j < len(raw); j++ {
+		c := raw[j]
+		switch {
+		case inString:
+			switch {
+			case escaped:
+				escaped = false
+			case c == '\\':
+				escaped = true
+			case c == '"':
+				inString = false
+			}
+		case c == '"':
+			inString = true
+		case c == '{' || c == '[':
+			depth++
+		case c == '}' || c == ']':
+			if depth == 0 {
+				return raw[start:j]
+			}
+			depth--
+		case c == ',' && depth == 0:
+			return raw[start:j]
+		}
+	}
+	return raw
+}
+
+func isSpace(c byte) bool { return c == ' ' || c == '\t' || c == '\n' || c == '\r' }
+
+// stepFailed counts a failed attempt at step key (named name) of turn,
+// when the turn is in flight. Past MaxSteps steps, the one with the
+// fewest failures (the oldest of those) is forgotten.
+func (s *Session) stepFailed(ev events.Event, turn, key, name string) {
+	t := s.turn(turn)
+	if t == nil || t.Ended() || key == "" {
+		return
+	}
+	st := s.step(turn, key)
+	if st == nil {
+		if len(s.Steps) >= MaxSteps {
+			drop := 0
+			for i := range s.Steps {
+				if s.Steps[i].Failures < s.Steps[drop].Failures {
+					drop = i
+				}
+			}
+			s.Steps = slices.Delete(s.Steps, drop, drop+1)
+		}
+		s.Steps = append(s.Steps, Step{Turn: turn, Key: key, Name: name, FirstSeq: ev.Seq})
+		st = &s.Steps[len(s.Steps)-1]
+	}
+	st.Failures++
+	st.LastSeq = ev.Seq
+	s.spent(t)
+}
+
+// stepPassed forgets the failures of step key of turn: it succeeded.
+func (s *Session) stepPassed(turn, key string) {
+	i := slices.IndexFunc(s.Steps, func(st Step) bool { return st.Turn == turn && st.Key == key })
+	if i < 0 {
+		return
+	}
+	s.Steps = slices.Delete(s.Steps, i, i+1)
+	if len(s.Steps) == 0 {
+		s.Steps = nil
+	}
+	if t := s.turn(turn); t != nil && !t.Ended() {
+		s.spent(t)
+	}
+}
+
+// endSteps forgets the steps of turn t, which ended; its FailedAttempts
+// keep their value.
+func (s *Session) endSteps(t *Turn) {
+	s.Steps = slices.DeleteFunc(s.Steps, func(st Step) bool { return st.Turn == t.ID })
+	if len(s.Steps) == 0 {
+		s.Steps = nil
+	}
+}
+
+// spent sets t.FailedAttempts: the most failures of one of its steps.
+func (s *Session) spent(t *Turn) {
+	if st := s.BudgetStep(t.ID); st != nil {
+		t.FailedAttempts = st.Failures
+		return
+	}
+	t.FailedAttempts = 0
+}
+
+func (s *Session) step(turn, key string) *Step {
+	for i := range s.Steps {
+		if s.Steps[i].Turn == turn && s.Steps[i].Key == key {
+			return &s.Steps[i]
+		}
+	}
+	return nil
+}
+
+// BudgetStep returns the step of turn (in flight) with the most failures
+// in a row, the one whose run began first among equals: the step the
+// turn's FailedAttempts counts. Nil when no step of the turn is failing.
+func (s *Session) BudgetStep(turn string) *Step {
+	var best *Step
+	for i := range s.Steps {
+		st := &s.Steps[i]
+		if st.Turn == turn && (best == nil || st.Failures > best.Failures || st.Failures == best.Failures && st.FirstSeq < best.FirstSeq) {
+			best = st
+		}
+	}
+	return best
 }

@@ -2,6 +2,7 @@ package projections
 
 import (
 	"encoding/json"
+	"fmt"
 	"slices"
 	"testing"
 	"time"
@@ -32,21 +33,22 @@ func outputs(count int, seqs ...uint64) func(t *testing.T, s *Session) {
 }
 
 func loopCases() []foldCase {
-	// The same output each turn: fresh tool_use ids, other thoughts,
-	// other white space, and in turn 3 one record per block.
+	// The same output each turn in reply to the same prompt: fresh
+	// tool_use ids, other thoughts, other white space, and in turn 3 one
+	// record per block.
 	loop := []step{
 		in("t1", started("fix it")),
 		in("t1", user(text("fix it"))),
 		in("t1", asst(thinking("first idea"), text("Let me run the tests."), useIn("a1", "Bash", `{"command": "go test ./..."}`))),
 		in("t1", user(result("a1"))),
 		in("t1", completed()),
-		in("t2", started("still broken")),
-		in("t2", user(text("still broken"))),
+		in("t2", started("fix it")),
+		in("t2", user(text("fix it"))),
 		in("t2", asst(thinking("second idea"), text("Let me  run the tests.\n"), useIn("a2", "Bash", `{"command":"go test ./..."}`))),
 		in("t2", user(result("a2"))),
 		in("t2", completed()),
-		in("t3", started("please")),
-		in("t3", user(text("please"))),
+		in("t3", started("fix it")),
+		in("t3", user(text("fix it"))),
 		in("t3", asst(text(" Let me run\tthe tests."))),
 		in("t3", asst(thinking("hmm"))),
 		in("t3", asst(useIn("a3", "Bash", `{ "command" : "go test ./..." }`))),
@@ -57,15 +59,27 @@ func loopCases() []foldCase {
 			name:  "the same output in a row spans turns; ids, thinking and white space do not count",
 			steps: loop,
 			check: func(t *testing.T, s *Session) {
-				outputs(3, 3, 8, 13)(t, s)
-				if h := s.Messages[1].Hash; h != s.Outputs.Hash || h != s.Messages[len(s.Messages)-2].Hash || len(h) != 16 {
-					t.Errorf("message hashes %q, %q, streak %q", h, s.Messages[len(s.Messages)-2].Hash, s.Outputs.Hash)
+				// t1's answer replies to the prompt alone; t2's and t3's to
+				// the previous turn's result and the prompt, which are one
+				// API message (consecutive user records merge): the same
+				// input twice.
+				outputs(2, 8, 13)(t, s)
+				var as, us []*Message
+				for i := range s.Messages {
+					if m := &s.Messages[i]; m.Role == events.RoleAssistant {
+						as = append(as, m)
+					} else {
+						us = append(us, m)
+					}
+				}
+				if len(as) != 3 || as[0].Hash != s.Outputs.Hash || as[2].Hash != s.Outputs.Hash || len(s.Outputs.Hash) != 16 {
+					t.Errorf("assistant hashes %+v, streak %q", as, s.Outputs.Hash)
+				}
+				if len(us) != 4 || us[1].Hash != us[2].Hash || us[1].Hash != s.Outputs.Input || us[0].Hash == us[1].Hash || len(us[0].Hash) != 16 {
+					t.Errorf("user hashes %q %q %q, streak input %q", us[0].Hash, us[1].Hash, us[2].Hash, s.Outputs.Input)
 				}
 				if s.Outputs.LastSeq != 13 || s.Outputs.Message != 6 {
 					t.Errorf("outputs = %+v", s.Outputs)
-				}
-				if s.Messages[0].Hash != "" {
-					t.Errorf("a user message has hash %q", s.Messages[0].Hash)
 				}
 			},
 		},
@@ -87,6 +101,56 @@ func loopCases() []foldCase {
 				at(user(result("b"))),
 			},
 			check: outputs(1, 4),
+		},
+		{
+			name: "the same output in reply to prompts that differ is no loop",
+			steps: []step{
+				in("t1", started("deploy")),
+				in("t1", user(text("deploy"))),
+				in("t1", asst(text("Done."))),
+				in("t1", completed()),
+				in("t2", started("and the docs")),
+				in("t2", user(text("and the docs"))),
+				in("t2", asst(text("Done."))),
+				in("t2", completed()),
+				in("t3", started("and the changelog")),
+				in("t3", user(text("and the changelog"))),
+				in("t3", asst(text("Done."))),
+				in("t3", completed()),
+			},
+			check: outputs(1, 11),
+		},
+		{
+			// A background job polled while it runs (Claude Code's
+			// BashOutput, as in a real session): the same call each time,
+			// each answered by a status with a new time stamp.
+			name: "polling a job whose answer changes is no loop",
+			steps: func() []step {
+				st := []step{in("t1", started("build")), in("t1", user(text("build")))}
+				for i := range 5 {
+					id := fmt.Sprintf("p%d", i)
+					st = append(st,
+						in("t1", asst(useIn(id, "BashOutput", `{"bash_id":"7d95c5"}`))),
+						in("t1", user(events.ContentBlock{Type: events.BlockToolResult, ToolUseID: id,
+							Content: json.RawMessage(fmt.Sprintf(`"<status>running</status>\n<timestamp>2025-11-17T11:48:%02d.318Z</timestamp>"`, 29+3*i))})))
+				}
+				return st
+			}(),
+			check: outputs(1, 11),
+		},
+		{
+			name: "the same call answered the same way each time is a loop",
+			steps: func() []step {
+				st := []step{in("t1", started("build")), in("t1", user(text("build")))}
+				for i := range 4 {
+					id := fmt.Sprintf("p%d", i)
+					st = append(st, in("t1", asst(useIn(id, "Bash", `{"command":"make"}`))), in("t1", user(errResult(id))))
+				}
+				return st
+			}(),
+			// The first call answers the prompt, the next three the same
+			// error.
+			check: outputs(3, 5, 7, 9),
 		},
 		{
 			name: "a distillation.completed resets the streak",
@@ -224,27 +288,111 @@ func attempts(want map[string]int) func(t *testing.T, s *Session) {
 }
 
 func budgetCases() []foldCase {
+	// fail and pass are a Bash call on command cmd and its result.
+	call := func(id, cmd, desc string) step {
+		return in("t1", asst(useIn(id, "Bash", fmt.Sprintf(`{"command":%q,"description":%q}`, cmd, desc))))
+	}
+	fail := func(id string) step { return in("t1", user(errResult(id))) }
+	pass := func(id string) step { return in("t1", user(result(id))) }
+	edit := func(id string) []step {
+		return []step{in("t1", asst(useIn(id, "Edit", `{"file_path":"/repo/a.go","old_string":"x","new_string":"y"}`))), pass(id)}
+	}
 	return []foldCase{
 		{
-			name: "failed tool results and recorded errors count per turn",
+			name: "failures of one step in a row count; edits between do not reset them",
+			steps: slices.Concat(
+				[]step{in("t1", started("fix")), in("t1", user(text("fix")))},
+				[]step{call("a", "go test ./...", "run the tests"), fail("a")}, edit("e1"),
+				[]step{call("b", "go  test ./...", "run them again"), fail("b")}, edit("e2"),
+				[]step{call("c", "go test ./...", "once more"), fail("c")},
+			),
+			check: func(t *testing.T, s *Session) {
+				attempts(map[string]int{"t1": 3})(t, s)
+				if st := s.BudgetStep("t1"); st == nil || st.Failures != 3 || st.Name != "Bash" || st.FirstSeq != 4 || st.LastSeq != 12 {
+					t.Errorf("budget step = %+v", st)
+				}
+			},
+		},
+		{
+			name: "a test that fails before it passes spends nothing lasting",
+			steps: slices.Concat(
+				[]step{in("t1", started("fix")), in("t1", user(text("fix")))},
+				[]step{call("a", "go test ./...", ""), fail("a")}, edit("e1"),
+				[]step{call("b", "go test ./...", ""), fail("b")}, edit("e2"),
+				[]step{call("c", "go test ./...", ""), pass("c")},
+			),
+			check: func(t *testing.T, s *Session) {
+				attempts(map[string]int{"t1": 0})(t, s)
+				if len(s.Steps) != 0 {
+					t.Errorf("steps = %+v, want none", s.Steps)
+				}
+			},
+		},
+		{
+			name: "failures at different steps do not add up",
+			steps: slices.Concat(
+				[]step{in("t1", started("look")), in("t1", user(text("look")))},
+				[]step{call("a", "grep -r foo .", ""), fail("a")},
+				[]step{call("b", "grep -r bar .", ""), fail("b")},
+				[]step{call("c", "ls /nope", ""), fail("c")},
+				[]step{in("t1", asst(useIn("d", "Read", `{"file_path":"/repo/missing.go"}`))), fail("d")},
+			),
+			check: func(t *testing.T, s *Session) {
+				attempts(map[string]int{"t1": 1})(t, s)
+				if len(s.Steps) != 4 {
+					t.Errorf("steps = %+v, want 4 failing steps", s.Steps)
+				}
+			},
+		},
+		{
+			name: "recorded errors are failures of their stage until the model answers",
 			steps: []step{
 				in("t1", started("fix")),
 				in("t1", user(text("fix"))),
-				in("t1", asst(use("a", "Bash"), use("b", "Read"))),
-				in("t1", &events.ToolCallCompleted{ToolUseID: "b", Name: "Read", IsError: true}),
-				in("t1", user(errResult("a"), result("b"))),
-				in("t1", asst(use("c", "Bash"))),
-				in("t1", user(errResult("c"))),
 				in("t1", &events.ErrorRecorded{ErrorInfo: errInfo("overloaded"), Stage: events.StageExecute}),
-				at(&events.ErrorRecorded{ErrorInfo: errInfo("no turn")}),
-				in("t1", completed()),
-				in("t2", started("again")),
-				in("t2", user(text("again"))),
-				in("t2", asst(use("d", "Bash"))),
-				in("t2", user(errResult("d"))),
-				in("t2", failed("gave up")),
+				in("t1", &events.ErrorRecorded{ErrorInfo: errInfo("overloaded")}),
+				in("t1", &events.ErrorRecorded{ErrorInfo: errInfo("overloaded"), Stage: events.StageExecute}),
 			},
-			check: attempts(map[string]int{"t1": 3, "t2": 1}),
+			check: func(t *testing.T, s *Session) {
+				attempts(map[string]int{"t1": 3})(t, s)
+				if st := s.BudgetStep("t1"); st == nil || st.Key != "stage:execute" || st.Name != "execute" {
+					t.Errorf("budget step = %+v", st)
+				}
+			},
+		},
+		{
+			name: "the model's answer is the execute stage's success; stage_completed another stage's",
+			steps: []step{
+				in("t1", started("fix")),
+				in("t1", user(text("fix"))),
+				in("t1", &events.ErrorRecorded{ErrorInfo: errInfo("overloaded"), Stage: events.StageExecute}),
+				in("t1", &events.ErrorRecorded{ErrorInfo: errInfo("no context"), Stage: events.StageContext}),
+				in("t1", &events.ErrorRecorded{ErrorInfo: errInfo("no context"), Stage: events.StageContext}),
+				in("t1", asst(text("Hello."))),
+				in("t1", &events.TurnStageCompleted{Stage: events.StageContext}),
+			},
+			check: func(t *testing.T, s *Session) {
+				attempts(map[string]int{"t1": 0})(t, s)
+				if len(s.Steps) != 0 {
+					t.Errorf("steps = %+v, want none", s.Steps)
+				}
+			},
+		},
+		{
+			name: "a turn keeps its count when it ends, and its steps go",
+			steps: slices.Concat(
+				[]step{in("t1", started("fix")), in("t1", user(text("fix")))},
+				[]step{call("a", "make", ""), fail("a"), call("b", "make", ""), fail("b")},
+				[]step{in("t1", failed("gave up"))},
+				[]step{in("t2", started("again")), in("t2", user(text("again"))),
+					in("t2", asst(useIn("c", "Bash", `{"command":"make"}`))), in("t2", user(errResult("c")))},
+			),
+			check: func(t *testing.T, s *Session) {
+				attempts(map[string]int{"t1": 2, "t2": 1})(t, s)
+				if len(s.Steps) != 1 || s.Steps[0].Turn != "t2" {
+					t.Errorf("steps = %+v, want t2's only", s.Steps)
+				}
+			},
 		},
 		{
 			name: "results that pair with no tool_use are no attempts",
@@ -273,14 +421,64 @@ func budgetCases() []foldCase {
 			check: attempts(map[string]int{"t1": 0}),
 		},
 		{
-			name: "an error recorded after the turn ended still counts",
+			name: "an error recorded after the turn ended spends nothing",
 			steps: []step{
 				in("t1", started("go")),
 				in("t1", completed()),
 				in("t1", &events.ErrorRecorded{ErrorInfo: errInfo("late")}),
 			},
-			check: attempts(map[string]int{"t1": 1}),
+			check: func(t *testing.T, s *Session) {
+				attempts(map[string]int{"t1": 0})(t, s)
+				if len(s.Steps) != 0 {
+					t.Errorf("steps = %+v, want none", s.Steps)
+				}
+			},
 		},
+		{
+			name: "past MaxSteps the step with the fewest failures is forgotten",
+			steps: func() []step {
+				st := []step{in("t1", started("go")), in("t1", user(text("go"))), call("x0", "make", ""), fail("x0"), call("x1", "make", ""), fail("x1")}
+				for i := range MaxSteps {
+					id := fmt.Sprintf("g%d", i)
+					st = append(st, call(id, fmt.Sprintf("grep %d", i), ""), fail(id))
+				}
+				return st
+			}(),
+			check: func(t *testing.T, s *Session) {
+				attempts(map[string]int{"t1": 2})(t, s)
+				if len(s.Steps) != MaxSteps || s.Steps[0].Failures != 2 || s.Steps[1].Name != "Bash" {
+					t.Errorf("steps = %+v", s.Steps)
+				}
+			},
+		},
+	}
+}
+
+func TestStepKey(t *testing.T) {
+	tests := []struct {
+		name       string
+		tool, a, b string
+		same       bool
+	}{
+		{"another description is the same step", "Bash", `{"command":"go test ./...","description":"run"}`, `{"command": "go test  ./...", "description":"again", "timeout":60}`, true},
+		{"another command is another step", "Bash", `{"command":"go test ./a"}`, `{"command":"go test ./b"}`, false},
+		{"an edit of the same file is the same step", "Edit", `{"file_path":"/a.go","old_string":"x"}`, `{"file_path":"/a.go","old_string":"y"}`, true},
+		{"another tool is another step", "Bash", `{"command":"ls"}`, `{"command":"ls"}`, true},
+		{"a nested first member is read whole", "Task", `{"todos":[{"a":1},{"b":2}],"x":1}`, `{"todos":[{"a":1},{"b":3}],"x":1}`, false},
+		{"commas and braces in strings do not end the member", "Bash", `{"command":"echo \"a,}\" b"}`, `{"command":"echo \"a,}\" c"}`, false},
+		{"no operand is one step", "Glob", `{}`, ``, true},
+		{"not an object", "X", `[1,2]`, `[1, 2]`, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			a, b := StepKey(tt.tool, json.RawMessage(tt.a)), StepKey(tt.tool, json.RawMessage(tt.b))
+			if (a == b) != tt.same || len(a) != 16 {
+				t.Errorf("StepKey(%s) = %s, StepKey(%s) = %s, want same %v", tt.a, a, tt.b, b, tt.same)
+			}
+		})
+	}
+	if StepKey("Bash", json.RawMessage(`{"command":"ls"}`)) == StepKey("Sh", json.RawMessage(`{"command":"ls"}`)) {
+		t.Error("two tools share a step key")
 	}
 }
 
@@ -457,7 +655,7 @@ func TestAnomalous(t *testing.T) {
 		in("t1", completed()),
 	}
 	same := func(turn, msg string) []step {
-		return []step{in(turn, started(msg)), in(turn, user(text(msg))), in(turn, asst(text("I cannot do that."))), in(turn, completed())}
+		return []step{in(turn, started(msg)), in(turn, user(text("try again"))), in(turn, asst(text("I cannot do that."))), in(turn, completed())}
 	}
 	tests := []struct {
 		name      string

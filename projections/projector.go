@@ -282,16 +282,18 @@ type tracked struct {
 	touched   time.Time
 	elem      *list.Element
 	// indexed is the attention of the summary last written to the index;
-	// dirty says the summary changed since.
+	// dirty says the summary changed since; subject is the session's
+	// stored subject (for a subject that names no valid session).
 	indexed attention
 	dirty   bool
+	subject string
 }
 
 // attention is what the reconciler acts on, of a session's state (see
 // Summary.Attention): comparable, and cheap to compute per event.
 type attention struct {
 	written  bool
-	status   string
+	status   SessionStatus
 	inFlight int
 	pending  bool
 	paused   bool
@@ -683,9 +685,12 @@ func (p *Projector) apply(ctx context.Context, part int, ev events.Event) jetstr
 		t.sinceSnap = 0
 	}
 	var fut jetstream.PubAckFuture
-	if p.cfg.Index && validIndexKey(ev.Tenant, ev.Session) {
+	if p.cfg.Index {
+		if t.subject == "" {
+			t.subject = ev.Subject
+		}
 		if att := attentionOf(st); att != t.indexed {
-			fut = p.putSummary(st.Summary(t.partition))
+			fut = p.putSummary(t.summary(st))
 			if fut != nil {
 				t.indexed, t.dirty = att, false
 			}
@@ -705,14 +710,33 @@ func (p *Projector) apply(ctx context.Context, part int, ev events.Event) jetstr
 	return fut
 }
 
-// putSummary publishes a summary to the index, asynchronously; nil when
-// it could not be sent.
-func (p *Projector) putSummary(m Summary) jetstream.PubAckFuture {
+// summary is the session's index row and its key: st's Summary (st is
+// t's state, whole), or, for a subject that names no valid session, an
+// invalid row.
+func (t *tracked) summary(st *Session) indexRow {
+	if validIndexKey(st.Tenant, st.Session) {
+		return indexRow{key: IndexKey(t.partition, st.Tenant, st.Session), sum: st.Summary(t.partition)}
+	}
+	_, tenant, session, _, why := events.ParseStoredSubject(t.subject)
+	return indexRow{key: invalidIndexKey(t.partition, t.subject),
+		sum: InvalidSubjectSummary(t.subject, tenant, session, t.partition, st.Events, why)}
+}
+
+// indexRow is an index entry to write.
+type indexRow struct {
+	key string
+	sum Summary
+}
+
+// putSummary publishes an index row, asynchronously; nil when it could
+// not be sent.
+func (p *Projector) putSummary(r indexRow) jetstream.PubAckFuture {
+	m := r.sum
 	b, err := encodeState(m)
 	if err != nil {
 		return nil
 	}
-	fut, err := p.log.JetStream().PublishAsync(indexSubject(m.Partition, m.Tenant, m.Session), b)
+	fut, err := p.log.JetStream().PublishAsync("$KV."+IndexBucket+"."+r.key, b)
 	if err != nil {
 		p.l.Warn().Err(err).Str("session", m.Tenant+"/"+m.Session).Msg("index write not sent")
 		return nil
@@ -733,10 +757,12 @@ func (p *Projector) indexLoop(ctx context.Context) {
 		case <-tick.C:
 		}
 		p.mu.Lock()
-		var due []Summary
+		var due []indexRow
 		for _, t := range p.sessions {
-			if t.dirty && t.state != nil && validIndexKey(t.state.Tenant, t.state.Session) {
-				due = append(due, t.state.Summary(t.partition))
+			// A state held in compact form is never dirty (compactIdle
+			// leaves dirty states whole).
+			if t.dirty && t.state != nil {
+				due = append(due, t.summary(t.state))
 				t.dirty = false
 			}
 		}

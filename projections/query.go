@@ -1,26 +1,21 @@
 package projections
 
-// The session statuses Status returns, in precedence order.
-const (
-	StatusPaused = "paused"
-	StatusInTurn = "in_turn"
-	StatusBroken = "broken"
-	StatusIdle   = "idle"
-)
-
-// Status is the session's status in one word: "paused" while paused, else
-// "in_turn" while a turn is in flight, else "broken" when a violation
-// that is not resolved arose since the current history began (the
-// session's start or the last distillation; orphans are violations too),
-// else "idle".
-func (s *Session) Status() string {
+// Status is the session's status in one word: StatusPaused while paused,
+// else StatusBroken when a violation that is not resolved arose since the
+// current history began (the session's start or the last distillation;
+// orphans are violations too: Counts.ViolationsOpen > 0), else
+// StatusInTurn while a turn is in flight, else StatusIdle. View carries
+// it. Broken comes before in turn: a runtime that died mid-call and was
+// prompted again has a turn in flight over a history the model will
+// reject, and that is what an operator must see.
+func (s *Session) Status() SessionStatus {
 	switch {
 	case s.Paused:
 		return StatusPaused
-	case len(s.InFlight) > 0:
-		return StatusInTurn
 	case s.Totals.Violations-s.HistoryStart.Violations > s.Totals.Resolved-s.HistoryStart.Resolved:
 		return StatusBroken
+	case len(s.InFlight) > 0:
+		return StatusInTurn
 	}
 	return StatusIdle
 }

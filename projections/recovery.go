@@ -22,24 +22,24 @@ type CommandRecord struct {
 	// Attempts is how many recovery.attempted events it has, or the
 	// attempts recovery.completed counts when that is more.
 	Attempts int `json:"attempts"`
-	// LastResult is the latest attempt's result ("ok" or "failed");
-	// LastClass the error class it fell into, and LastError a preview of
-	// its error (PreviewRunes runes), when it failed.
-	LastResult string `json:"last_result,omitempty"`
-	LastClass  string `json:"last_class,omitempty"`
-	LastError  string `json:"last_error,omitempty"`
+	// LastResult is the latest attempt's result (events.AttemptOK or
+	// AttemptFailed); LastClass the error class it fell into (a
+	// recovery.Class name), and LastError a preview of its error
+	// (PreviewRunes runes), when it failed.
+	LastResult events.AttemptResult `json:"last_result,omitempty"`
+	LastClass  string               `json:"last_class,omitempty"`
+	LastError  string               `json:"last_error,omitempty"`
 	// Strategy is the strategy that ended it (recovery.completed's), or
 	// else the latest one tried.
 	Strategy string `json:"strategy,omitempty"`
-	// Outcome is recovery.completed's outcome (events.OutcomeRecovered,
-	// OutcomeDegraded or OutcomeFailed; "unknown" when it named none),
-	// empty until one is recorded; the first one stands (a later one, a
-	// duplicate delivery, only moves LastSeq). Detail is its detail, for
-	// people (a preview); OutcomeSeq the sequence of its
-	// recovery.completed.
-	Outcome    string `json:"outcome,omitempty"`
-	Detail     string `json:"detail,omitempty"`
-	OutcomeSeq uint64 `json:"outcome_seq,omitzero"`
+	// Outcome is recovery.completed's outcome (one of events.Outcomes;
+	// OutcomeUnknown when it named none), empty until one is recorded;
+	// the first one stands (a later one, a duplicate delivery, only moves
+	// LastSeq). Detail is its detail, for people (a preview); OutcomeSeq
+	// the sequence of its recovery.completed.
+	Outcome    events.Outcome `json:"outcome,omitempty"`
+	Detail     string         `json:"detail,omitempty"`
+	OutcomeSeq uint64         `json:"outcome_seq,omitzero"`
 	// Parked is set by recovery.parked: the command was set aside after
 	// its last delivery failed. ParkReason says why; Deliveries is how
 	// many deliveries it had.
@@ -56,6 +56,11 @@ type CommandRecord struct {
 	FirstSeq uint64 `json:"first_seq"`
 	LastSeq  uint64 `json:"last_seq"`
 }
+
+// OutcomeUnknown is the Outcome a CommandRecord holds for a
+// recovery.completed that named none (the contract requires one; a fold
+// never drops an event).
+const OutcomeUnknown events.Outcome = "unknown"
 
 // Done reports whether the command has an outcome or was parked: a worker
 // that receives it again (a redelivery after a crash) skips it.
@@ -161,7 +166,7 @@ func (s *Session) recoveryAttempted(ev events.Event, p *events.RecoveryAttempted
 	}
 	c := s.command(ev, IDKey(p.CommandID), p.Kind)
 	c.Attempts++
-	c.LastResult, c.LastClass, c.LastError = IDKey(p.Result), IDKey(p.Class), ""
+	c.LastResult, c.LastClass, c.LastError = events.AttemptResult(IDKey(string(p.Result))), IDKey(p.Class), ""
 	if p.Error != nil {
 		c.LastError = detail(p.Error.Message)
 	}
@@ -180,9 +185,9 @@ func (s *Session) recoveryCompleted(ev events.Event, p *events.RecoveryCompleted
 	if c.Outcome != "" {
 		return
 	}
-	c.Outcome, c.Detail, c.OutcomeSeq = IDKey(p.Outcome), detail(p.Detail), ev.Seq
+	c.Outcome, c.Detail, c.OutcomeSeq = events.Outcome(IDKey(string(p.Outcome))), detail(p.Detail), ev.Seq
 	if c.Outcome == "" {
-		c.Outcome = "unknown"
+		c.Outcome = OutcomeUnknown
 	}
 	if c.Outcome == events.OutcomeFailed {
 		s.Totals.FailedCommands++

@@ -128,7 +128,7 @@ func fingerprint(tb testing.TB, s *Session) []byte {
 	tb.Helper()
 	return mustJSON(tb, struct {
 		State     *Session
-		Status    string
+		Status    SessionStatus
 		Orphaned  []string
 		InFlight  *Turn
 		Pending   *Distillation

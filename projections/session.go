@@ -33,11 +33,21 @@ import (
 // failed, abandoned and parked totals, Block.Seq, and the
 // too_many_turns_in_flight rule.
 //
-// Version 6: the snapshot's stored form (EncodeSnapshot): its JSON
-// written by github.com/go-json-experiment/json and compressed with S2;
-// the state's JSON is the same bytes as before but for <, > and &, now
-// written as they are.
-const Version = 6
+// Version 6: the stage a turn is in (Turn.Stage), from turn.abandoned's
+// stage; typed recovery outcomes.
+//
+// Version 7: invariant 4 calibrated on real sessions: the implementation
+// budget counts failed attempts per step (Steps, ToolCall.Step,
+// Turn.FailedAttempts), and the output streak compares the input each
+// output answers (user messages' Hash, OutputStreak.Input).
+//
+// Version 8: the snapshot's stored form (EncodeSnapshot) changed on
+// the perf branch while main took Version 6 and 7 for the fold's
+// calibration: a snapshot is now the state's JSON written by
+// github.com/go-json-experiment/json and compressed with S2 (numbers
+// that are zero are left out with omitzero; <, > and & written as they
+// are). A version 7 snapshot is refused and the session refolded.
+const Version = 8
 
 // MaxClockSkew is how far an event's own time may lie ahead of its store
 // time (Event.Stored, JetStream's clock) before the fold flags it with a
@@ -112,6 +122,10 @@ const (
 	// KeepOutputSeqs is how many sequences OutputStreak.Seqs keeps: those
 	// of the run's first messages.
 	KeepOutputSeqs = 10
+	// MaxSteps is how many failing steps of turns in flight Steps keeps:
+	// past it, the one with the fewest failures in a row is forgotten (a
+	// step that counts toward a budget has more).
+	MaxSteps = 16
 	// MaxUnknownTypes is how many unknown event types UnknownTypes names;
 	// events of further types are counted in UnknownOther.
 	MaxUnknownTypes = 32
@@ -264,6 +278,10 @@ type Session struct {
 	// immediate identical re-run passed (the latest KeepAnomalies). They
 	// are not violations.
 	Flaky []Flaky `json:"flaky,omitempty"`
+	// Steps are the steps of turns in flight that failed and have not
+	// succeeded since, in order of their first failure (at most
+	// MaxSteps): what each turn's FailedAttempts counts (see Step).
+	Steps []Step `json:"steps,omitempty"`
 
 	// Paused is true between session.paused and session.resumed;
 	// PauseReason and PausedSeq tell why and since when; PauseCause,
@@ -400,6 +418,7 @@ func (s *Session) Clone() *Session {
 	c.LastTool = clonePtr(s.LastTool)
 	c.Flaky = slices.Clone(s.Flaky)
 	c.Commands = slices.Clone(s.Commands)
+	c.Steps = slices.Clone(s.Steps)
 	c.Breakers = slices.Clone(s.Breakers)
 	c.Forks = slices.Clone(s.Forks)
 	c.Rewinds = slices.Clone(s.Rewinds)
@@ -566,7 +585,8 @@ func (s *Session) apply(ev events.Event) {
 		s.turnStarted(ev, turn, p)
 	case *events.TurnStageCompleted:
 		if t := s.turnEvent(ev, turn); t != nil {
-			t.LastStage = stageKey(p.Stage)
+			t.LastStage, t.Stage = stageKey(p.Stage), stageKey(p.Stage.Next())
+			s.stepPassed(turn, stageStep(p.Stage))
 		}
 	case *events.TurnCompleted:
 		if t := s.turnEvent(ev, turn); t != nil {
@@ -580,15 +600,16 @@ func (s *Session) apply(ev events.Event) {
 	case *events.TurnFailed:
 		if t := s.turnEvent(ev, turn); t != nil {
 			info := turnError(p.Error)
-			t.FailedStage, t.Error = stageKey(p.Stage), &info
+			t.FailedStage, t.Error, t.Stage = stageKey(p.Stage), &info, stageKey(p.Stage)
 			s.endTurn(ev, t, TurnFailed, "", 0)
 			s.recordError(ev, turn, p.Stage, p.Error, 0)
 		}
 	case *events.TurnAbandoned:
 		if t := s.turnEvent(ev, turn); t != nil {
-			if p.LastStage != "" {
-				t.LastStage = stageKey(p.LastStage)
+			if c := p.Completed(); c != "" {
+				t.LastStage = stageKey(c)
 			}
+			t.Stage = stageKey(p.InStage())
 			s.endTurn(ev, t, TurnAbandoned, p.Reason, 0)
 		}
 	case *events.MessageAppended:
@@ -608,9 +629,7 @@ func (s *Session) apply(ev events.Event) {
 		}
 	case *events.ErrorRecorded:
 		s.recordError(ev, turn, p.Stage, p.ErrorInfo, p.Consecutive)
-		if t := s.turn(turn); t != nil {
-			t.FailedAttempts++
-		}
+		s.stepFailed(ev, turn, stageStep(p.Stage), string(stageKey(p.Stage)))
 	case *events.DistillationRequested:
 		s.distillationRequested(ev, turn, p)
 	case *events.DistillationStarted:

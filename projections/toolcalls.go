@@ -80,8 +80,9 @@ type Message struct {
 	Meta      bool `json:"meta,omitzero"`
 	Synthetic bool `json:"synthetic,omitzero"`
 	// Hash is an assistant message's output hash: OutputHash of the
-	// content blocks of all its records, in order (empty for user
-	// messages). The OutputStreak compares it.
+	// content blocks of all its records, in order; for a user message, the
+	// hash of what it says, exactly (its blocks chained with chainInput,
+	// in order, from the same start). The OutputStreak compares both.
 	Hash string `json:"hash,omitempty"`
 }
 
@@ -141,6 +142,9 @@ type ToolCall struct {
 	Name      string `json:"name"`
 	// Turn is the turn of the event that holds the tool_use.
 	Turn string `json:"turn,omitempty"`
+	// Step is StepKey of the tool_use (its name and operand): the step of
+	// Turn whose attempt it is, for the implementation budget.
+	Step string `json:"step,omitempty"`
 	// Message is the Index of the assistant message that holds the
 	// tool_use; 0 when only tool_call.* events named the id so far.
 	Message int `json:"message"`
@@ -252,9 +256,7 @@ func (s *Session) appendMessage(ev events.Event, turn string, p *events.MessageA
 			Turn:  turn,
 		})
 		m = &s.Messages[len(s.Messages)-1]
-		if p.Role == events.RoleAssistant {
-			m.Hash = emptyOutputHash
-		}
+		m.Hash = emptyOutputHash
 	}
 	m.Meta = m.Meta || p.Meta
 	m.Synthetic = m.Synthetic || p.Synthetic
@@ -273,7 +275,13 @@ func (s *Session) appendMessage(ev events.Event, turn string, p *events.MessageA
 				s.toolUse(ev, turn, m, cb)
 			}
 		}
+		if !p.Synthetic {
+			s.stepPassed(turn, stageStep(events.StageExecute)) // the model answered
+		}
 		return
+	}
+	for i := range p.Content {
+		m.Hash = chainInput(m.Hash, &p.Content[i])
 	}
 
 	// A user record: tool_result blocks must come first in the merged
@@ -394,6 +402,7 @@ func (s *Session) toolUse(ev events.Event, turn string, m *Message, cb *events.C
 	}
 	name := IDKey(cb.Name)
 	tc.Name, tc.Turn, tc.Message = name, turn, m.Index
+	tc.Step = StepKey(cb.Name, cb.Input)
 	tc.UseSeq, tc.Status = ev.Seq, ToolPending
 	s.Pending = append(s.Pending, id)
 	run := *cb

@@ -50,8 +50,14 @@ type Turn struct {
 	// event carried no store time.
 	SeenAt  time.Time `json:"seen_at,omitzero"`
 	EndedAt time.Time `json:"ended_at,omitzero"`
-	// LastStage is the last stage the turn completed.
+	// LastStage is the last stage the turn completed (empty when none).
 	LastStage events.Stage `json:"last_stage,omitempty"`
+	// Stage is the stage the turn is in while in flight (the one after
+	// LastStage: events.Stage.Next), or was in when it failed (the stage
+	// that threw) or was abandoned (turn.abandoned's stage). It is
+	// finalize once every stage completed, and means nothing for a turn
+	// that completed.
+	Stage events.Stage `json:"stage,omitempty"`
 	// FailedStage and Error are set on a failed turn: the stage that threw
 	// and what it threw (its message clipped to DetailRunes, no stack: the
 	// whole error is in the event at EndedSeq, the latest one in
@@ -61,14 +67,21 @@ type Turn struct {
 	// DurationMS is the turn's wall time in milliseconds: turn.completed's
 	// duration_ms when given, else EndedAt - StartedAt.
 	DurationMS int64 `json:"duration_ms,omitzero"`
-	// FailedAttempts is the implementation budget the turn spent
-	// (invariant 4): its failed attempts. It counts the tool_result blocks
-	// with is_error set that answer a tool_use block of the turn (results
-	// that pair with their tool_use only; the synthetic results a repair
-	// writes do not count, nor does tool_call.completed's is_error), plus
-	// the error.recorded events that carry the turn, whether or not it is
-	// still in flight. The turn.failed that ends a turn is its outcome,
-	// not an attempt. The limit is the reconciler's policy.
+	// FailedAttempts is the implementation budget the turn has spent
+	// (invariant 4): the most attempts at one of its steps that failed in
+	// a row, with no success of that step between them (see Step: the
+	// same tool on the same operand, or one stage). It counts the
+	// tool_result blocks with is_error set that answer a tool_use block
+	// of the turn (results that pair with their tool_use only; the
+	// synthetic results a repair writes do not count, nor does
+	// tool_call.completed's is_error) and the error.recorded events that
+	// carry the turn while it is in flight; it falls back when the step
+	// it counts succeeds, and keeps its value when the turn ends. Failures
+	// at different steps do not add up: a long turn with a test run that
+	// fails before it passes, a search with no match and a file that was
+	// not there has spent nothing lasting. The turn.failed that ends a
+	// turn is its outcome, not an attempt. The limit is the reconciler's
+	// policy (budget.implementation_attempts).
 	FailedAttempts int `json:"failed_attempts,omitzero"`
 }
 
@@ -98,6 +111,7 @@ func (s *Session) turnStarted(ev events.Event, id string, p *events.TurnStarted)
 		ID:         id,
 		Index:      s.Totals.Turns,
 		Status:     TurnInFlight,
+		Stage:      events.StageContext,
 		Prompt:     clip(p.Prompt, PreviewRunes, 2*PreviewRunes),
 		Trigger:    IDKey(p.Trigger),
 		DeadlineMS: p.DeadlineMS,
@@ -152,6 +166,7 @@ func (s *Session) endTurn(ev events.Event, t *Turn, status TurnStatus, reason st
 			break
 		}
 	}
+	s.endSteps(t)
 	s.judge(ev, id, fmt.Sprintf("turn %s %s", id, status))
 	s.completeOutput(func(m *Message) bool { return m.Turn == id || m.Turn == "" })
 }

@@ -129,15 +129,12 @@ func Decide(in Input) []Action {
 		if t.DeadlineMS > 0 {
 			deadline = time.Duration(t.DeadlineMS) * time.Millisecond
 		}
-		last := string(t.LastStage)
-		if last == "" {
-			last = "none"
-		}
+		stages := stagesOf(t)
 		switch {
 		case in.RestartAbandon:
-			cmd(recovery.KindAbandonTurn, t.ID, fmt.Sprintf("in flight when the engine restarted; last stage: %s", last), []uint64{t.StartedSeq}, recovery.Params{})
+			cmd(recovery.KindAbandonTurn, t.ID, "in flight when the engine restarted; "+stages, []uint64{t.StartedSeq}, recovery.Params{})
 		case in.Now.Sub(turnSeen(t, in.TurnSeenAt, in.Now)) >= deadline:
-			cmd(recovery.KindAbandonTurn, t.ID, fmt.Sprintf("no outcome within %s of its start; last stage: %s", deadline, last), []uint64{t.StartedSeq}, recovery.Params{})
+			cmd(recovery.KindAbandonTurn, t.ID, fmt.Sprintf("no outcome within %s of its start; %s", deadline, stages), []uint64{t.StartedSeq}, recovery.Params{})
 		}
 	}
 
@@ -168,13 +165,13 @@ func Decide(in Input) []Action {
 		switch {
 		case slices.Contains(transientClasses, class):
 			cmd(recovery.KindRetryTurn, t.ID, reason, []uint64{t.EndedSeq},
-				recovery.Params{Chain: p.Transient.Chain, Recommendation: p.Transient.Recommendation, ErrorClass: string(class), Provider: t.Error.Provider})
+				recovery.Params{Chain: p.Transient.Chain, Recommendation: p.Transient.Recommendation, ErrorClass: class, Provider: t.Error.Provider})
 		case class == recovery.ClassAuthentication:
 			cmd(recovery.KindRetryTurn, t.ID, reason, []uint64{t.EndedSeq},
-				recovery.Params{Chain: p.Authentication, Recommendation: "fix the credentials, then resume the session", ErrorClass: string(class)})
+				recovery.Params{Chain: p.Authentication, Recommendation: "fix the credentials, then resume the session", ErrorClass: class})
 		case class == recovery.ClassParseError:
 			cmd(recovery.KindRetryTurn, t.ID, reason, []uint64{t.EndedSeq},
-				recovery.Params{Chain: p.ParseFailure, ErrorClass: string(class)})
+				recovery.Params{Chain: p.ParseFailure, ErrorClass: class})
 		}
 	}
 
@@ -187,9 +184,15 @@ func Decide(in Input) []Action {
 		cmd(recovery.KindPivotStrategy, "", fmt.Sprintf("loop: the same error %d times in a row since seq %d", st.Count, st.FirstSeq),
 			[]uint64{st.FirstSeq}, recovery.Params{Strategy: "different approach after a repeated error"})
 	}
-	if t := lastTurn(s); t != nil && t.FailedAttempts >= p.Budget.ImplementationAttempts {
-		cmd(recovery.KindPivotStrategy, t.ID, fmt.Sprintf("turn %s spent its implementation budget: %d failed attempts", t.ID, t.FailedAttempts),
-			[]uint64{t.StartedSeq}, recovery.Params{Strategy: "budget spent"})
+	// The implementation budget: attempts at one step of the turn in
+	// flight that failed in a row (projections.Step). One command per run
+	// of failures (its first failure is the evidence); a turn that ended
+	// needs no pivot.
+	if t := lastTurn(s); t != nil && t.Status == projections.TurnInFlight && t.FailedAttempts >= p.Budget.ImplementationAttempts {
+		if st := s.BudgetStep(t.ID); st != nil {
+			cmd(recovery.KindPivotStrategy, t.ID, fmt.Sprintf("turn %s spent its implementation budget: %d failed attempts in a row at one step (%s, seq %d to %d)",
+				t.ID, st.Failures, st.Name, st.FirstSeq, st.LastSeq), []uint64{st.FirstSeq}, recovery.Params{Strategy: "budget spent"})
+		}
 	}
 	return out
 }
@@ -260,4 +263,18 @@ func turnSeen(t projections.Turn, f func(string) time.Time, now time.Time) time.
 		return t.SeenAt
 	}
 	return seenAt(f, t.ID, now)
+}
+
+// stagesOf says where an in-flight turn is, in turn.abandoned's words:
+// "in stage execute, last stage completed: history".
+func stagesOf(t projections.Turn) string {
+	in, last := t.Stage, t.LastStage
+	if in == "" {
+		in = last.Next()
+	}
+	done := string(last)
+	if done == "" {
+		done = "none"
+	}
+	return fmt.Sprintf("in stage %s, last stage completed: %s", in, done)
 }

@@ -77,12 +77,14 @@ type RestartPolicy struct {
 	InFlightTurns string `yaml:"in_flight_turns"`
 }
 
-// BudgetPolicy: ImplementationAttempts is how many failed attempts a turn
-// may make (failed tool results and errors, projections.Turn.FailedAttempts)
-// before the strategy is pivoted (default 10); SameErrorLimit how many
+// BudgetPolicy: ImplementationAttempts is how many attempts at one step
+// of a turn in flight may fail in a row before the strategy is pivoted
+// (projections.Turn.FailedAttempts: the same tool on the same operand, or
+// one stage, failing with no success of that step between; failures at
+// different steps do not add up) (default 10); SameErrorLimit how many
 // identical errors in a row pivot it (default 3); SameOutputLimit how many
-// identical assistant outputs in a row halt the loop and pause the session
-// (default 3).
+// times in a row the same assistant output answering the same input halts
+// the loop and pauses the session (default 3).
 type BudgetPolicy struct {
 	ImplementationAttempts int `yaml:"implementation_attempts"`
 	SameErrorLimit         int `yaml:"same_error_limit"`

@@ -319,8 +319,7 @@ func (r *Reconciler) scan(ctx context.Context, partitions []int, restart bool) e
 	switch {
 	case err == nil:
 		for _, m := range sums {
-			open := m.InFlight > 0 || m.PendingDistillation || m.Orphans > 0 || (m.Paused && m.PauseCause == events.CauseRuntimeUnavailable)
-			if open && !m.History {
+			if m.NeedsReconciler() {
 				refs = append(refs, ref{m.Tenant, m.Session})
 			}
 		}

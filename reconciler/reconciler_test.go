@@ -83,7 +83,7 @@ func (e *env) commands(session string) []string {
 	return kinds
 }
 
-func commandOutcome(s *projections.Session, kind string) string {
+func commandOutcome(s *projections.Session, kind string) events.Outcome {
 	for _, c := range s.Commands {
 		if c.Kind == kind {
 			if c.Parked {
@@ -111,7 +111,7 @@ func TestDeadlineAbandonsASilentTurn(t *testing.T) {
 		return s.Turn(res.Turn).Status == projections.TurnAbandoned
 	}, "hang")
 	tn := s.Turn(res.Turn)
-	if tn.LastStage != events.StageContext || !strings.Contains(tn.Reason, "last stage: context") {
+	if tn.LastStage != events.StageContext || !strings.Contains(tn.Reason, "last stage completed: context") {
 		t.Fatalf("abandoned turn: %+v", tn)
 	}
 	if n := e.rt.Notices("hang"); len(n) == 0 || !strings.Contains(n[0].Notice, "abandoned") {
@@ -238,26 +238,29 @@ func TestLoopsAndBudgets(t *testing.T) {
 	// The same output three times in a row halts the loop: paused, with
 	// the evidence.
 	e.append("loop", "", &events.SessionStarted{})
-	for i := 0; i < 3; i++ {
-		e.append("loop", "", &events.MessageAppended{Role: events.RoleUser, Content: text(fmt.Sprintf("try %d", i))})
+	// The same answer to the same input: a loop (the same answer to
+	// inputs that differ would not be).
+	for range 3 {
+		e.append("loop", "", &events.MessageAppended{Role: events.RoleUser, Content: text("try again")})
 		e.append("loop", "", &events.MessageAppended{Role: events.RoleAssistant, Content: text("I'll try the same fix again.")})
 	}
 	// An assistant message counts once it is complete: when the next
 	// message arrives.
-	e.append("loop", "", &events.MessageAppended{Role: events.RoleUser, Content: text("try 3")})
+	e.append("loop", "", &events.MessageAppended{Role: events.RoleUser, Content: text("try again")})
 	s := e.eventually("paused on the output loop", time.Second, func(s *projections.Session) bool { return s.Paused }, "loop")
 	if !strings.Contains(s.PauseReason, "same assistant output 3 times") {
 		t.Fatalf("pause reason %q", s.PauseReason)
 	}
 
-	// A turn that spends its implementation budget pivots.
+	// A turn that spends its implementation budget pivots: the same
+	// command failing ten times in a row (another description each time).
 	e.append("budget", "", &events.SessionStarted{})
 	e.append("budget", "b1", &events.TurnStarted{Prompt: "fix the build"})
 	e.append("budget", "b1", &events.MessageAppended{Role: events.RoleUser, Content: text("fix the build")})
 	for i := 0; i < 10; i++ {
 		id := fmt.Sprintf("toolu_b%d", i)
 		e.append("budget", "b1", &events.MessageAppended{Role: events.RoleAssistant, Content: []events.ContentBlock{
-			{Type: "tool_use", ID: id, Name: "Bash", Input: json.RawMessage(fmt.Sprintf(`{"command":"make attempt=%d"}`, i))}}})
+			{Type: "tool_use", ID: id, Name: "Bash", Input: json.RawMessage(fmt.Sprintf(`{"command":"make","description":"attempt %d"}`, i))}}})
 		content, _ := json.Marshal(fmt.Sprintf("build failed (%d)", i))
 		e.append("budget", "b1", &events.MessageAppended{Role: events.RoleUser, Content: []events.ContentBlock{
 			{Type: "tool_result", ToolUseID: id, IsError: true, Content: content}}})

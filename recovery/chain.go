@@ -219,8 +219,8 @@ type AttemptFunc func(ctx context.Context, s Strategy, n int) AttemptResult
 
 // Results of an AttemptRecord, as recovery.attempted stores them.
 const (
-	AttemptOK     = "ok"
-	AttemptFailed = "failed"
+	AttemptOK     = events.AttemptOK
+	AttemptFailed = events.AttemptFailed
 )
 
 // AttemptRecord describes one attempt Run made, for recovery.attempted:
@@ -234,7 +234,7 @@ type AttemptRecord struct {
 	Action          string
 	Attempt         int
 	StrategyAttempt int
-	Result          string
+	Result          events.AttemptResult
 	Degraded        bool
 	Class           Class
 	Err             *events.ErrorInfo
@@ -274,7 +274,7 @@ type RunOptions struct {
 // cancelled (it wraps ctx.Err()) or the chain is invalid (it wraps
 // ErrInvalidPolicy).
 type Result struct {
-	Outcome   string
+	Outcome   events.Outcome
 	Strategy  string
 	Attempts  int
 	Tried     []string
@@ -431,7 +431,7 @@ func Run(ctx context.Context, chain []Strategy, attempt AttemptFunc, opts RunOpt
 
 // outcomeOf is the outcome and detail of a run that strategy s ended with
 // the successful attempt r.
-func outcomeOf(s Strategy, r AttemptResult) (string, string) {
+func outcomeOf(s Strategy, r AttemptResult) (events.Outcome, string) {
 	outcome := events.OutcomeRecovered
 	switch {
 	case s.Action == ActionPause || s.Action == ActionAbort:
@@ -443,7 +443,7 @@ func outcomeOf(s Strategy, r AttemptResult) (string, string) {
 	if detail == "" {
 		detail = "ended in " + s.Name
 		if outcome != events.OutcomeFailed {
-			detail = s.Name + ": " + outcome
+			detail = s.Name + ": " + string(outcome)
 		}
 	}
 	return outcome, detail

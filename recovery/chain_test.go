@@ -62,7 +62,7 @@ func TestRunOutcomes(t *testing.T) {
 	tests := []struct {
 		name         string
 		results      map[string][]AttemptResult
-		wantOutcome  string
+		wantOutcome  events.Outcome
 		wantStrategy string
 		wantCalls    []string
 	}{

@@ -107,7 +107,7 @@ type Params struct {
 	Provider       string   `json:"provider,omitempty"`
 	ToProvider     string   `json:"to_provider,omitempty"`
 	Strategy       string   `json:"strategy,omitempty"`
-	ErrorClass     string   `json:"error_class,omitempty"`
+	ErrorClass     Class    `json:"error_class,omitempty"`
 	Reissue        string   `json:"reissue,omitempty"`
 }
 

@@ -22,7 +22,7 @@ const LostResultText = "Turnstone: the result of this tool call was lost: the pr
 // plans the events from the session's state and appends them, with the
 // attempt and the outcome, conditionally on the session not having moved
 // (events.ErrConflict sends the caller back to read it again).
-func (w *Worker) logEffect(ctx context.Context, cmd Command, state *projections.Session) (string, int, error) {
+func (w *Worker) logEffect(ctx context.Context, cmd Command, state *projections.Session) (events.Outcome, int, error) {
 	evs, outcome, detail, err := w.plan(ctx, cmd, state)
 	if err != nil {
 		return "", 0, fmt.Errorf("%s %s: %w", cmd.Kind, cmd.ID, err)
@@ -31,9 +31,9 @@ func (w *Worker) logEffect(ctx context.Context, cmd Command, state *projections.
 	if rec := state.Command(cmd.ID); rec != nil {
 		attempt = rec.Attempts + 1
 	}
-	result := "ok"
+	result := AttemptOK
 	if outcome == events.OutcomeFailed {
-		result = "failed"
+		result = AttemptFailed
 	}
 	evs = append(evs,
 		w.attempted(cmd, attempt, string(cmd.Kind), result, "", nil, 0),
@@ -41,7 +41,7 @@ func (w *Worker) logEffect(ctx context.Context, cmd Command, state *projections.
 	if _, err := w.log.Append(ctx, evs, events.ExpectLastSeq(state.LastSeq)); err != nil {
 		return "", 0, fmt.Errorf("%s %s: %w", cmd.Kind, cmd.ID, err)
 	}
-	w.l.Info().Str("command", cmd.ID).Str("session", cmd.Tenant+"/"+cmd.Session).Str("outcome", outcome).Msg(detail)
+	w.l.Info().Str("command", cmd.ID).Str("session", cmd.Tenant+"/"+cmd.Session).Str("outcome", string(outcome)).Msg(detail)
 	return outcome, attempt, nil
 }
 
@@ -52,7 +52,7 @@ func (w *Worker) logEffect(ctx context.Context, cmd Command, state *projections.
 // error is the log's (reading what the state keeps only by reference), or
 // a refusal (events.ErrTooLarge: see Refused) when no event can carry the
 // effect.
-func (w *Worker) plan(ctx context.Context, cmd Command, state *projections.Session) ([]events.Event, string, string, error) {
+func (w *Worker) plan(ctx context.Context, cmd Command, state *projections.Session) ([]events.Event, events.Outcome, string, error) {
 	if cmd.Kind == KindRepairOrphans {
 		return w.planRepair(ctx, cmd, state)
 	}
@@ -60,7 +60,7 @@ func (w *Worker) plan(ctx context.Context, cmd Command, state *projections.Sessi
 	return evs, outcome, detail, nil
 }
 
-func (w *Worker) planOther(cmd Command, state *projections.Session) ([]events.Event, string, string) {
+func (w *Worker) planOther(cmd Command, state *projections.Session) ([]events.Event, events.Outcome, string) {
 	switch cmd.Kind {
 	case KindPauseSession:
 		if state.Paused {
@@ -95,7 +95,7 @@ func (w *Worker) planOther(cmd Command, state *projections.Session) ([]events.Ev
 // alone would be over the record limit is left as it is and named in the
 // detail (outcome degraded); when no orphan can be repaired that way, the
 // command is refused (events.ErrTooLarge).
-func (w *Worker) planRepair(ctx context.Context, cmd Command, state *projections.Session) ([]events.Event, string, string, error) {
+func (w *Worker) planRepair(ctx context.Context, cmd Command, state *projections.Session) ([]events.Event, events.Outcome, string, error) {
 	want := map[string]bool{}
 	for _, id := range cmd.Params.ToolUseIDs {
 		want[projections.IDKey(id)] = true
@@ -242,16 +242,16 @@ func nameSome(ids []string) string {
 // event of the prefix (new ids derived from the originals, so a repeat
 // stores nothing new); then session.forked, the attempt and the outcome in
 // the source session.
-func (w *Worker) forkEffect(ctx context.Context, cmd Command, state *projections.Session) (string, int, error) {
+func (w *Worker) forkEffect(ctx context.Context, cmd Command, state *projections.Session) (events.Outcome, int, error) {
 	at, target := cmd.Params.AtSeq, cmd.Params.ForkSession
 	attempt := 1
 	if rec := state.Command(cmd.ID); rec != nil {
 		attempt = rec.Attempts + 1
 	}
-	finish := func(outcome, detail string, extra ...events.Event) (string, int, error) {
-		result := "ok"
+	finish := func(outcome events.Outcome, detail string, extra ...events.Event) (events.Outcome, int, error) {
+		result := AttemptOK
 		if outcome == events.OutcomeFailed {
-			result = "failed"
+			result = AttemptFailed
 		}
 		evs := append(extra,
 			w.attempted(cmd, attempt, string(cmd.Kind), result, "", nil, 0),

@@ -25,7 +25,7 @@ const DefaultProvider = "default"
 // the log and then tells the runtime. Every attempt is a recovery.attempted
 // event; the end is recovery.completed; a chain that ends failed pauses the
 // session.
-func (w *Worker) runtimeEffect(ctx context.Context, cmd Command, state *projections.Session) (string, int, error) {
+func (w *Worker) runtimeEffect(ctx context.Context, cmd Command, state *projections.Session) (events.Outcome, int, error) {
 	offset := 0
 	if rec := state.Command(cmd.ID); rec != nil {
 		offset = rec.Attempts
@@ -41,7 +41,7 @@ func (w *Worker) runtimeEffect(ctx context.Context, cmd Command, state *projecti
 	if provider == "" {
 		provider = DefaultProvider
 	}
-	chain := w.chainFor(cmd, state)
+	chain, class := w.chainFor(cmd, state)
 	var appendErr error
 	var lastFailed Class // the class of the latest failed attempt
 	pauseFor := func() (events.PauseCause, string) {
@@ -99,10 +99,7 @@ func (w *Worker) runtimeEffect(ctx context.Context, cmd Command, state *projecti
 	if res.Err != nil {
 		return "", 0, res.Err
 	}
-	detail := res.Detail
-	if len(res.Tried) > 0 {
-		detail += " (tried " + strings.Join(res.Tried, ", ") + ")"
-	}
+	detail := completionDetail(cmd, chain, class, res)
 	evs := []events.Event{w.completed(cmd, res.Outcome, res.Strategy, offset+res.Attempts, detail)}
 	if _, err := w.log.Append(ctx, evs); err != nil {
 		return "", 0, err
@@ -113,18 +110,62 @@ func (w *Worker) runtimeEffect(ctx context.Context, cmd Command, state *projecti
 			return "", 0, err
 		}
 	}
-	w.l.Info().Str("command", cmd.ID).Str("session", cmd.Tenant+"/"+cmd.Session).Str("outcome", res.Outcome).
+	w.l.Info().Str("command", cmd.ID).Str("session", cmd.Tenant+"/"+cmd.Session).Str("outcome", string(res.Outcome)).
 		Str("strategy", res.Strategy).Int("attempts", res.Attempts).Msg(detail)
 	return res.Outcome, offset + res.Attempts, nil
 }
 
-// chainFor picks the strategy chain: a retry_turn follows the chain of its
-// error's class (Params.ErrorClass, else the class of the turn's error);
-// the other kinds try their own action, then pause.
-func (w *Worker) chainFor(cmd Command, state *projections.Session) []Strategy {
+// completionDetail is recovery.completed's detail: what happened, in the
+// words of docs/control.md. A chain that ended in its pause or abort says
+// what was not done and why, then the effect ("retry_turn: not retried
+// (authentication); session paused"); any other end is the run's detail
+// and the strategies tried.
+func completionDetail(cmd Command, chain []Strategy, class Class, res Result) string {
+	var last *Strategy
+	for i := range chain {
+		if chain[i].Name == res.Strategy {
+			last = &chain[i]
+		}
+	}
+	if last == nil || (last.Action != ActionPause && last.Action != ActionAbort) {
+		detail := res.Detail
+		if len(res.Tried) > 0 {
+			detail += " (tried " + strings.Join(res.Tried, ", ") + ")"
+		}
+		return detail
+	}
+	effect := "session paused"
+	if last.Action == ActionAbort {
+		effect = "session aborted"
+	}
+	var before []string
+	for _, t := range res.Tried {
+		if t != res.Strategy {
+			before = append(before, t)
+		}
+	}
+	if len(before) == 0 || res.LastError == nil {
+		verb := "not run"
+		if cmd.Kind == KindRetryTurn {
+			verb = "not retried"
+		}
+		if class != "" {
+			verb += " (" + string(class) + ")"
+		}
+		return fmt.Sprintf("%s: %s; %s", cmd.Kind, verb, effect)
+	}
+	return fmt.Sprintf("%s: %s failed (%s): %s; %s", cmd.Kind, strings.Join(before, ", "), res.Class, res.LastError.Message, effect)
+}
+
+// chainFor picks the strategy chain and the error class that chose it: a
+// retry_turn follows the chain of its error's class (Params.ErrorClass,
+// else the class of the turn's error); the other kinds try their own
+// action, then pause (class ""). A command's own chain (Params.Chain)
+// comes first.
+func (w *Worker) chainFor(cmd Command, state *projections.Session) ([]Strategy, Class) {
 	if len(cmd.Params.Chain) > 0 {
 		if chain, err := ParseChain(cmd.Params.Chain); err == nil {
-			return chain
+			return chain, cmd.Params.ErrorClass
 		} else {
 			w.l.Warn().Err(err).Str("command", cmd.ID).Msg("the command's chain is invalid; using the default")
 		}
@@ -137,13 +178,13 @@ func (w *Worker) chainFor(cmd Command, state *projections.Session) []Strategy {
 	}
 	switch cmd.Kind {
 	case KindSwitchProvider:
-		return own(ActionSwitchProvider, 2, false)
+		return own(ActionSwitchProvider, 2, false), ""
 	case KindDistill:
-		return own(ActionDistill, 2, true)
+		return own(ActionDistill, 2, true), ""
 	case KindPivotStrategy:
-		return own(ActionPivotStrategy, 1, true)
+		return own(ActionPivotStrategy, 1, true), ""
 	}
-	class := Class(cmd.Params.ErrorClass)
+	class := cmd.Params.ErrorClass
 	if !class.Valid() {
 		class = ClassUnknown
 		if t := state.Turn(cmd.Turn); t != nil && t.Error != nil {
@@ -152,7 +193,7 @@ func (w *Worker) chainFor(cmd Command, state *projections.Session) []Strategy {
 			class = Classify(state.Errors.Last.Error)
 		}
 	}
-	return w.chains.For(class)
+	return w.chains.For(class), class
 }
 
 // control sends one control request and turns the reply (or its absence)
@@ -202,7 +243,7 @@ func (w *Worker) control(ctx context.Context, cmd Command, action string, attemp
 // and then tells the runtime. The log effect is the recovery; a runtime
 // that does not hear of it makes the outcome degraded, not failed (an
 // abort is failed by nature: the session is given up).
-func (w *Worker) logThenNotice(ctx context.Context, cmd Command, state *projections.Session, offset int) (string, int, error) {
+func (w *Worker) logThenNotice(ctx context.Context, cmd Command, state *projections.Session, offset int) (events.Outcome, int, error) {
 	var evs []events.Event
 	var detail, action, notice string
 	switch cmd.Kind {
@@ -222,12 +263,16 @@ func (w *Worker) logThenNotice(ctx context.Context, cmd Command, state *projecti
 		case t.Ended():
 			detail = fmt.Sprintf("turn %s already ended (%s)", cmd.Turn, t.Status)
 		default:
-			evs = append(evs, w.event(cmd, cmd.Session, cmd.Turn, "abandon", &events.TurnAbandoned{LastStage: t.LastStage, Reason: cmd.Reason}))
+			in := t.Stage
+			if in == "" {
+				in = t.LastStage.Next()
+			}
+			evs = append(evs, w.event(cmd, cmd.Session, cmd.Turn, "abandon", &events.TurnAbandoned{LastStageCompleted: t.LastStage, Stage: in, Reason: cmd.Reason}))
 			last := string(t.LastStage)
 			if last == "" {
 				last = "none"
 			}
-			detail = fmt.Sprintf("turn %s abandoned after stage %s: %s", cmd.Turn, last, cmd.Reason)
+			detail = fmt.Sprintf("turn %s abandoned in stage %s (last stage completed: %s): %s", cmd.Turn, in, last, cmd.Reason)
 			notice = detail
 		}
 	case KindAbortSession:
@@ -255,12 +300,12 @@ func (w *Worker) logThenNotice(ctx context.Context, cmd Command, state *projecti
 	} else {
 		res = AttemptResult{OK: true}
 	}
-	result, class := "ok", ""
+	result, class := AttemptOK, ""
 	if !res.OK {
-		result, class = "failed", string(res.Class)
+		result, class = AttemptFailed, string(res.Class)
 		if outcome == events.OutcomeRecovered {
 			outcome = events.OutcomeDegraded
-			detail += "; the runtime was not told: " + res.Err.Message
+			detail += fmt.Sprintf("; the runtime was not told (%s): %s", res.Class, res.Err.Message)
 		}
 	}
 	if cmd.Kind == KindResumeSession && cmd.Params.Reissue != "" {

@@ -217,29 +217,53 @@ func FindCommand(ctx context.Context, js jetstream.JetStream, tenant, session, i
 // ErrCommandNotFound: no command with that id is stored for the session.
 var ErrCommandNotFound = errors.New("command not found")
 
-// Status is what the status bucket holds for a command: its State
-// ("running", "completed", "parked", "skipped"), Outcome once completed,
+// Status is what the status bucket holds for a command: its State (one of
+// States; StatePending is never stored), Outcome once completed,
 // Attempts so far, the Worker that last ran it, Reason (for parked and
 // skipped commands), the stream sequence of the command (Seq) and when the
 // status last changed.
 type Status struct {
-	ID        string    `json:"id"`
-	Kind      Kind      `json:"kind"`
-	Tenant    string    `json:"tenant"`
-	Session   string    `json:"session"`
-	Seq       uint64    `json:"seq"`
-	State     string    `json:"state"`
-	Outcome   string    `json:"outcome,omitempty"`
-	Attempts  int       `json:"attempts,omitzero"`
-	Worker    string    `json:"worker,omitempty"`
-	Reason    string    `json:"reason,omitempty"`
-	UpdatedAt time.Time `json:"updated_at"`
+	ID        string         `json:"id"`
+	Kind      Kind           `json:"kind"`
+	Tenant    string         `json:"tenant"`
+	Session   string         `json:"session"`
+	Seq       uint64         `json:"seq"`
+	State     State          `json:"state"`
+	Outcome   events.Outcome `json:"outcome,omitempty"`
+	Attempts  int            `json:"attempts,omitzero"`
+	Worker    string         `json:"worker,omitempty"`
+	Reason    string         `json:"reason,omitempty"`
+	UpdatedAt time.Time      `json:"updated_at"`
 }
 
-// Command states in the status bucket.
+// State is where a recovery command is: one of States.
+type State string
+
+// The command states. Workers store all but StatePending in the status
+// bucket; a command the bucket holds nothing for is pending.
 const (
-	StateRunning   = "running"
-	StateCompleted = "completed"
-	StateParked    = "parked"
-	StateSkipped   = "skipped"
+	// StatePending: issued, and no worker has reported on it yet.
+	StatePending State = "pending"
+	// StateRunning: a worker is executing it.
+	StateRunning State = "running"
+	// StateCompleted: it has an outcome (Status.Outcome).
+	StateCompleted State = "completed"
+	// StateParked: it was set aside after its last delivery failed, or
+	// because its session is paused (Status.Reason says why).
+	StateParked State = "parked"
+	// StateSkipped: it was not run (Status.Reason says why).
+	StateSkipped State = "skipped"
 )
+
+// States lists every State, in the order a command goes through them.
+var States = []State{StatePending, StateRunning, StateCompleted, StateParked, StateSkipped}
+
+// Valid reports whether s is one of States.
+func (s State) Valid() bool {
+	for _, x := range States {
+		if s == x {
+			return true
+		}
+	}
+	return false
+}

@@ -429,11 +429,11 @@ func (w *Worker) execute(ctx context.Context, cmd Command, meta *jetstream.MsgMe
 		if err != nil {
 			return "", err
 		}
-		return outcome, w.setStatus(ctx, cmd, meta, StateCompleted, outcome, attempts, "")
+		return string(outcome), w.setStatus(ctx, cmd, meta, StateCompleted, outcome, attempts, "")
 	}
 }
 
-type effect func(ctx context.Context, cmd Command, state *projections.Session) (outcome string, attempts int, err error)
+type effect func(ctx context.Context, cmd Command, state *projections.Session) (outcome events.Outcome, attempts int, err error)
 
 func (w *Worker) restore(ctx context.Context, tenant, session string) (*projections.Session, error) {
 	s, err := projections.Restore(ctx, w.log, w.store, tenant, session)
@@ -458,14 +458,14 @@ func (w *Worker) event(cmd Command, session, turn, key string, p events.Payload)
 	return ev
 }
 
-func (w *Worker) attempted(cmd Command, n int, strategy, result string, class string, e *events.ErrorInfo, d time.Duration) events.Event {
+func (w *Worker) attempted(cmd Command, n int, strategy string, result events.AttemptResult, class string, e *events.ErrorInfo, d time.Duration) events.Event {
 	return w.event(cmd, cmd.Session, "", fmt.Sprintf("attempt/%d", n), &events.RecoveryAttempted{
 		CommandID: cmd.ID, Kind: string(cmd.Kind), Attempt: n, Strategy: strategy, Worker: w.cfg.Name,
 		Result: result, Class: class, Error: e, DurationMS: d.Milliseconds(),
 	})
 }
 
-func (w *Worker) completed(cmd Command, outcome, strategy string, attempts int, detail string) events.Event {
+func (w *Worker) completed(cmd Command, outcome events.Outcome, strategy string, attempts int, detail string) events.Event {
 	return w.event(cmd, cmd.Session, "", "completed", &events.RecoveryCompleted{
 		CommandID: cmd.ID, Kind: string(cmd.Kind), Outcome: outcome, Strategy: strategy, Attempts: attempts, Detail: events.MaskString(detail),
 	})
@@ -496,7 +496,7 @@ func (w *Worker) park(ctx context.Context, cmd Command, meta *jetstream.MsgMetad
 	return w.setStatus(ctx, cmd, meta, StateParked, "", 0, reason)
 }
 
-func (w *Worker) setStatus(ctx context.Context, cmd Command, meta *jetstream.MsgMetadata, state, outcome string, attempts int, reason string) error {
+func (w *Worker) setStatus(ctx context.Context, cmd Command, meta *jetstream.MsgMetadata, state State, outcome events.Outcome, attempts int, reason string) error {
 	if w.kv == nil {
 		return nil
 	}

@@ -224,8 +224,21 @@ func TestPauseResumeAbandonRewindAbort(t *testing.T) {
 		t.Fatalf("abandon: %+v", st)
 	}
 	s := f.state("s1")
-	if tn := s.Turn("t1"); tn.Status != projections.TurnAbandoned || tn.LastStage != events.StageContext {
+	if tn := s.Turn("t1"); tn.Status != projections.TurnAbandoned || tn.LastStage != events.StageContext || tn.Stage != events.StageHistory {
 		t.Fatalf("turn after abandon: %+v", tn)
+	}
+	for _, e := range f.events("s1") {
+		p, _ := e.Payload()
+		switch p := p.(type) {
+		case *events.TurnAbandoned:
+			if p.LastStageCompleted != events.StageContext || p.Stage != events.StageHistory || p.LastStage != "" {
+				t.Errorf("turn.abandoned %+v: want last_stage_completed context, stage history, no last_stage", p)
+			}
+		case *events.RecoveryCompleted:
+			if !strings.Contains(p.Detail, "the runtime was not told (runtime_unavailable)") {
+				t.Errorf("a degraded abandon does not say why: %q", p.Detail)
+			}
+		}
 	}
 	if st := run(recovery.KindPauseSession, "", recovery.Params{}, nil); st.Outcome != events.OutcomeRecovered || !f.state("s1").Paused {
 		t.Fatalf("pause: %+v", st)
@@ -334,7 +347,7 @@ func TestRetryTurnChainOutcomes(t *testing.T) {
 	cases := []struct {
 		name    string
 		script  map[string][]recovery.ControlReply
-		outcome string
+		outcome events.Outcome
 		actions string
 		paused  bool
 	}{
@@ -414,6 +427,43 @@ func TestRuntimeUnavailableIsNotRetriedBlindly(t *testing.T) {
 	}
 	if time.Since(start) > 20*time.Second {
 		t.Fatalf("took %s: no-responders must not wait for timeouts", time.Since(start))
+	}
+}
+
+// TestCompletionSaysWhatHappened checks recovery.completed's detail in
+// the words of docs/control.md: a 401 is not retried, a runtime that does
+// not answer is runtime_unavailable.
+func TestCompletionSaysWhatHappened(t *testing.T) {
+	f := newFixture(t, 1)
+	detail := func(session string) string {
+		for _, e := range f.events(session) {
+			if e.Type == events.TypeRecoveryCompleted {
+				p, _ := e.Payload()
+				return p.(*events.RecoveryCompleted).Detail
+			}
+		}
+		return ""
+	}
+	f.append("auth", "", &events.SessionStarted{})
+	f.append("auth", "t1", &events.TurnStarted{})
+	last := f.append("auth", "t1", &events.TurnFailed{Stage: events.StageExecute, Error: events.ErrorInfo{
+		Message: "invalid x-api-key", HTTPStatus: 401, Code: "authentication_error", Kind: events.KindLogic}})
+	c := recovery.NewCommand(recovery.KindRetryTurn, "acme", "auth", "t1", "turn failed: 401", []uint64{last})
+	f.issue(c)
+	if st := f.wait(c.ID); st.Outcome != events.OutcomeFailed {
+		t.Fatalf("401: %+v", st)
+	}
+	if got, want := detail("auth"), "retry_turn: not retried (authentication); session paused"; got != want {
+		t.Errorf("401: detail %q, want %q", got, want)
+	}
+
+	f.append("gone", "", &events.SessionStarted{})
+	last = f.append("gone", "", &events.DistillationRequested{Reason: "manual"})
+	c = recovery.NewCommand(recovery.KindDistill, "acme", "gone", "", "context full", []uint64{last})
+	f.issue(c)
+	f.wait(c.ID)
+	if got := detail("gone"); !strings.HasPrefix(got, "distill: distill failed (runtime_unavailable): no runtime answers") || !strings.HasSuffix(got, "; session paused") {
+		t.Errorf("no runtime: detail %q", got)
 	}
 }
 

@@ -5,8 +5,9 @@
 //
 //   - Metrics owns a private *prometheus.Registry (never the global default
 //     one, so a test can make as many as it likes) and the metrics below.
-//     The engine feeds it every event of the log (ObserveEvent) and every
-//     violation (ObserveViolation); the reconciler calls CommandIssued and
+//     The engine feeds it every event of the log (ObserveEvent), every
+//     violation (ObserveViolation) and the View of the session after each
+//     event (ObserveView); the reconciler calls CommandIssued and
 //     SetFailClosed; a worker calls WorkerCommand. Every method is safe for
 //     concurrent use, and a nil *Metrics is a no-op, so code can take an
 //     optional metrics pointer.
@@ -45,10 +46,14 @@
 // Fed by callers:
 //
 //	violations_total{rule}                    counter  ObserveViolation (the projector's anomalies)
+//	sessions{status}                          gauge    ObserveView: sessions paused, in_turn, broken (idle ones are not counted)
+//	orphans{state}                            gauge    ObserveView: orphaned tool_use blocks open, repaired, reset (projections.View counts)
+//	violations{state}                         gauge    ObserveView: violations open, resolved, reset (projections.View counts)
 //	commands_issued_total{kind}               counter  CommandIssued (the reconciler)
 //	reconciler_fail_closed                    gauge    SetFailClosed: 1 while the reconciler fails closed, else 0
 //	worker_commands_total{kind,outcome}       counter  WorkerCommand (a recovery worker)
 //	worker_command_seconds{kind}              histogram WorkerCommand: seconds from delivery to the command's end
+//	incidents_open{class}                     gauge    SetOpenIncidents: open fleet incidents by the class of their key
 //
 // The registry also holds the standard go_* and process_* collectors.
 //
@@ -68,4 +73,13 @@
 // restart the turns in flight before it are not in turns_in_flight, and
 // their ends count as unmatched. The projections remain the authority on
 // which turns are in flight.
+//
+// # One truth
+//
+// sessions, orphans and violations are sums of projections.View, the read
+// model `engine sessions`, `inspect`, `replay` and `incidents` print, with
+// the same states: an orphan is open, repaired or reset, a violation open,
+// resolved or reset (docs/cli.md). They reflect the latest event this
+// process folded of each session: after a restart a session counts again
+// once its next event is folded.
 package telemetry

@@ -32,6 +32,7 @@ var WorkerCommandBuckets = []float64{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1
 type Metrics struct {
 	reg   *prometheus.Registry
 	turns *turnTracker
+	views *viewTracker
 
 	events        *prometheus.CounterVec
 	redelivered   prometheus.Counter
@@ -54,6 +55,8 @@ type Metrics struct {
 	rebalances      *prometheus.GaugeVec
 	partitionLag    *prometheus.GaugeVec
 
+	incidentsOpen *prometheus.GaugeVec
+
 	failMu     sync.Mutex
 	failOn     bool
 	failReason string
@@ -73,6 +76,7 @@ func NewMetrics(namespace string) *Metrics {
 		return prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: namespace, Name: name, Help: help}, labels)
 	}
 	m.turns = newTurnTracker(namespace)
+	m.views = newViewTracker(namespace)
 	m.events = counterVec("events_total", "Events observed once, by type (\"unknown\" for types this version does not know).", "type")
 	m.redelivered = counter("events_redelivered_total", "Events dropped because their session's stream sequence was already observed (redeliveries).")
 	m.invalid = counter("invalid_events_total", "Events that break the wire contract or whose data does not decode.")
@@ -98,11 +102,14 @@ func NewMetrics(namespace string) *Metrics {
 	m.partitionLag = prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: namespace, Name: "partition_lag",
 		Help: "Events of a partition this engine owns not yet delivered to it (its projector consumer's pending count)."}, []string{"partition"})
 
+	m.incidentsOpen = prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: namespace, Name: "incidents_open",
+		Help: "Open fleet incidents (package correlate), by the class of their key: an error class or an anomaly rule."}, []string{"class"})
+
 	m.reg.MustRegister(
-		m.partitionsOwned, m.rebalances, m.partitionLag,
+		m.partitionsOwned, m.rebalances, m.partitionLag, m.incidentsOpen,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		m.turns,
+		m.turns, m.views,
 		m.events, m.redelivered, m.invalid, m.orphanRepairs, m.distillations, m.outcomes, m.attempts,
 		m.parked, m.breakers, m.violations, m.issued, m.failClosed, m.workerCommands, m.workerSeconds,
 	)

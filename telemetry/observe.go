@@ -112,11 +112,11 @@ func (m *Metrics) ObserveEvent(ev events.Event) {
 		}
 	case events.TypeRecoveryAttempted:
 		if p, ok := payload[*events.RecoveryAttempted](m, ev); ok {
-			m.attempts.WithLabelValues(label(p.Kind), label(p.Result), label(p.Class)).Inc()
+			m.attempts.WithLabelValues(label(p.Kind), label(string(p.Result)), label(p.Class)).Inc()
 		}
 	case events.TypeRecoveryCompleted:
 		if p, ok := payload[*events.RecoveryCompleted](m, ev); ok {
-			m.outcomes.WithLabelValues(label(p.Kind), label(p.Strategy), label(p.Outcome)).Inc()
+			m.outcomes.WithLabelValues(label(p.Kind), label(p.Strategy), label(string(p.Outcome))).Inc()
 			if p.Kind == "repair_orphans" && (p.Outcome == events.OutcomeRecovered || p.Outcome == events.OutcomeDegraded) {
 				m.orphanRepairs.Inc()
 			}

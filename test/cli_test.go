@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -175,7 +176,10 @@ func runErr(url string, args ...string) (string, string, error) {
 func TestCLIImportSessionsInspectReplay(t *testing.T) {
 	data := t.TempDir()
 	eng := startEngine(t, data, "--snapshot-every", "50", "--sync", "1s")
+	// A transcript cut after a tool_use, then a new prompt: the tool
+	// never answered.
 	cut, orphans := cutAfterToolUse(t, filepath.Join(transcriptsDir, "spotter", "tool_heavy.jsonl"), 0)
+	cut = nextPrompt(t, cut)
 
 	out := run(t, eng.url, "import", "--format", "claude-code", transcriptsDir)
 	if !strings.Contains(out, "lines skipped") || !strings.Contains(out, "events/s") {
@@ -190,8 +194,11 @@ func TestCLIImportSessionsInspectReplay(t *testing.T) {
 	// sessions: one line per session, the cut one with its orphan.
 	var list []struct {
 		Tenant, Session, Status string
-		Turns, Orphans          int
-		Violations              int
+		Counts                  struct {
+			TurnsTotal     int `json:"turns_total"`
+			OrphansOpen    int `json:"orphans_open"`
+			ViolationsOpen int `json:"violations_open"`
+		}
 	}
 	if err := json.Unmarshal([]byte(run(t, eng.url, "sessions", "--json")), &list); err != nil {
 		t.Fatal(err)
@@ -203,14 +210,23 @@ func TestCLIImportSessionsInspectReplay(t *testing.T) {
 	if lines := strings.Count(strings.TrimSpace(table), "\n"); lines != len(list) {
 		t.Fatalf("sessions prints %d rows for %d sessions:\n%s", lines, len(list), table)
 	}
+	// Times in tables say their zone.
+	for _, l := range strings.Split(strings.TrimSpace(table), "\n")[1:] {
+		if f := strings.Fields(l); !strings.HasSuffix(f[len(f)-1], "Z") {
+			t.Errorf("sessions row %q: the last event's time does not say its zone", l)
+		}
+	}
+	if broken := run(t, eng.url, "sessions", "--broken"); strings.Count(strings.TrimSpace(broken), "\n") != 1 || !strings.Contains(broken, "cut") {
+		t.Errorf("sessions --broken, want the cut session alone:\n%s", broken)
+	}
 	for _, s := range list {
 		switch s.Tenant {
 		case "cut":
-			if s.Orphans != len(orphans) || s.Violations != len(orphans) {
+			if s.Counts.OrphansOpen != len(orphans) || s.Counts.ViolationsOpen != len(orphans) || s.Status != "broken" {
 				t.Errorf("cut session: %+v, want %d orphan(s)", s, len(orphans))
 			}
 		default:
-			if s.Orphans != 0 || s.Violations != 0 || s.Turns == 0 {
+			if s.Counts.OrphansOpen != 0 || s.Counts.ViolationsOpen != 0 || s.Counts.TurnsTotal == 0 {
 				t.Errorf("shipped session %s: %+v", s.Session, s)
 			}
 		}
@@ -221,7 +237,7 @@ func TestCLIImportSessionsInspectReplay(t *testing.T) {
 	if err := json.Unmarshal([]byte(run(t, eng.url, "inspect", "cut/"+sessionOf(t, cut), "--json")), &state); err != nil {
 		t.Fatal(err)
 	}
-	for _, k := range []string{"session", "turns", "messages", "orphaned_tool_use_ids", "violations"} {
+	for _, k := range []string{"session", "turns", "messages", "orphaned_tool_use_ids", "violations", "in_flight", "view"} {
 		if _, ok := state[k]; !ok {
 			t.Errorf("inspect --json lacks %q", k)
 		}
@@ -236,14 +252,34 @@ func TestCLIImportSessionsInspectReplay(t *testing.T) {
 		t.Errorf("inspect does not show the orphan:\n%s", human)
 	}
 
-	// replay flags the orphan at the event that declares it.
-	lines := strings.Split(strings.TrimSpace(run(t, eng.url, "replay", "cut/"+sessionOf(t, cut), "--json")), "\n")
+	// replay flags the orphan at the event that declares it; --json prints
+	// each event whole, then the final view.
+	all := strings.Split(strings.TrimSpace(run(t, eng.url, "replay", "cut/"+sessionOf(t, cut), "--json")), "\n")
+	lines, endLine := all[:len(all)-1], all[len(all)-1]
+	var end struct {
+		Replayed int `json:"replayed"`
+		View     struct {
+			Status             string   `json:"status"`
+			OrphanedToolUseIDs []string `json:"orphaned_tool_use_ids"`
+		} `json:"view"`
+	}
+	if err := json.Unmarshal([]byte(endLine), &end); err != nil || end.Replayed != len(lines) || end.View.Status != "broken" ||
+		strings.Join(end.View.OrphanedToolUseIDs, ",") != strings.Join(orphans, ",") {
+		t.Errorf("replay --json last line %s (err %v): want %d events replayed and the orphans %v", endLine, err, len(lines), orphans)
+	}
 	flagged := 0
 	var lastSeq uint64
 	for _, l := range lines {
 		var ev struct {
-			Seq       uint64 `json:"seq"`
-			Type      string `json:"type"`
+			Seq   uint64 `json:"seq"`
+			Type  string `json:"type"`
+			Event struct {
+				ID      string          `json:"id"`
+				Type    string          `json:"type"`
+				Tenant  string          `json:"tenant"`
+				Session string          `json:"session"`
+				Data    json.RawMessage `json:"data"`
+			} `json:"event"`
 			Anomalies []struct {
 				Rule      string `json:"rule"`
 				ToolUseID string `json:"tool_use_id"`
@@ -255,12 +291,15 @@ func TestCLIImportSessionsInspectReplay(t *testing.T) {
 		if ev.Seq <= lastSeq {
 			t.Fatalf("replay out of order at seq %d", ev.Seq)
 		}
+		if ev.Event.ID == "" || ev.Event.Type != ev.Type || ev.Event.Tenant != "cut" || len(ev.Event.Data) == 0 {
+			t.Fatalf("replay --json line %d does not hold the whole event: %s", ev.Seq, l)
+		}
 		lastSeq = ev.Seq
 		for _, a := range ev.Anomalies {
 			if a.Rule == "tool_use_without_result" {
 				flagged++
-				if ev.Type != "turn.failed" {
-					t.Errorf("orphan flagged at a %s event, want the turn.failed that ends the cut", ev.Type)
+				if ev.Type != "turn.completed" {
+					t.Errorf("orphan flagged at a %s event, want the turn.completed that ends the cut turn", ev.Type)
 				}
 			}
 		}
@@ -273,8 +312,38 @@ func TestCLIImportSessionsInspectReplay(t *testing.T) {
 		t.Errorf("replay text does not flag the orphan:\n%s", text)
 	}
 	until := run(t, eng.url, "replay", "cut/"+sessionOf(t, cut), "--json", "--until-seq", fmt.Sprint(lastSeq-1))
-	if n := strings.Count(strings.TrimSpace(until), "\n") + 1; n != len(lines)-1 {
+	if n := strings.Count(strings.TrimSpace(until), "\n"); n != len(lines)-1 {
 		t.Errorf("--until-seq %d printed %d events, want %d", lastSeq-1, n, len(lines)-1)
+	}
+
+	// A long session's timeline: in stream order, snapshot.taken events
+	// with the time of what they cover said, not in the time column.
+	long := run(t, eng.url, "replay", "258c7280")
+	var prev uint64
+	snapshots := 0
+	for _, l := range strings.Split(long, "\n") {
+		f := strings.Fields(l)
+		if len(f) < 3 || strings.HasPrefix(l, " ") && !strings.Contains(l, "snapshot.taken") {
+			continue
+		}
+		if strings.Contains(l, "snapshot.taken") {
+			snapshots++
+			if !strings.HasPrefix(l, "    ") || !strings.Contains(l, "snapshot of the state up to seq") {
+				t.Errorf("snapshot line %q: want no time of its own and the time of what it covers", l)
+			}
+			f = append([]string{"-"}, f...)
+		}
+		seq, err := strconv.ParseUint(f[1], 10, 64)
+		if err != nil {
+			continue
+		}
+		if seq <= prev {
+			t.Errorf("replay prints seq %d after seq %d", seq, prev)
+		}
+		prev = seq
+	}
+	if snapshots == 0 {
+		t.Errorf("replay of a long session shows no snapshot.taken (engine --snapshot-every 50)")
 	}
 
 	// A clean stop, and the data is there after a restart.

@@ -204,7 +204,7 @@ func inspectView(t testing.TB, s *projections.Session) map[string]any {
 	if err := json.Unmarshal(b, &m); err != nil {
 		t.Fatal(err)
 	}
-	for _, k := range []string{"turns", "messages", "violations", "tool_calls", "orphans", "distillations"} {
+	for _, k := range []string{"turns", "in_flight", "messages", "violations", "tool_calls", "orphans", "distillations"} {
 		if m[k] == nil {
 			m[k] = []any{}
 		}
@@ -215,6 +215,7 @@ func inspectView(t testing.TB, s *projections.Session) map[string]any {
 	}
 	m["orphaned_tool_use_ids"] = ids
 	m["status"] = s.Status()
+	m["view"] = s.View()
 	return m
 }
 

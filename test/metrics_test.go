@@ -96,15 +96,23 @@ func TestEngineMetricsAccountForEveryTurn(t *testing.T) {
 		t.Fatalf("/healthz %d: %s", code, b)
 	}
 
-	// engine incidents lists the six sessions with a fault, not the clean
-	// one, newest first, each with a first anomaly and a recovery outcome.
+	// engine incidents --by session lists the six sessions with a fault,
+	// not the clean one, newest first, each with a first anomaly and a
+	// recovery outcome.
 	var incidents []struct {
-		Session      string    `json:"session"`
-		FirstAnomaly string    `json:"first_anomaly"`
-		Recovery     string    `json:"recovery"`
-		LastTime     time.Time `json:"last_time"`
+		Session      string `json:"session"`
+		FirstAnomaly *struct {
+			What   string `json:"what"`
+			Detail string `json:"detail"`
+		} `json:"first_anomaly"`
+		LastCommand *struct {
+			Kind    string `json:"kind"`
+			Outcome string `json:"outcome"`
+			Parked  bool   `json:"parked"`
+		} `json:"last_command"`
+		LastTime time.Time `json:"last_time"`
 	}
-	if err := json.Unmarshal([]byte(run(t, eng.url, "incidents", "--json", "--since", "1h")), &incidents); err != nil {
+	if err := json.Unmarshal([]byte(run(t, eng.url, "incidents", "--by", "session", "--json", "--since", "1h")), &incidents); err != nil {
 		t.Fatal(err)
 	}
 	if len(incidents) != len(sessions)-1 {
@@ -116,14 +124,36 @@ func TestEngineMetricsAccountForEveryTurn(t *testing.T) {
 		}
 		// A stage that throws a logic error ends its turn failed with its
 		// stage; no recovery applies to it.
-		if in.FirstAnomaly == "" || in.Recovery == "" || (in.Recovery == "none" && in.Session != sessions["stage-throws:history"]) {
+		if in.FirstAnomaly == nil || in.FirstAnomaly.What == "" || (in.LastCommand == nil && in.Session != sessions["stage-throws:history"]) ||
+			(in.LastCommand != nil && in.LastCommand.Outcome == "" && !in.LastCommand.Parked) {
 			t.Errorf("incident %+v lacks its first anomaly or recovery outcome", in)
 		}
 		if i > 0 && in.LastTime.After(incidents[i-1].LastTime) {
 			t.Errorf("incidents not newest first")
 		}
 	}
-	if table := run(t, eng.url, "incidents"); !strings.Contains(table, "FIRST ANOMALY") {
+	if table := run(t, eng.url, "incidents", "--by", "session"); !strings.Contains(table, "FIRST ANOMALY") {
 		t.Errorf("incidents table:\n%s", table)
+	}
+	// The correlated incidents (the default) name every faulted session,
+	// and never the clean one.
+	var correlated []struct {
+		Sessions []struct {
+			Session string `json:"session"`
+		} `json:"sessions"`
+	}
+	if err := json.Unmarshal([]byte(run(t, eng.url, "incidents", "--json", "--since", "1h")), &correlated); err != nil {
+		t.Fatal(err)
+	}
+	named := map[string]bool{}
+	for _, in := range correlated {
+		for _, a := range in.Sessions {
+			named[a.Session] = true
+		}
+	}
+	for fault, s := range sessions {
+		if named[s] != (fault != "") {
+			t.Errorf("session of fault %q named by the correlated incidents: %v", fault, named[s])
+		}
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"sort"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/turnstone-dev/turnstone/claudecode"
@@ -250,6 +251,40 @@ func cutAfterToolUse(t *testing.T, src string, n int) (string, []string) {
 	return "", nil
 }
 
+// TestCutTranscriptReportsExactlyTheOrphan cuts real transcripts right
+// after a tool_use record. Imported as it is, the cut leaves the turn in
+// flight with exactly those tool_use blocks pending: the file does not say
+// whether the tool is still running. When the transcript goes on with a
+// new prompt and no result (the process died, the person typed again),
+// exactly those become orphans.
+// nextPrompt appends to the transcript file a person's next prompt, a
+// second after its last record, as Claude Code writes one, and returns
+// the file.
+func nextPrompt(t *testing.T, file string) string {
+	t.Helper()
+	b, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	var last struct {
+		SessionID string    `json:"sessionId"`
+		Timestamp time.Time `json:"timestamp"`
+	}
+	for i := len(lines) - 1; i >= 0 && last.SessionID == ""; i-- {
+		_ = json.Unmarshal([]byte(lines[i]), &last)
+	}
+	rec, _ := json.Marshal(map[string]any{
+		"type": "user", "uuid": "b1a5e0c4-0000-4000-8000-000000000001", "sessionId": last.SessionID,
+		"timestamp": last.Timestamp.Add(time.Second).Format(time.RFC3339Nano),
+		"message":   map[string]any{"role": "user", "content": "are you still there?"},
+	})
+	if err := os.WriteFile(file, append(b, append(rec, '\n')...), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return file
+}
+
 func TestCutTranscriptReportsExactlyTheOrphan(t *testing.T) {
 	e := newEnv(t)
 	cases := []struct {
@@ -279,6 +314,13 @@ func TestCutTranscriptReportsExactlyTheOrphan(t *testing.T) {
 			t.Fatalf("%s: sessions %v, err %v", c.file, refs, err)
 		}
 		s := e.restore(t, tenant, refs[0].Session)
+		pending := append([]string(nil), s.Pending...)
+		sort.Strings(pending)
+		if strings.Join(pending, " ") != strings.Join(ids, " ") || len(s.InFlight) != 1 || s.Totals.Violations != 0 || !s.History {
+			t.Errorf("%s cut after a tool_use record: pending %v (want %v), in flight %v, violations %+v", c.file, pending, ids, s.InFlight, s.Violations)
+		}
+		e.importFiles(t, tenant, nextPrompt(t, cut))
+		s = e.restore(t, tenant, refs[0].Session)
 		got := s.OrphanedToolUseIDs()
 		sort.Strings(got)
 		if strings.Join(got, " ") != strings.Join(ids, " ") {

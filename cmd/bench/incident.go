@@ -90,7 +90,7 @@ func (r *runner) incidentFigure(ctx context.Context) error {
 	defer func() { _ = watch.Stop() }()
 	var mu sync.Mutex
 	completed := map[string]time.Time{}
-	outcomes := map[string]string{}
+	outcomes := map[string]events.Outcome{}
 	poke := make(chan struct{}, 1)
 	go func() {
 		for e := range watch.Updates() {

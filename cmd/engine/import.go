@@ -1,9 +1,14 @@
 package main
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"time"
+
+	"io"
+	"os"
+	"strings"
 
 	"github.com/turnstone-dev/turnstone/ingest"
 
@@ -11,6 +16,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/turnstone-dev/turnstone/claudecode"
 	"github.com/turnstone-dev/turnstone/events"
+	"github.com/turnstone-dev/turnstone/internal/console"
 )
 
 func newImportCommand(g *globals) *cobra.Command {
@@ -18,9 +24,10 @@ func newImportCommand(g *globals) *cobra.Command {
 		format string
 		tenant string
 		quiet  bool
+		follow bool
 	)
 	cmd := &cobra.Command{
-		Use:   "import --format claude-code FILE|DIR...",
+		Use:   "import --format claude-code [--follow] FILE|DIR...",
 		Short: "Import agent transcripts into the event log",
 		Long: `Import transcripts into the event log, one session per transcript.
 
@@ -31,8 +38,24 @@ which become sessions of their own linked to the parent.
 
 Importing is idempotent: event ids derive from the records' uuids, and the
 events a session already holds are not appended again, so importing a file
-twice stores nothing new. Malformed lines are reported with file and line
-number and skipped; the rest of the file is imported.`,
+twice stores nothing new. Malformed lines are skipped and the rest of the
+file is imported; stderr shows the first few, with file and line number,
+then how many more.
+
+The exit status is 1 when a file could not be read, or yielded no session
+and has lines that are not Claude Code records (it is not a transcript:
+README.md, go.mod, random bytes); 0 otherwise. A file that yields no
+session because it is empty, or holds only records that make none (a
+summary, file snapshots: Claude Code leaves such files behind), is
+reported and does not fail the import. Imported sessions are history: the
+reconciler never acts on them.
+
+--follow records sessions live as Claude Code writes them (point it at
+~/.claude/projects): it reads the transcripts already there (those written
+in the last 30 minutes as live, older ones as history), then watches the
+files and directories and appends each new file and each appended line as
+it is written, until Ctrl-C. A turn at the end of a file still being
+written stays in flight; a followed session is live.`,
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if format != "claude-code" {
@@ -45,7 +68,7 @@ number and skipped; the rest of the file is imported.`,
 			if err != nil {
 				return err
 			}
-			if len(files) == 0 {
+			if len(files) == 0 && !follow {
 				return errors.New("no *.jsonl transcript in the arguments")
 			}
 			ctx := cmd.Context()
@@ -61,12 +84,15 @@ number and skipped; the rest of the file is imported.`,
 			if err != nil {
 				return err
 			}
+			if follow {
+				return followTranscripts(ctx, g, claudecode.LogStore(log), args, tenant)
+			}
 
 			bar := progressbar.NewOptions64(-1,
 				progressbar.OptionSetWriter(g.stderr),
 				progressbar.OptionSetDescription("importing"),
 				progressbar.OptionShowBytes(true),
-				progressbar.OptionSetVisibility(!quiet && isTerminal(g.stderr)),
+				progressbar.OptionSetVisibility(!quiet && console.IsTerminal(g.stderr)),
 				progressbar.OptionClearOnFinish(),
 				progressbar.OptionThrottle(100_000_000),
 			)
@@ -78,24 +104,98 @@ number and skipped; the rest of the file is imported.`,
 			}
 			rep, err := claudecode.Import(ctx, claudecode.LogStore(log), files, claudecode.Options{Tenant: tenant}, progress)
 			_ = bar.Finish()
-			if rep != nil {
-				printImportReport(g, rep)
+			if rep == nil {
+				return err
 			}
-			return err
+			failed := printImportReport(g.stdout, g.stderr, rep, fileIsBlank)
+			if err != nil {
+				return err
+			}
+			return failed
 		},
 	}
 	cmd.Flags().StringVar(&format, "format", "", "transcript format: claude-code (required)")
 	cmd.Flags().StringVar(&tenant, "tenant", "default", "tenant to import the sessions into")
 	cmd.Flags().BoolVar(&quiet, "quiet", false, "no progress bar")
+	cmd.Flags().BoolVar(&follow, "follow", false, "keep watching the files and directories, and record sessions live as they are written (until Ctrl-C)")
 	_ = cmd.MarkFlagRequired("format")
 	return cmd
 }
 
-func printImportReport(g *globals, rep *claudecode.Report) {
+// shownBadLines is how many skipped lines the import report shows one by
+// one before it only counts them.
+const shownBadLines = 5
+
+// printImportReport prints what an import did: to stderr the first
+// shownBadLines skipped lines and how many more, and each file that
+// yielded no session with why; to stdout the totals. It returns an error
+// naming the files that make the import fail, or nil: a file that could
+// not be read, and one that yielded no session and has bad lines (not a
+// transcript). A file that yielded no session because it is empty
+// (blank reports whether it holds only white space) or holds only records
+// that make no session (a Claude Code summary file) is a note, not a
+// failure.
+func printImportReport(stdout, stderr io.Writer, rep *claudecode.Report, blank func(string) bool) error {
+	stderr = console.NewWriter(stderr)
+	badLines := map[string]int{}
+	var unreadable []string
+	shown := 0
 	for _, d := range rep.Diagnostics {
-		fmt.Fprintf(g.stderr, "skipped: %v\n", d)
+		if d.Line == 0 {
+			unreadable = append(unreadable, d.File)
+			fmt.Fprintf(stderr, "cannot read: %s\n", console.Escape(d.Error()))
+			continue
+		}
+		badLines[d.File]++
+		if shown < shownBadLines {
+			fmt.Fprintf(stderr, "skipped: %s\n", console.Escape(cut(d.Error(), 300)))
+			shown++
+		}
 	}
-	fmt.Fprintf(g.stdout, "imported %d files, %d sessions: %d records -> %d events (%d appended, %d already stored); %d lines skipped; %s, %.0f events/s\n",
-		rep.Files, rep.Sessions, rep.Records, rep.Events, rep.Appended, rep.Existing, len(rep.Diagnostics),
+	skipped := len(rep.Diagnostics) - len(unreadable)
+	if more := skipped - shown; more > 0 {
+		fmt.Fprintf(stderr, "skipped: %d more bad lines (%d in all, in %d file(s))\n", more, skipped, len(badLines))
+	}
+	var notTranscripts []string
+	for _, f := range rep.NoSession {
+		switch {
+		case badLines[f] > 0:
+			notTranscripts = append(notTranscripts, f)
+			fmt.Fprintf(stderr, "not a transcript: %s: no session in it, %d line(s) skipped\n", console.Escape(f), badLines[f])
+		case blank(f):
+			fmt.Fprintf(stderr, "empty: %s: nothing to import\n", console.Escape(f))
+		default: // records of no conversation only: a summary, file snapshots
+			fmt.Fprintf(stderr, "no conversation: %s: its records make no session (summaries, file snapshots, ...)\n", console.Escape(f))
+		}
+	}
+	fmt.Fprintf(stdout, "imported %d files, %d sessions: %d records -> %d events (%d appended, %d already stored); %d lines skipped; %s, %.0f events/s\n",
+		rep.Files, rep.Sessions, rep.Records, rep.Events, rep.Appended, rep.Existing, skipped,
 		rep.Elapsed.Round(1e6), rep.EventsPerSecond())
+	var errs []string
+	if n := len(unreadable); n > 0 {
+		errs = append(errs, fmt.Sprintf("%d file(s) could not be read (%s)", n, fileList(unreadable)))
+	}
+	if n := len(notTranscripts); n > 0 {
+		errs = append(errs, fmt.Sprintf("%d file(s) yielded no session: not Claude Code transcripts (%s)", n, fileList(notTranscripts)))
+	}
+	if len(errs) == 0 {
+		return nil
+	}
+	return errors.New(strings.Join(errs, "; "))
+}
+
+// fileList names the first few files of fs, then how many more.
+func fileList(fs []string) string {
+	const show = 3
+	if len(fs) <= show {
+		return strings.Join(fs, ", ")
+	}
+	return fmt.Sprintf("%s and %d more", strings.Join(fs[:show], ", "), len(fs)-show)
+}
+
+// fileIsBlank reports whether the file at path holds nothing but white
+// space (an unreadable file is not blank).
+func fileIsBlank(path string) bool {
+	b, err := os.ReadFile(path)
+	return err == nil && len(bytes.TrimSpace(b)) == 0
 }

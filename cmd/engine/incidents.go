@@ -1,127 +1,244 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"sort"
+	"strings"
 	"text/tabwriter"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/spf13/cobra"
+	"github.com/turnstone-dev/turnstone/correlate"
+	"github.com/turnstone-dev/turnstone/events"
+	"github.com/turnstone-dev/turnstone/forensics"
+	"github.com/turnstone-dev/turnstone/internal/console"
 	"github.com/turnstone-dev/turnstone/projections"
 )
-
-// incident is one line of `engine incidents`.
-type incident struct {
-	Tenant       string    `json:"tenant"`
-	Session      string    `json:"session"`
-	LastTime     time.Time `json:"last_time"`
-	Status       string    `json:"status"`
-	FirstAnomaly string    `json:"first_anomaly"`
-	AnomalySeq   uint64    `json:"anomaly_seq,omitempty"`
-	Recovery     string    `json:"recovery"`
-	Violations   int       `json:"violations"`
-}
 
 func newIncidentsCommand(g *globals) *cobra.Command {
 	var (
 		since  time.Duration
 		tenant string
 		asJSON bool
+		by     string
+		gap    time.Duration
+		limit  int
 	)
 	cmd := &cobra.Command{
-		Use:   "incidents [--since DURATION]",
-		Short: "Sessions with anomalies across the fleet, newest first, with the first anomaly and the recovery outcome",
-		Long: `List the sessions that broke an invariant or needed recovery (orphans,
-violations, failed or abandoned turns, loops, parked commands, flaky
-verifier runs), newest first: each with its first anomaly and the outcome
-of its latest recovery command. --since keeps sessions active within that
-duration (by event time).`,
+		Use:   "incidents [--since DURATION] [--by incident|session]",
+		Short: "Fleet incidents: errors and anomalies of many sessions correlated by provider, error class and code, tool, runtime, model",
+		Long: `List the fleet's incidents, newest first. The errors (failed turns,
+recorded errors) and anomalies (violations, orphans, abandoned turns, flaky
+tools) of every anomalous session are grouped by a correlation key whose
+fields follow the error class (a provider's outage is one incident whatever
+the model; a bad request is one per model; a runtime that leaves orphans is
+one per runtime version; docs/forensics.md has the whole rule), and split
+into windows where --gap passes without a signal. An incident seen in two
+or more windows is recurring. Each one names its sessions and tenants, the
+recovery outcome of each session, and a hypothesis that states only the
+evidence ("30 sessions on provider anthropic failed with overloaded_error
+(529) at 16:07 UTC; 28 recovered by switch_provider, 2 with no recovery").
+
+Sessions come from the fleet index; only the anomalous ones are restored.
+
+--by session lists the anomalous sessions instead, newest first, one line
+each: its status, its first anomaly (marked resolved when a repair fixed
+it) and its latest recovery command with its outcome; subjects that name
+no valid session are listed too; --json then prints the sessions' views
+(docs/cli.md). --since keeps the signals (and sessions) within that
+duration, by event time.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
+			if by != "incident" && by != "session" {
+				return fmt.Errorf("--by %q: want incident or session", by)
+			}
+			if tenant != "" && !events.ValidToken(tenant) {
+				return fmt.Errorf("--tenant %q: must be 1-%d characters of [A-Za-z0-9_-]", tenant, events.MaxTokenLen)
+			}
 			nc, log, err := g.connect(ctx)
 			if err != nil {
 				return err
 			}
 			defer nc.Close()
-			states, err := restoreAll(ctx, log, tenant)
-			if err != nil {
-				return err
-			}
 			cutoff := time.Time{}
 			if since > 0 {
 				cutoff = time.Now().Add(-since)
 			}
-			var out []incident
-			for _, s := range states {
-				if !s.Anomalous() || (!cutoff.IsZero() && s.LastTime.Before(cutoff)) {
-					continue
+			if by == "incident" {
+				incs, err := fleetIncidents(ctx, log, forensics.IncidentsConfig{Since: cutoff, Tenant: tenant, Correlate: correlate.Config{Gap: gap}})
+				if err != nil {
+					return err
 				}
-				out = append(out, describeIncident(s))
-			}
-			sort.SliceStable(out, func(i, j int) bool { return out[i].LastTime.After(out[j].LastTime) })
-			if asJSON {
-				if out == nil {
-					out = []incident{}
+				if asJSON {
+					if incs == nil {
+						incs = []correlate.Incident{}
+					}
+					enc := json.NewEncoder(g.stdout)
+					enc.SetIndent("", "  ")
+					return enc.Encode(incs)
 				}
-				enc := json.NewEncoder(g.stdout)
-				enc.SetIndent("", "  ")
-				return enc.Encode(out)
+				return printIncidents(g.stdout, incs, limit)
 			}
-			if len(out) == 0 {
-				fmt.Fprintln(g.stdout, "no incidents")
-				return nil
+			views, err := anomalousViews(ctx, log, tenant)
+			if err != nil {
+				return err
 			}
-			tw := tabwriter.NewWriter(g.stdout, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "LAST EVENT\tSESSION\tSTATUS\tFIRST ANOMALY\tRECOVERY")
-			for _, in := range out {
-				fmt.Fprintf(tw, "%s\t%s/%s\t%s\t%s\t%s\n", in.LastTime.UTC().Format(time.DateTime), in.Tenant, in.Session, in.Status,
-					cut(in.FirstAnomaly, 70), cut(in.Recovery, 60))
-			}
-			return tw.Flush()
+			return renderIncidents(g.stdout, incidents(views, cutoff), asJSON)
 		},
 	}
-	cmd.Flags().DurationVar(&since, "since", 0, "only sessions with an event within this duration (e.g. 24h)")
+	cmd.Flags().DurationVar(&since, "since", 0, "only signals and sessions with an event within this duration (e.g. 24h)")
 	cmd.Flags().StringVar(&tenant, "tenant", "", "only this tenant")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print a JSON array")
+	cmd.Flags().StringVar(&by, "by", "incident", "incident: correlated fleet incidents; session: one line per anomalous session")
+	cmd.Flags().DurationVar(&gap, "gap", correlate.DefaultGap, "a window of an incident ends when this long passes without a signal of its key")
+	cmd.Flags().IntVar(&limit, "sessions", 5, "how many affected sessions each incident lists (text output)")
 	return cmd
 }
 
-func describeIncident(s *projections.Session) incident {
-	in := incident{Tenant: s.Tenant, Session: s.Session, LastTime: s.LastTime, Status: s.Status(), Violations: s.Totals.Violations, Recovery: "none"}
-	if v := s.FirstAnomaly(); v != nil {
-		in.FirstAnomaly, in.AnomalySeq = fmt.Sprintf("seq %d %s: %s", v.Seq, v.Rule, v.Detail), v.Seq
-	} else {
-		for _, t := range s.Turns {
-			if t.Status == projections.TurnFailed || t.Status == projections.TurnAbandoned {
-				in.FirstAnomaly, in.AnomalySeq = fmt.Sprintf("seq %d turn %s %s %s", t.EndedSeq, t.ID, t.Status, t.FailedStage), t.EndedSeq
+// fleetIncidents correlates the fleet's incidents from the fleet index,
+// restoring only the anomalous sessions; a log without an index (older
+// than the index, and no engine has run since) is read whole instead.
+func fleetIncidents(ctx context.Context, log *events.Log, cfg forensics.IncidentsConfig) ([]correlate.Incident, error) {
+	store, err := projections.NewSnapshotStore(log.JetStream(), projections.SnapshotConfig{})
+	if err != nil {
+		return nil, err
+	}
+	sums, err := projections.ReadIndex(ctx, log.JetStream(), projections.IndexFilter{Tenant: cfg.Tenant})
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		states, _, err := restoreAll(ctx, log, cfg.Tenant)
+		if err != nil {
+			return nil, err
+		}
+		sums = make([]projections.Summary, 0, len(states))
+		for _, s := range states {
+			sums = append(sums, s.Summary(0))
+		}
+	} else if err != nil {
+		return nil, err
+	}
+	return forensics.Incidents(ctx, log, store, sums, cfg)
+}
+
+// printIncidents prints each incident as a block: its key, when it was
+// seen, its sessions and the evidence.
+func printIncidents(w io.Writer, incs []correlate.Incident, limit int) error {
+	w = console.NewWriter(w) // stored text never reaches the terminal raw
+	if len(incs) == 0 {
+		_, err := fmt.Fprintln(w, "no incidents")
+		return err
+	}
+	for i, in := range incs {
+		if i > 0 {
+			fmt.Fprintln(w)
+		}
+		tags := ""
+		if in.Open {
+			tags += " [open]"
+		}
+		if in.Recurring {
+			tags += " [recurring]"
+		}
+		fmt.Fprintf(w, "%s  %s%s\n", in.ID, in.Title, tags)
+		fmt.Fprintf(w, "  seen      %s .. %s UTC, %d window(s)\n", in.FirstSeen.Format(time.DateTime), in.LastSeen.Format(time.DateTime), len(in.Windows))
+		fmt.Fprintf(w, "  affected  %d session(s) of %d tenant(s) (%s), %d signal(s)\n", len(in.Sessions), len(in.Tenants), strings.Join(in.Tenants, ", "), in.Signals)
+		fmt.Fprintf(w, "  evidence  %s\n", in.Hypothesis)
+		if in.Example != "" {
+			fmt.Fprintf(w, "  example   %s\n", cut(in.Example, 100))
+		}
+		for j, a := range in.Sessions {
+			if j == limit {
+				fmt.Fprintf(w, "            ... %d more (--json lists them all)\n", len(in.Sessions)-limit)
 				break
 			}
-		}
-		if in.FirstAnomaly == "" {
-			switch {
-			case s.Outputs.Count >= 3:
-				in.FirstAnomaly = fmt.Sprintf("loop: the same output %d times in a row", s.Outputs.Count)
-			case s.Errors.Streak.Count >= 3:
-				in.FirstAnomaly = fmt.Sprintf("loop: the same error %d times in a row", s.Errors.Streak.Count)
-			case len(s.Flaky) > 0:
-				in.FirstAnomaly = fmt.Sprintf("flaky-suspected %s at seq %d", s.Flaky[0].Tool, s.Flaky[0].FailSeq)
-			default:
-				in.FirstAnomaly = "recovery"
+			out := a.Outcome
+			if a.By != "" {
+				out += " by " + a.By
 			}
+			fmt.Fprintf(w, "  session   %s/%s at seq %d: %s\n", a.Tenant, a.Session, a.Seq, out)
 		}
 	}
-	if n := len(s.Commands); n > 0 {
-		c := s.Commands[n-1]
-		switch {
-		case c.Parked:
-			in.Recovery = fmt.Sprintf("%s parked: %s", c.Kind, c.ParkReason)
-		case c.Outcome != "":
-			in.Recovery = fmt.Sprintf("%s %s after %d attempt(s)", c.Kind, c.Outcome, c.Attempts)
-		default:
-			in.Recovery = fmt.Sprintf("%s in progress", c.Kind)
-		}
+	return nil
+}
+
+// anomalousViews restores the sessions the fleet index marks anomalous
+// (of one tenant when tenant is set) and returns their views, with one
+// invalid view per subject that names no valid session.
+func anomalousViews(ctx context.Context, log *events.Log, tenant string) ([]projections.View, error) {
+	sums, err := projections.ReadIndex(ctx, log.JetStream(), projections.IndexFilter{Tenant: tenant})
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		return loadViews(ctx, log, tenant)
 	}
-	return in
+	if err != nil {
+		return nil, err
+	}
+	store, err := projections.NewSnapshotStore(log.JetStream(), projections.SnapshotConfig{})
+	if err != nil {
+		return nil, err
+	}
+	var out []projections.View
+	for _, m := range sums {
+		if !m.Anomalous {
+			continue
+		}
+		if m.Status == projections.StatusInvalid {
+			out = append(out, projections.InvalidSubjectView(m.Subject, m.Tenant, m.Session, m.Events, m.StatusDetail))
+			continue
+		}
+		s, err := projections.Restore(ctx, log, store, m.Tenant, m.Session)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, s.View())
+	}
+	return out, nil
+}
+
+// incidents keeps the anomalous views (View.Anomalous) with an event
+// after cutoff (any when zero; invalid subjects have no time and are
+// always kept), newest first.
+func incidents(views []projections.View, cutoff time.Time) []projections.View {
+	var out []projections.View
+	for _, v := range views {
+		if !v.Anomalous || (!cutoff.IsZero() && v.Status != projections.StatusInvalid && v.LastTime.Before(cutoff)) {
+			continue
+		}
+		out = append(out, v)
+	}
+	sort.SliceStable(out, func(i, j int) bool { return out[i].LastTime.After(out[j].LastTime) })
+	return out
+}
+
+// renderIncidents prints views as `engine incidents` does: a table, or
+// (asJSON) a JSON array of the views.
+func renderIncidents(w io.Writer, views []projections.View, asJSON bool) error {
+	if asJSON {
+		return writeJSON(w, nonNil(views))
+	}
+	w = console.NewWriter(w)
+	if len(views) == 0 {
+		_, err := fmt.Fprintln(w, "no incidents")
+		return err
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "LAST EVENT\tSESSION\tSTATUS\tORPHANS\tVIOLATIONS\tFIRST ANOMALY\tRECOVERY")
+	for _, v := range views {
+		name := v.Tenant + "/" + v.Session
+		orphans, violations := "-", "-"
+		if v.Status == projections.StatusInvalid {
+			name = v.Subject
+		} else {
+			c := v.Counts
+			orphans = countCell(c.OrphansOpen, c.OrphansRepaired, "repaired")
+			violations = countCell(c.ViolationsOpen, c.ViolationsResolved, "resolved")
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", tableTime(v.LastTime), name, v.Status, orphans, violations,
+			cut(anomalyText(v.FirstAnomaly), 90), cut(recoveryText(v.LastCommand), 70))
+	}
+	return tw.Flush()
 }

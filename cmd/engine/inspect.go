@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/turnstone-dev/turnstone/internal/console"
 	"github.com/turnstone-dev/turnstone/projections"
 )
 
@@ -18,18 +19,19 @@ func newInspectCommand(g *globals) *cobra.Command {
 		asJSON bool
 	)
 	cmd := &cobra.Command{
-		Use:   "inspect SESSION",
+		Use:   "inspect SESSION [--json]",
 		Short: "Show a session's projected state: turns, history, tool calls, orphans, violations",
 		Long: `Show one session as its projection sees it, rebuilt from the last snapshot
-plus the events after it: its turns and their outcomes, the message history
-as the model API sees it (consecutive records of one role merged), tool
-calls paired by id, orphaned tool_use blocks, violations of the invariants,
+plus the events after it: its status, its turns and their outcomes, the
+message history as the model API sees it (consecutive records of one role
+merged), tool calls paired by id, orphaned tool_use blocks (open, then
+repaired), violations of the invariants (open, then resolved),
 distillations, and error streaks.
 
 SESSION is a session token, a unique prefix of one, or TENANT/SESSION.
---json prints the whole state; it always has the keys session, status,
-turns, messages, orphaned_tool_use_ids and violations (arrays, possibly
-empty).`,
+--json prints the whole state and its view (docs/cli.md); it always has
+the keys session, status, in_flight, turns, messages,
+orphaned_tool_use_ids, violations and view (arrays possibly empty).`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
@@ -50,45 +52,65 @@ empty).`,
 			if err != nil {
 				return err
 			}
-			if asJSON {
-				return printInspectJSON(g.stdout, s)
-			}
-			return printInspect(g.stdout, s)
+			return renderInspect(g.stdout, s, asJSON)
 		},
 	}
 	cmd.Flags().StringVar(&tenant, "tenant", "", "tenant of the session (default: search every tenant)")
-	cmd.Flags().BoolVar(&asJSON, "json", false, "print the state as JSON")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the state and its view as JSON (docs/cli.md)")
 	return cmd
 }
 
-// printInspectJSON prints the state with the keys `engine inspect --json`
-// promises always present.
-func printInspectJSON(w io.Writer, s *projections.Session) error {
+// renderInspect prints a session as `engine inspect` does: text, or
+// (asJSON) the state with its view.
+func renderInspect(w io.Writer, s *projections.Session, asJSON bool) error {
+	if asJSON {
+		m, err := inspectJSON(s)
+		if err != nil {
+			return err
+		}
+		return writeJSON(w, m)
+	}
+	return printInspect(console.NewWriter(w), s)
+}
+
+// inspectKeys are the keys of the state `engine inspect --json` always
+// has, as arrays, even when the state leaves them out (omitempty).
+var inspectKeys = []string{"turns", "in_flight", "messages", "violations", "tool_calls", "orphans", "distillations"}
+
+// inspectJSON is what `engine inspect --json` prints: the state's JSON,
+// with inspectKeys always present, and status, orphaned_tool_use_ids and
+// view (the session's View) added.
+func inspectJSON(s *projections.Session) (map[string]any, error) {
 	b, err := json.Marshal(s)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	var m map[string]any
 	if err := json.Unmarshal(b, &m); err != nil {
-		return err
+		return nil, err
 	}
-	for _, k := range []string{"turns", "messages", "violations", "tool_calls", "orphans", "distillations"} {
+	for _, k := range inspectKeys {
 		if m[k] == nil {
 			m[k] = []any{}
 		}
 	}
-	ids := s.OrphanedToolUseIDs()
-	if ids == nil {
-		ids = []string{}
+	v := s.View()
+	m["orphaned_tool_use_ids"] = nonNil(v.OrphanedToolUseIDs)
+	m["status"] = v.Status
+	m["view"] = v
+	return m, nil
+}
+
+func nonNil[T any](xs []T) []T {
+	if xs == nil {
+		return []T{}
 	}
-	m["orphaned_tool_use_ids"] = ids
-	m["status"] = s.Status()
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	return enc.Encode(m)
+	return xs
 }
 
 func printInspect(w io.Writer, s *projections.Session) error {
+	v := s.View()
+	c := v.Counts
 	p := func(format string, a ...any) { fmt.Fprintf(w, format, a...) }
 	what := []string{}
 	for _, x := range []string{s.Kind, s.Runtime, s.Model} {
@@ -104,39 +126,56 @@ func printInspect(w io.Writer, s *projections.Session) error {
 	if s.ParentSession != "" {
 		p("parent      %s via %s\n", s.ParentSession, orDash(s.ParentToolUseID))
 	}
-	p("status      %s\n", s.Status())
-	p("events      %d (seq %d..%d), %s .. %s\n", s.Events, s.FirstSeq, s.LastSeq, ts(s.FirstTime), ts(s.LastTime))
-
-	counts := map[projections.TurnStatus]int{}
-	for _, t := range s.Turns {
-		counts[t.Status]++
+	p("status      %s", v.Status)
+	if v.StatusDetail != "" {
+		p(": %s", cut(v.StatusDetail, 160))
 	}
-	p("turns       %d: %d completed, %d failed, %d abandoned, %d in flight\n", s.Totals.Turns,
-		counts[projections.TurnCompleted], counts[projections.TurnFailed], counts[projections.TurnAbandoned], counts[projections.TurnInFlight])
+	p("\n")
+	p("events      %d (seq %d..%d), %s .. %s\n", s.Events, s.FirstSeq, s.LastSeq, tableTime(s.FirstTime), tableTime(s.LastTime))
+	p("turns       %d: %d completed, %d failed, %d abandoned, %d in flight\n", c.TurnsTotal,
+		c.TurnsCompleted, c.TurnsFailed, c.TurnsAbandoned, c.TurnsInFlight)
 	p("history     %d messages since seq %d\n", len(s.Messages), s.HistoryStart.Seq)
 	p("tool calls  %d, %d pending\n", s.Totals.ToolCalls, len(s.Pending))
+	p("orphans     %d open, %d repaired, %d reset\n", c.OrphansOpen, c.OrphansRepaired, c.OrphansReset)
+	p("violations  %d open, %d resolved, %d reset\n", c.ViolationsOpen, c.ViolationsResolved, c.ViolationsReset)
 	p("errors      %d", s.Errors.Total)
 	if s.Errors.Streak.Count > 1 {
 		p(", the last one %d times in a row", s.Errors.Streak.Count)
 	}
 	p("\n")
 	if s.Paused {
-		p("paused      %s (seq %d)\n", s.PauseReason, s.PausedSeq)
+		p("paused      %s (seq %d)\n", cut(s.PauseReason, 160), s.PausedSeq)
 	}
 
-	p("\nORPHANED TOOL_USE\n")
-	if len(s.Orphans) == 0 {
+	p("\nORPHANED TOOL_USE (open)\n")
+	if len(v.OpenOrphans) == 0 {
 		p("  none\n")
 	}
-	for _, o := range s.Orphans {
+	for _, o := range v.OpenOrphans {
 		p("  %s  %s  seq %d  turn %s\n", o.ToolUseID, o.Name, o.Seq, orDash(o.Turn))
 	}
-	p("\nVIOLATIONS\n")
-	if len(s.Violations) == 0 {
+	if len(v.RepairedOrphans) > 0 {
+		p("\nREPAIRED TOOL_USE\n")
+		for _, o := range v.RepairedOrphans {
+			p("  %s  %s  seq %d  turn %s  repaired at seq %d\n", o.ToolUseID, o.Name, o.Seq, orDash(o.Turn), o.RepairedSeq)
+		}
+	}
+	p("\nVIOLATIONS (open)\n")
+	if len(v.OpenViolations) == 0 {
 		p("  none\n")
 	}
-	for _, v := range s.Violations {
-		p("  seq %-6d %-30s %s\n", v.Seq, v.Rule, v.Detail)
+	for _, x := range v.OpenViolations {
+		p("  seq %-6d %-30s %s\n", x.Seq, x.Rule, cut(x.Detail, 200))
+	}
+	if len(v.ResolvedViolations) > 0 {
+		p("\nRESOLVED VIOLATIONS\n")
+		for _, x := range v.ResolvedViolations {
+			p("  seq %-6d %-30s %s (resolved at seq %d)\n", x.Seq, x.Rule, cut(x.Detail, 200), x.ResolvedSeq)
+		}
+	}
+	if c.ViolationsReset > 0 || c.OrphansReset > 0 {
+		p("\n%d violation(s) and %d orphan(s) arose before the distillation at seq %d replaced the history (reset; inspect --json lists them)\n",
+			c.ViolationsReset, c.OrphansReset, s.HistoryStart.Seq)
 	}
 	if len(s.Distillations) > 0 {
 		p("\nDISTILLATIONS\n")
@@ -159,13 +198,9 @@ func printInspect(w io.Writer, s *projections.Session) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "  #\tSTATUS\tSTAGE\tSTARTED\tDURATION\tSEQ\tPROMPT")
 	for _, t := range s.Turns {
-		stage := string(t.LastStage)
-		if t.FailedStage != "" {
-			stage = "failed in " + string(t.FailedStage)
-		}
 		status := string(t.Status)
 		if t.Reason != "" && t.Reason != "end_turn" {
-			status += " (" + t.Reason + ")"
+			status += " (" + cut(t.Reason, 60) + ")"
 		}
 		dur := "-"
 		if t.DurationMS > 0 {
@@ -173,31 +208,25 @@ func printInspect(w io.Writer, s *projections.Session) error {
 		} else if !t.EndedAt.IsZero() && !t.StartedAt.IsZero() {
 			dur = t.EndedAt.Sub(t.StartedAt).Round(time.Second).String()
 		}
-		fmt.Fprintf(tw, "  %d\t%s\t%s\t%s\t%s\t%d..%d\t%s\n", t.Index, status, orDash(stage), ts(t.StartedAt), dur,
-			t.StartedSeq, t.EndedSeq, cut(t.Prompt, 60))
+		seqs := fmt.Sprintf("%d..", t.StartedSeq)
+		if t.EndedSeq != 0 {
+			seqs += fmt.Sprint(t.EndedSeq)
+		}
+		fmt.Fprintf(tw, "  %d\t%s\t%s\t%s\t%s\t%s\t%s\n", t.Index, status, turnStage(t), tableTime(t.StartedAt), dur,
+			seqs, cut(t.Prompt, 60))
 	}
 	return tw.Flush()
 }
 
-func ts(t time.Time) string {
-	if t.IsZero() {
-		return "-"
+// turnStage is the STAGE cell of a turn: where it is or was.
+func turnStage(t projections.Turn) string {
+	switch t.Status {
+	case projections.TurnInFlight:
+		return "in " + orDash(string(t.Stage))
+	case projections.TurnFailed:
+		return "failed in " + orDash(string(t.FailedStage))
+	case projections.TurnAbandoned:
+		return fmt.Sprintf("abandoned in %s (completed %s)", orDash(string(t.Stage)), orDash(string(t.LastStage)))
 	}
-	return t.UTC().Format(time.DateTime)
-}
-
-func orDash(s string) string {
-	if s == "" {
-		return "-"
-	}
-	return s
-}
-
-func cut(s string, n int) string {
-	s = strings.Join(strings.Fields(s), " ")
-	r := []rune(s)
-	if len(r) <= n {
-		return s
-	}
-	return string(r[:n]) + "..."
+	return orDash(string(t.LastStage))
 }

@@ -10,6 +10,8 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+
+	"github.com/turnstone-dev/turnstone/internal/console"
 )
 
 func main() {
@@ -17,7 +19,7 @@ func main() {
 	err := newRootCommand(os.Stdout, os.Stderr).ExecuteContext(ctx)
 	stop()
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "engine:", err)
+		fmt.Fprintln(os.Stderr, "engine:", console.EscapeKeepLayout(err.Error()))
 		os.Exit(1)
 	}
 }

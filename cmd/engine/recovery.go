@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"sort"
 	"strings"
 	"text/tabwriter"
@@ -13,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/spf13/cobra"
 	"github.com/turnstone-dev/turnstone/events"
+	"github.com/turnstone-dev/turnstone/internal/console"
 	"github.com/turnstone-dev/turnstone/recovery"
 )
 
@@ -25,8 +27,8 @@ func newRecoveryCommand(g *globals) *cobra.Command {
 	return cmd
 }
 
-// commandRow is a command with its status; State is "pending" while no
-// worker has reported on it.
+// commandRow is a command with its status (docs/cli.md, recovery list
+// --json): Status.State is "pending" while no worker has reported on it.
 type commandRow struct {
 	Command recovery.Command `json:"command"`
 	Seq     uint64           `json:"seq"`
@@ -69,7 +71,7 @@ func loadCommands(ctx context.Context, log *events.Log) ([]commandRow, error) {
 			}
 			var c recovery.Command
 			if json.Unmarshal(msg.Data(), &c) == nil {
-				rows = append(rows, commandRow{Command: c, Seq: meta.Sequence.Stream, Status: recovery.Status{State: "pending"}})
+				rows = append(rows, commandRow{Command: c, Seq: meta.Sequence.Stream, Status: recovery.Status{State: recovery.StatePending}})
 			}
 			if meta.NumPending == 0 || meta.Sequence.Stream >= info.State.LastSeq {
 				break
@@ -96,10 +98,16 @@ func newRecoveryListCommand(g *globals) *cobra.Command {
 		asJSON  bool
 	)
 	cmd := &cobra.Command{
-		Use:   "list",
-		Short: "List recovery commands with their state (pending, running, completed, parked)",
-		Args:  cobra.NoArgs,
+		Use:   "list [--state S] [--session S] [--json]",
+		Short: "List recovery commands with their state (" + stateList() + ")",
+		Long: `List the recovery commands, newest first, each with its state (` + stateList() + `),
+outcome (` + outcomeList() + `), attempts, worker and reason. --json prints
+an array of {command, seq, status} (docs/cli.md).`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if state != "" && !recovery.State(state).Valid() {
+				return fmt.Errorf("--state %q: not a command state; one of: %s", state, stateList())
+			}
 			ctx := cmd.Context()
 			nc, log, err := g.connect(ctx)
 			if err != nil {
@@ -112,7 +120,7 @@ func newRecoveryListCommand(g *globals) *cobra.Command {
 			}
 			kept := rows[:0]
 			for _, r := range rows {
-				if state != "" && r.Status.State != state {
+				if state != "" && r.Status.State != recovery.State(state) {
 					continue
 				}
 				if session != "" && !strings.HasPrefix(r.Command.Session, session) {
@@ -121,38 +129,50 @@ func newRecoveryListCommand(g *globals) *cobra.Command {
 				kept = append(kept, r)
 			}
 			sort.SliceStable(kept, func(i, j int) bool { return kept[i].Seq > kept[j].Seq })
-			if asJSON {
-				if kept == nil {
-					kept = []commandRow{}
-				}
-				enc := json.NewEncoder(g.stdout)
-				enc.SetIndent("", "  ")
-				return enc.Encode(kept)
-			}
-			tw := tabwriter.NewWriter(g.stdout, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "SEQ\tID\tSESSION\tSTATE\tOUTCOME\tATTEMPTS\tWORKER\tREASON")
-			for _, r := range kept {
-				reason := r.Status.Reason
-				if reason == "" {
-					reason = r.Command.Reason
-				}
-				fmt.Fprintf(tw, "%d\t%s\t%s/%s\t%s\t%s\t%d\t%s\t%s\n", r.Seq, r.Command.ID, r.Command.Tenant, r.Command.Session,
-					r.Status.State, orDash(r.Status.Outcome), r.Status.Attempts, orDash(r.Status.Worker), cut(reason, 60))
-			}
-			return tw.Flush()
+			return renderCommands(g.stdout, kept, asJSON)
 		},
 	}
-	cmd.Flags().StringVar(&state, "state", "", "only commands in this state: pending, running, completed, parked")
+	cmd.Flags().StringVar(&state, "state", "", "only commands in this state: "+stateList())
 	cmd.Flags().StringVar(&session, "session", "", "only commands of sessions starting with this")
-	cmd.Flags().BoolVar(&asJSON, "json", false, "print a JSON array")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print a JSON array (docs/cli.md)")
 	return cmd
 }
 
+// renderCommands prints rows as `engine recovery list` does: a table, or
+// (asJSON) a JSON array.
+func renderCommands(w io.Writer, rows []commandRow, asJSON bool) error {
+	if asJSON {
+		return writeJSON(w, nonNil(rows))
+	}
+	tw := tabwriter.NewWriter(console.NewWriter(w), 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "SEQ\tID\tSESSION\tSTATE\tOUTCOME\tATTEMPTS\tWORKER\tUPDATED\tREASON")
+	for _, r := range rows {
+		reason := r.Status.Reason
+		if reason == "" {
+			reason = r.Command.Reason
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%s/%s\t%s\t%s\t%d\t%s\t%s\t%s\n", r.Seq, r.Command.ID, r.Command.Tenant, r.Command.Session,
+			r.Status.State, orDash(string(r.Status.Outcome)), r.Status.Attempts, orDash(r.Status.Worker), tableTime(r.Status.UpdatedAt), cut(reason, 60))
+	}
+	return tw.Flush()
+}
+
+// commandShown is what `engine recovery show --json` prints: the command
+// with its status, and every event of its session's log that names it.
+type commandShown struct {
+	commandRow
+	Events []eventLine `json:"events"`
+}
+
 func newRecoveryShowCommand(g *globals) *cobra.Command {
-	return &cobra.Command{
-		Use:   "show ID",
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "show ID [--json]",
 		Short: "Show a recovery command, its status, and every attempt recorded in its session's log",
-		Args:  cobra.ExactArgs(1),
+		Long: `Show one recovery command: what it asks, its state and outcome, and every
+event of its session's log that names it (attempts, outcome, park), in
+stream order. --json prints {command, seq, status, events} (docs/cli.md).`,
+		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
 			nc, log, err := g.connect(ctx)
@@ -173,21 +193,65 @@ func newRecoveryShowCommand(g *globals) *cobra.Command {
 			if row == nil {
 				return fmt.Errorf("command %q not found (engine recovery list shows them)", args[0])
 			}
-			b, _ := json.MarshalIndent(row, "", "  ")
-			fmt.Fprintf(g.stdout, "%s\n\nIN THE SESSION'S LOG\n", b)
+			shown := commandShown{commandRow: *row}
 			c := row.Command
 			err = log.ReadSession(ctx, c.Tenant, c.Session, events.ReadOptions{}, func(ev events.Event) error {
 				if strings.Contains(string(ev.Data), c.ID) {
-					fmt.Fprintf(g.stdout, "%s  %6d  %-22s  %s\n", ev.Time.UTC().Format("2006-01-02T15:04:05.000Z"), ev.Seq, ev.Type, ev.Summary())
+					shown.Events = append(shown.Events, newEventLine(ev))
 				}
 				return nil
 			})
-			if errors.Is(err, events.ErrSessionNotFound) {
-				err = nil
+			if err != nil && !errors.Is(err, events.ErrSessionNotFound) {
+				return err
 			}
-			return err
+			return renderCommand(g.stdout, shown, asJSON)
 		},
 	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the command, its status and its events as JSON (docs/cli.md)")
+	return cmd
+}
+
+// renderCommand prints one command as `engine recovery show` does.
+func renderCommand(w io.Writer, c commandShown, asJSON bool) error {
+	if asJSON {
+		c.Events = nonNil(c.Events)
+		return writeJSON(w, c)
+	}
+	w = console.NewWriter(w)
+	cmd, st := c.Command, c.Status
+	p := func(format string, a ...any) { fmt.Fprintf(w, format, a...) }
+	p("command     %s\n", cmd.ID)
+	p("kind        %s\n", cmd.Kind)
+	p("session     %s/%s\n", cmd.Tenant, cmd.Session)
+	if cmd.Turn != "" {
+		p("turn        %s\n", cmd.Turn)
+	}
+	p("reason      %s\n", cut(cmd.Reason, 200))
+	p("issued      %s by %s (seq %d, issue %d, evidence %v)\n", tableTime(cmd.IssuedAt), orDash(cmd.IssuedBy), c.Seq, cmd.Issue, cmd.Evidence)
+	if b, err := json.Marshal(cmd.Params); err == nil && string(b) != "{}" {
+		p("params      %s\n", b)
+	}
+	p("state       %s", st.State)
+	if !st.UpdatedAt.IsZero() {
+		p(" (updated %s)", tableTime(st.UpdatedAt))
+	}
+	p("\n")
+	if st.Outcome != "" {
+		p("outcome     %s\n", st.Outcome)
+	}
+	p("attempts    %d\n", st.Attempts)
+	p("worker      %s\n", orDash(st.Worker))
+	if st.Reason != "" {
+		p("why         %s\n", cut(st.Reason, 200))
+	}
+	p("\nIN THE SESSION'S LOG\n")
+	if len(c.Events) == 0 {
+		p("  none\n")
+	}
+	for _, e := range c.Events {
+		p("%-24s  %6d  %-22s  %s\n", timelineTime(e.Time), e.Seq, e.Type, e.Summary)
+	}
+	return nil
 }
 
 func newRecoveryIssueCommand(g *globals) *cobra.Command {
@@ -197,7 +261,7 @@ func newRecoveryIssueCommand(g *globals) *cobra.Command {
 		toolUseIDs                 []string
 	)
 	cmd := &cobra.Command{
-		Use:   "issue SESSION --kind KIND --reason TEXT",
+		Use:   "issue SESSION --kind KIND [--turn T] [--reason TEXT]",
 		Short: "Issue a recovery command by hand (workers execute it in the session's order)",
 		Long: `Issue a recovery command for a session. KIND is one of:
 ` + kindList() + `.
@@ -206,6 +270,9 @@ session's last sequence, so issuing the same command twice before the
 session changes stores it once.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if !recovery.Kind(kind).Valid() {
+				return fmt.Errorf("--kind %q: not a command kind; one of: %s", kind, kindList())
+			}
 			ctx := cmd.Context()
 			nc, log, err := g.connect(ctx)
 			if err != nil {
@@ -243,7 +310,7 @@ session changes stores it once.`,
 		},
 	}
 	cmd.Flags().StringVar(&tenant, "tenant", "", "tenant of the session (default: search every tenant)")
-	cmd.Flags().StringVar(&kind, "kind", "", "command kind (required)")
+	cmd.Flags().StringVar(&kind, "kind", "", "command kind (required): "+kindList())
 	cmd.Flags().StringVar(&reason, "reason", "issued by hand", "why, for the log")
 	cmd.Flags().StringVar(&turn, "turn", "", "turn concerned (abandon_turn, retry_turn)")
 	cmd.Flags().StringSliceVar(&toolUseIDs, "tool-use-id", nil, "repair_orphans: only these tool_use ids (default every orphan)")
@@ -254,6 +321,22 @@ session changes stores it once.`,
 	cmd.Flags().StringVar(&params.Strategy, "strategy", "", "pivot_strategy: the strategy to pivot to")
 	_ = cmd.MarkFlagRequired("kind")
 	return cmd
+}
+
+func stateList() string {
+	var ss []string
+	for _, s := range recovery.States {
+		ss = append(ss, string(s))
+	}
+	return strings.Join(ss, ", ")
+}
+
+func outcomeList() string {
+	var ss []string
+	for _, o := range events.Outcomes {
+		ss = append(ss, string(o))
+	}
+	return strings.Join(ss, ", ")
 }
 
 func kindList() string {

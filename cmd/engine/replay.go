@@ -10,6 +10,7 @@ import (
 
 	"github.com/spf13/cobra"
 	"github.com/turnstone-dev/turnstone/events"
+	"github.com/turnstone-dev/turnstone/internal/console"
 	"github.com/turnstone-dev/turnstone/projections"
 )
 
@@ -23,16 +24,23 @@ type replayFlags struct {
 func newReplayCommand(g *globals) *cobra.Command {
 	var f replayFlags
 	cmd := &cobra.Command{
-		Use:   "replay SESSION",
+		Use:   "replay SESSION [--until-seq N] [--until-time T] [--json]",
 		Short: "Replay a session's events as a timeline, flagging each anomaly where it arises",
-		Long: `Replay a session from its first event: one line per event (time, stream
-sequence, type, summary), with each broken invariant flagged under the event
-that broke it, and the session's state at the end.
+		Long: `Replay a session from its first event, in stream order: one line per event
+(time, stream sequence, type, summary), with each broken invariant flagged
+under the event that broke it ("!!"), each one a repair resolved flagged
+under the repair ("ok"), and the session's state at the end.
+
+A snapshot.taken event carries the time of the last event its snapshot
+covers, which is earlier than the events stored before it: its line
+shows no time of its own, only the sequence it covers and that time.
 
 SESSION is a session token, a unique prefix of one, or TENANT/SESSION.
 --until-seq stops after that stream sequence; --until-time stops before the
-first event whose time (RFC 3339) is after T. --json prints one JSON object
-per event (JSON Lines) instead.`,
+first event whose time (RFC 3339) is after T. --json prints JSON Lines
+instead: one object per event, the whole event (envelope and data,
+masked) with its anomalies, then one object with the final view
+(docs/cli.md).`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
@@ -53,7 +61,8 @@ per event (JSON Lines) instead.`,
 			if err != nil {
 				return err
 			}
-			r := &replayer{ctx: ctx, log: log, w: g.stdout, json: f.json, until: until}
+			r := newReplayer(g.stdout, f.json, until)
+			r.ctx, r.log = ctx, log
 			err = log.ReadSession(ctx, ref.Tenant, ref.Session, events.ReadOptions{UntilSeq: f.untilSeq}, r.event)
 			if err != nil && !errors.Is(err, errStopReplay) {
 				return err
@@ -64,7 +73,7 @@ per event (JSON Lines) instead.`,
 	cmd.Flags().StringVar(&f.tenant, "tenant", "", "tenant of the session (default: search every tenant)")
 	cmd.Flags().Uint64Var(&f.untilSeq, "until-seq", 0, "stop after this stream sequence")
 	cmd.Flags().StringVar(&f.untilTime, "until-time", "", "stop before the first event whose time is after this RFC 3339 time")
-	cmd.Flags().BoolVar(&f.json, "json", false, "print JSON Lines: one object per event")
+	cmd.Flags().BoolVar(&f.json, "json", false, "print JSON Lines: one object per event, then the final view (docs/cli.md)")
 	return cmd
 }
 
@@ -84,22 +93,59 @@ type replayer struct {
 	n     int
 }
 
-// replayLine is one event of `engine replay --json`.
+// newReplayer returns a replayer printing to w: text through
+// console.NewWriter, or (asJSON) JSON Lines. until, when set, stops the
+// replay before the first event whose time is after it.
+func newReplayer(w io.Writer, asJSON bool, until time.Time) *replayer {
+	if !asJSON {
+		w = console.NewWriter(w)
+	}
+	return &replayer{w: w, json: asJSON, until: until}
+}
+
+// eventLine is one event as the JSON outputs print it (replay --json,
+// recovery show --json): its position, its one-line summary, and the
+// whole event, masked (docs/cli.md).
+type eventLine struct {
+	Seq     uint64          `json:"seq"`
+	Time    time.Time       `json:"time"`
+	Type    events.Type     `json:"type"`
+	ID      string          `json:"id,omitempty"`
+	Turn    string          `json:"turn,omitempty"`
+	Summary string          `json:"summary"`
+	Invalid string          `json:"invalid,omitempty"`
+	Event   json.RawMessage `json:"event"`
+}
+
+func newEventLine(ev events.Event) eventLine {
+	l := eventLine{Seq: ev.Seq, Time: ev.Time, Type: ev.Type, ID: ev.ID, Turn: ev.Turn, Summary: ev.Summary(), Event: wholeEvent(ev)}
+	if ev.Err != nil {
+		l.Invalid = ev.Err.Error()
+	}
+	return l
+}
+
+// replayLine is one event of `engine replay --json`: the event, the
+// violations it gave rise to (anomalies) and those a repair in it
+// resolved (resolved).
 type replayLine struct {
-	Seq       uint64                  `json:"seq"`
-	Time      time.Time               `json:"time"`
-	Type      events.Type             `json:"type"`
-	ID        string                  `json:"id,omitempty"`
-	Turn      string                  `json:"turn,omitempty"`
-	Summary   string                  `json:"summary"`
-	Invalid   string                  `json:"invalid,omitempty"`
+	eventLine
 	Anomalies []projections.Violation `json:"anomalies"`
+	Resolved  []projections.Violation `json:"resolved"`
+}
+
+// replayEnd is the last line of `engine replay --json`: how many events
+// were replayed and the view of the state they fold to.
+type replayEnd struct {
+	Replayed int              `json:"replayed"`
+	View     projections.View `json:"view"`
 }
 
 func (r *replayer) event(ev events.Event) error {
 	if !r.until.IsZero() && ev.Time.After(r.until) {
 		return errStopReplay
 	}
+	resolvedBefore := r.state.Totals.Resolved
 	anomalies := r.state.Apply(ev)
 	r.n++
 	if r.state.NeedsRefold {
@@ -107,14 +153,16 @@ func (r *replayer) event(ev events.Event) error {
 			return err
 		}
 	}
+	var resolved []projections.Violation
+	if r.state.Totals.Resolved > resolvedBefore {
+		for _, v := range r.state.Violations {
+			if v.Resolved && v.ResolvedSeq == ev.Seq && ev.Seq != 0 {
+				resolved = append(resolved, v)
+			}
+		}
+	}
 	if r.json {
-		line := replayLine{Seq: ev.Seq, Time: ev.Time, Type: ev.Type, ID: ev.ID, Turn: ev.Turn, Summary: ev.Summary(), Anomalies: anomalies}
-		if ev.Err != nil {
-			line.Invalid = ev.Err.Error()
-		}
-		if line.Anomalies == nil {
-			line.Anomalies = []projections.Violation{}
-		}
+		line := replayLine{eventLine: newEventLine(ev), Anomalies: nonNil(anomalies), Resolved: nonNil(resolved)}
 		b, err := json.Marshal(line)
 		if err != nil {
 			return err
@@ -126,11 +174,15 @@ func (r *replayer) event(ev events.Event) error {
 	if typ == "" {
 		typ = "?"
 	}
-	ts := "-"
-	if !ev.Time.IsZero() {
-		ts = ev.Time.UTC().Format("2006-01-02T15:04:05.000Z")
+	ts, summary := timelineTime(ev.Time), ev.Summary()
+	if p, err := ev.Payload(); err == nil && ev.Err == nil {
+		if snap, ok := p.(*events.SnapshotTaken); ok {
+			// Stamped with the time of the last event it covers: that time
+			// would run the timeline backwards.
+			ts, summary = "", fmt.Sprintf("snapshot of the state up to seq %d (time of that event: %s)", snap.CoversSeq, timelineTime(ev.Time))
+		}
 	}
-	if _, err := fmt.Fprintf(r.w, "%s  %6d  %-22s  %s\n", ts, ev.Seq, typ, ev.Summary()); err != nil {
+	if _, err := fmt.Fprintf(r.w, "%-24s  %6d  %-22s  %s\n", ts, ev.Seq, typ, summary); err != nil {
 		return err
 	}
 	for _, a := range anomalies {
@@ -138,15 +190,47 @@ func (r *replayer) event(ev events.Event) error {
 			return err
 		}
 	}
+	for _, a := range resolved {
+		if _, err := fmt.Fprintf(r.w, "%32sok resolved %s of seq %d: %s\n", "", a.Rule, a.Seq, a.Detail); err != nil {
+			return err
+		}
+	}
 	return nil
 }
 
-func (r *replayer) end() error {
-	if r.json {
-		return nil
+// wholeEvent is ev as `replay --json` prints it: the envelope and data as
+// stored, with secrets masked (events.Mask on data, events.MaskString on
+// the free-text source). Data that is not JSON is printed as a string.
+func wholeEvent(ev events.Event) json.RawMessage {
+	events.Mask(&ev)
+	ev.Source = events.MaskString(ev.Source)
+	if b, err := json.Marshal(ev); err == nil {
+		return b
 	}
-	s := &r.state
-	_, err := fmt.Fprintf(r.w, "\n%d events replayed: %s; turns %d; orphaned tool_use %v; violations %d (%d resolved)\n",
-		r.n, s.Status(), s.Totals.Turns, s.OrphanedToolUseIDs(), s.Totals.Violations, s.Totals.Resolved)
+	raw := string(ev.Data)
+	ev.Data = nil
+	b, err := json.Marshal(struct {
+		events.Event
+		Data string `json:"data"`
+	}{ev, events.MaskString(raw)})
+	if err != nil {
+		return json.RawMessage("null")
+	}
+	return b
+}
+
+func (r *replayer) end() error {
+	v := r.state.View()
+	if r.json {
+		b, err := json.Marshal(replayEnd{Replayed: r.n, View: v})
+		if err != nil {
+			return err
+		}
+		_, err = fmt.Fprintf(r.w, "%s\n", b)
+		return err
+	}
+	c := v.Counts
+	_, err := fmt.Fprintf(r.w, "\n%d events replayed: %s; turns %d; orphaned tool_use: %d open %v, %d repaired; violations: %d open, %d resolved, %d reset\n",
+		r.n, v.Status, c.TurnsTotal, c.OrphansOpen, nonNil(v.OrphanedToolUseIDs), c.OrphansRepaired, c.ViolationsOpen, c.ViolationsResolved, c.ViolationsReset)
 	return err
 }

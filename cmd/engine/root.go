@@ -14,6 +14,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/turnstone-dev/turnstone/embedded"
 	"github.com/turnstone-dev/turnstone/events"
+	"github.com/turnstone-dev/turnstone/internal/console"
 )
 
 // globals are the flags every subcommand shares.
@@ -54,6 +55,7 @@ Start the engine with 'engine serve'; the other commands connect to it
 		newReplayCommand(g),
 		newRecoveryCommand(g),
 		newIncidentsCommand(g),
+		newDiffCommand(g),
 		newRuntimesCommand(g),
 		newMembersCommand(g),
 		newSetupCommand(g),
@@ -67,8 +69,7 @@ func (g *globals) logger() (zerolog.Logger, error) {
 	if err != nil || g.logLevel == "" {
 		return zerolog.Nop(), fmt.Errorf("--log-level: %q is not one of debug, info, warn, error", g.logLevel)
 	}
-	w := zerolog.ConsoleWriter{Out: g.stderr, TimeFormat: time.TimeOnly, NoColor: !isTerminal(g.stderr)}
-	return zerolog.New(w).Level(lvl).With().Timestamp().Logger(), nil
+	return zerolog.New(console.LogWriter(g.stderr)).Level(lvl).With().Timestamp().Logger(), nil
 }
 
 // dial opens the NATS connection of a client subcommand. The caller
@@ -115,13 +116,4 @@ func (g *globals) connect(ctx context.Context) (*nats.Conn, *events.Log, error) 
 		return nil, nil, err
 	}
 	return nc, log, nil
-}
-
-func isTerminal(w io.Writer) bool {
-	f, ok := w.(*os.File)
-	if !ok {
-		return false
-	}
-	st, err := f.Stat()
-	return err == nil && st.Mode()&os.ModeCharDevice != 0
 }

@@ -2,10 +2,12 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"os"
 	"strconv"
+	"syscall"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -24,6 +26,8 @@ type serveFlags struct {
 	useExisting   bool
 	policy        string
 	telemetry     string
+	ui            string
+	incidentsTick time.Duration
 	data          string
 	listen        string
 	partitions    int
@@ -61,6 +65,8 @@ events.`,
 	}
 	cmd.Flags().StringVar(&f.policy, "policy", "", "reconciler policy file (YAML; docs/policy.md); default: the built-in defaults")
 	cmd.Flags().StringVar(&f.telemetry, "telemetry-listen", "127.0.0.1:9464", "address of /metrics and /healthz (empty: off)")
+	cmd.Flags().StringVar(&f.ui, "ui-listen", "", "address of the read-only web view, HOST:PORT, served under /ui/ (empty: off); bind it where only the people who may read every tenant's sessions reach it")
+	cmd.Flags().DurationVar(&f.incidentsTick, "incidents-every", 30*time.Second, "how often the fleet's incidents are correlated for /metrics (incidents_open)")
 	cmd.Flags().StringVar(&f.data, "data", data, "directory of the embedded server's JetStream store (env TURNSTONE_DATA)")
 	cmd.Flags().StringVar(&f.listen, "listen", net.JoinHostPort(embedded.DefaultHost, strconv.Itoa(embedded.DefaultPort)), "client address of the embedded server, HOST:PORT")
 	cmd.Flags().IntVar(&f.replicas, "replicas", 0, "stream replicas of new streams (3 on a 3-node JetStream cluster); existing streams keep theirs unless --update-streams")
@@ -84,6 +90,18 @@ func runServe(ctx context.Context, g *globals, f serveFlags, external bool) erro
 	policy, err := reconciler.LoadPolicy(f.policy)
 	if err != nil {
 		return err // names the file and every bad key
+	}
+	// A busy port is reported at once, naming the flag, before the
+	// embedded server spends its start-up wait on it.
+	if !external {
+		if err := checkListen("--listen", f.listen, "HOST:PORT"); err != nil {
+			return err
+		}
+	}
+	if f.telemetry != "" {
+		if err := checkListen("--telemetry-listen", f.telemetry, `HOST:PORT (or "" for none)`); err != nil {
+			return err
+		}
 	}
 	var (
 		nc  *nats.Conn
@@ -132,7 +150,7 @@ func runServe(ctx context.Context, g *globals, f serveFlags, external bool) erro
 	if f.telemetry != "" {
 		ts := telemetry.NewServer(f.telemetry, metrics, health, &logger)
 		if err := ts.Start(); err != nil {
-			return fmt.Errorf("--telemetry-listen %s: %w", f.telemetry, err)
+			return listenError("--telemetry-listen", f.telemetry, `HOST:PORT (or "" for none)`, err)
 		}
 		defer func() {
 			cctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -146,10 +164,41 @@ func runServe(ctx context.Context, g *globals, f serveFlags, external bool) erro
 		return err
 	}
 	defer stop()
+	var tm *telemetry.Metrics
+	if f.telemetry != "" {
+		tm = metrics
+	}
+	if f.incidentsTick <= 0 {
+		return fmt.Errorf("--incidents-every: must be positive, got %s", f.incidentsTick)
+	}
+	stopForensics, err := startForensics(ctx, eng, f.ui, tm, f.incidentsTick, logger)
+	if err != nil {
+		return err
+	}
+	defer stopForensics()
 	logger.Info().Str("name", eng.Name()).Ints("partitions", eng.Partitions()).Int("of", eng.Log.Partitions()).Msg("engine ready; Ctrl-C to stop")
 	<-ctx.Done()
 	logger.Info().Msg("engine stopping")
 	return nil
+}
+
+// checkListen reports whether addr, the value of flag, can be listened on
+// now: an address in use is an error that says so and names the flag to
+// change (hint is the form of its value).
+func checkListen(flag, addr, hint string) error {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return listenError(flag, addr, hint, err)
+	}
+	return ln.Close()
+}
+
+// listenError is the error of a failed listen on addr, the value of flag.
+func listenError(flag, addr, hint string, err error) error {
+	if errors.Is(err, syscall.EADDRINUSE) {
+		return fmt.Errorf("%s %s: address in use (another engine or server listens there); choose another with %s %s", flag, addr, flag, hint)
+	}
+	return fmt.Errorf("%s %s: %w", flag, addr, err)
 }
 
 func embeddedConfig(f serveFlags) (embedded.Config, error) {

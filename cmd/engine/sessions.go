@@ -1,14 +1,13 @@
 package main
 
 import (
-	"context"
-	"encoding/json"
 	"fmt"
+	"io"
 	"text/tabwriter"
-	"time"
 
 	"github.com/spf13/cobra"
 	"github.com/turnstone-dev/turnstone/events"
+	"github.com/turnstone-dev/turnstone/internal/console"
 	"github.com/turnstone-dev/turnstone/projections"
 )
 
@@ -19,101 +18,95 @@ func newSessionsCommand(g *globals) *cobra.Command {
 		broken bool
 	)
 	cmd := &cobra.Command{
-		Use:   "sessions",
-		Short: "List the sessions in the log: tenant, session, turns, status, orphans",
+		Use:   "sessions [--tenant T] [--broken] [--json]",
+		Short: "List the sessions in the log: tenant, session, turns, status, orphans, violations",
 		Long: `List every session in the log, one line each: tenant, session, turns,
-status (paused, in_turn, broken or idle), orphaned tool_use blocks,
-violations, events and the time of the last event. Each session is rebuilt
-from its last snapshot plus the events after it.`,
+status (paused, in_turn, broken or idle), open orphaned tool_use blocks
+(and how many were repaired), open violations (and how many were
+resolved), events and the time of the last event. The rows come from the
+fleet index the engines keep (bucket turnstone_sessions: one summary per
+session, written within a second of its last event), so listing 100,000
+sessions takes a moment; inspect a session for its whole state.
+
+Events stored under a subject that names no valid session (a token the
+contract forbids, such as a literal "*") are listed too, with status
+"invalid" and the reason below the table.
+
+--broken lists only the sessions with an open orphan or an open violation
+(whatever their status shows first) and the invalid subjects. --json
+prints an array of the sessions' summaries (docs/cli.md).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if tenant != "" && !events.ValidToken(tenant) {
+				return fmt.Errorf("--tenant %q: must be 1-%d characters of [A-Za-z0-9_-]", tenant, events.MaxTokenLen)
+			}
 			ctx := cmd.Context()
 			nc, log, err := g.connect(ctx)
 			if err != nil {
 				return err
 			}
 			defer nc.Close()
-			states, err := restoreAll(ctx, log, tenant)
+			rows, err := projections.ReadIndex(ctx, log.JetStream(), projections.IndexFilter{Tenant: tenant})
 			if err != nil {
-				return err
+				return fmt.Errorf("read the fleet index: %w (has an engine run on this log? engine setup builds the index)", err)
 			}
 			if broken {
-				kept := states[:0]
-				for _, s := range states {
-					if s.Status() == projections.StatusBroken || len(s.OrphanedToolUseIDs()) > 0 {
-						kept = append(kept, s)
-					}
-				}
-				states = kept
+				rows = brokenRows(rows)
 			}
-			if asJSON {
-				return printSessionsJSON(g, states)
-			}
-			tw := tabwriter.NewWriter(g.stdout, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "TENANT\tSESSION\tTURNS\tSTATUS\tORPHANS\tVIOLATIONS\tEVENTS\tLAST EVENT")
-			for _, s := range states {
-				last := "-"
-				if !s.LastTime.IsZero() {
-					last = s.LastTime.UTC().Format(time.DateTime)
-				}
-				fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%d\t%d\t%d\t%s\n", s.Tenant, s.Session, s.Totals.Turns, s.Status(),
-					len(s.OrphanedToolUseIDs()), s.Totals.Violations, s.Events, last)
-			}
-			return tw.Flush()
+			return renderSessions(g.stdout, rows, asJSON)
 		},
 	}
 	cmd.Flags().StringVar(&tenant, "tenant", "", "list only this tenant's sessions")
-	cmd.Flags().BoolVar(&asJSON, "json", false, "print a JSON array")
-	cmd.Flags().BoolVar(&broken, "broken", false, "list only sessions with orphans or violations")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print a JSON array of views (docs/cli.md)")
+	cmd.Flags().BoolVar(&broken, "broken", false, "list only sessions with an open orphan or violation, and invalid subjects")
 	return cmd
 }
 
-type sessionLine struct {
-	Tenant     string    `json:"tenant"`
-	Session    string    `json:"session"`
-	Kind       string    `json:"kind,omitempty"`
-	Parent     string    `json:"parent_session,omitempty"`
-	Turns      int       `json:"turns"`
-	Status     string    `json:"status"`
-	Orphans    int       `json:"orphans"`
-	Violations int       `json:"violations"`
-	Events     int       `json:"events"`
-	LastTime   time.Time `json:"last_time,omitzero"`
+// brokenRows keeps the rows with an open orphan or an open violation,
+// and the invalid subjects: the rows whose ORPHANS or VIOLATIONS column
+// does not start with 0.
+func brokenRows(rows []projections.Summary) []projections.Summary {
+	var kept []projections.Summary
+	for _, v := range rows {
+		if v.Status == projections.StatusInvalid || v.Counts.OrphansOpen > 0 || v.Counts.ViolationsOpen > 0 {
+			kept = append(kept, v)
+		}
+	}
+	return kept
 }
 
-func printSessionsJSON(g *globals, states []*projections.Session) error {
-	out := make([]sessionLine, 0, len(states))
-	for _, s := range states {
-		out = append(out, sessionLine{Tenant: s.Tenant, Session: s.Session, Kind: s.Kind, Parent: s.ParentSession,
-			Turns: s.Totals.Turns, Status: s.Status(), Orphans: len(s.OrphanedToolUseIDs()),
-			Violations: s.Totals.Violations, Events: s.Events, LastTime: s.LastTime})
-	}
-	enc := json.NewEncoder(g.stdout)
-	enc.SetIndent("", "  ")
-	return enc.Encode(out)
-}
-
-// restoreAll rebuilds every session of the log (of one tenant when tenant
-// is set) from its last snapshot plus its tail, in the log's order.
-func restoreAll(ctx context.Context, log *events.Log, tenant string) ([]*projections.Session, error) {
-	refs, err := log.Sessions(ctx, tenant)
-	if err != nil {
-		return nil, err
-	}
-	store, err := projections.NewSnapshotStore(log.JetStream(), projections.SnapshotConfig{})
-	if err != nil {
-		return nil, err
-	}
-	out := make([]*projections.Session, 0, len(refs))
-	for _, r := range refs {
-		s, err := projections.Restore(ctx, log, store, r.Tenant, r.Session)
-		if err != nil {
-			return nil, err
+// renderSessions prints the fleet index's rows as `engine sessions`
+// does: a table, with the invalid subjects' reasons below it, or (asJSON)
+// a JSON array of the rows.
+func renderSessions(w io.Writer, views []projections.Summary, asJSON bool) error {
+	if asJSON {
+		if views == nil {
+			views = []projections.Summary{}
 		}
-		if s.Tenant == "" { // only invalid events: name it from the subject
-			s.Tenant, s.Session = r.Tenant, r.Session
-		}
-		out = append(out, s)
+		return writeJSON(w, views)
 	}
-	return out, nil
+	w = console.NewWriter(w)
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "TENANT\tSESSION\tTURNS\tSTATUS\tORPHANS\tVIOLATIONS\tEVENTS\tLAST EVENT")
+	var invalid []projections.Summary
+	for _, v := range views {
+		if v.Status == projections.StatusInvalid {
+			invalid = append(invalid, v)
+			fmt.Fprintf(tw, "%s\t%s\t-\t%s\t-\t-\t%d\t-\n", orDash(v.Tenant), orDash(v.Session), v.Status, v.Events)
+			continue
+		}
+		c := v.Counts
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%d\t%s\n", v.Tenant, v.Session, c.TurnsTotal, v.Status,
+			countCell(c.OrphansOpen, c.OrphansRepaired, "repaired"), countCell(c.ViolationsOpen, c.ViolationsResolved, "resolved"),
+			v.Events, tableTime(v.LastTime))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	for _, v := range invalid {
+		if _, err := fmt.Fprintf(w, "invalid: subject %s (%d event(s)): %s\n", v.Subject, v.Events, v.StatusDetail); err != nil {
+			return err
+		}
+	}
+	return nil
 }

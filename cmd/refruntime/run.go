@@ -17,6 +17,7 @@ import (
 	"github.com/turnstone-dev/turnstone/embedded"
 	"github.com/turnstone-dev/turnstone/events"
 	"github.com/turnstone-dev/turnstone/ingest"
+	"github.com/turnstone-dev/turnstone/internal/console"
 	"github.com/turnstone-dev/turnstone/refruntime"
 )
 
@@ -165,7 +166,7 @@ func (m *Main) Run(ctx context.Context) error {
 	if m.verbose {
 		level = zerolog.DebugLevel
 	}
-	logger := zerolog.New(zerolog.ConsoleWriter{Out: m.stderr, TimeFormat: time.TimeOnly}).Level(level).With().Timestamp().Logger()
+	logger := zerolog.New(console.LogWriter(m.stderr)).Level(level).With().Timestamp().Logger()
 
 	nc, err := nats.Connect(m.natsURL, nats.Name("refruntime "+m.tenant))
 	if err != nil {

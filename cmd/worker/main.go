@@ -22,6 +22,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/turnstone-dev/turnstone/embedded"
 	"github.com/turnstone-dev/turnstone/events"
+	"github.com/turnstone-dev/turnstone/internal/console"
 	"github.com/turnstone-dev/turnstone/recovery"
 	"github.com/turnstone-dev/turnstone/telemetry"
 )
@@ -84,7 +85,7 @@ func run(ctx context.Context, f flags, stderr io.Writer) error {
 	if err != nil || f.logLevel == "" {
 		return fmt.Errorf("--log-level %q: want debug, info, warn or error", f.logLevel)
 	}
-	logger := zerolog.New(zerolog.ConsoleWriter{Out: stderr, TimeFormat: time.TimeOnly}).Level(lvl).With().Timestamp().Logger()
+	logger := zerolog.New(console.LogWriter(stderr)).Level(lvl).With().Timestamp().Logger()
 	nc, log, err := connect(ctx, f.natsURL, logger)
 	if err != nil {
 		return err
@@ -101,6 +102,9 @@ func run(ctx context.Context, f flags, stderr io.Writer) error {
 		})
 		ts := telemetry.NewServer(f.telemetry, metrics, health, &logger)
 		if err := ts.Start(); err != nil {
+			if errors.Is(err, syscall.EADDRINUSE) {
+				return fmt.Errorf("--telemetry-listen %s: address in use (another process listens there); choose another with --telemetry-listen HOST:PORT (or \"\" for none)", f.telemetry)
+			}
 			return fmt.Errorf("--telemetry-listen %s: %w", f.telemetry, err)
 		}
 		defer func() {

@@ -1,0 +1,163 @@
+package projections
+
+import (
+	"encoding/json"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/turnstone-dev/turnstone/events"
+)
+
+// TestView checks the read model's rules, state by state: each orphan and
+// violation is in exactly one of its states, the counts add up to the
+// totals, the status agrees with the open violations, and the first
+// anomaly is the earliest.
+func TestView(t *testing.T) {
+	repair := at(synthetic(events.ContentBlock{Type: events.BlockToolResult, ToolUseID: "toolu_1", IsError: true, Content: json.RawMessage(`"interrupted"`)}))
+	orphaned := []step{
+		in("t1", started("build it")),
+		in("t1", user(text("build it"))),
+		in("t1", asst(text("Building."), use("toolu_1", "Bash"))),
+		in("t1", failed("worker killed")),
+	}
+	tests := []struct {
+		name   string
+		steps  []step
+		status SessionStatus
+		want   Counts
+		first  string // FirstAnomaly.What ("" for none)
+		state  string // FirstAnomaly.State
+		check  func(t *testing.T, v View)
+	}{
+		{name: "clean", status: StatusIdle, steps: []step{
+			in("t1", started("hi")), in("t1", user(text("hi"))), in("t1", asst(text("hello"))), in("t1", completed()),
+		}, want: Counts{TurnsTotal: 1, TurnsCompleted: 1}},
+		{name: "open orphan", status: StatusBroken, steps: orphaned,
+			want:  Counts{TurnsTotal: 1, TurnsFailed: 1, OrphansOpen: 1, OrphansTotal: 1, ViolationsOpen: 1, ViolationsTotal: 1},
+			first: string(RuleToolUseWithoutResult), state: StateOpen,
+			check: func(t *testing.T, v View) {
+				if !slices.Equal(v.OrphanedToolUseIDs, []string{"toolu_1"}) || len(v.OpenOrphans) != 1 || len(v.OpenViolations) != 1 ||
+					!strings.Contains(v.StatusDetail, "tool_use_without_result") {
+					t.Errorf("open orphan view: %+v", v)
+				}
+			}},
+		{name: "repaired orphan", status: StatusIdle, steps: append(slices.Clone(orphaned), repair),
+			want:  Counts{TurnsTotal: 1, TurnsFailed: 1, OrphansRepaired: 1, OrphansTotal: 1, ViolationsResolved: 1, ViolationsTotal: 1},
+			first: string(RuleToolUseWithoutResult), state: StateResolved,
+			check: func(t *testing.T, v View) {
+				if len(v.OrphanedToolUseIDs) != 0 || len(v.RepairedOrphans) != 1 || len(v.ResolvedViolations) != 1 || len(v.OpenViolations) != 0 ||
+					v.FirstAnomaly.ResolvedSeq != 5 {
+					t.Errorf("repaired orphan view: %+v", v)
+				}
+			}},
+		{name: "orphan reset by a distillation", status: StatusIdle, steps: append(slices.Clone(orphaned),
+			at(&events.DistillationStarted{}), at(&events.DistillationCompleted{Trigger: "manual"})),
+			want: Counts{TurnsTotal: 1, TurnsFailed: 1, OrphansReset: 1, OrphansTotal: 1,
+				// The distillation over the orphan is dirty: a violation too, reset with the history.
+				ViolationsReset: 2, ViolationsTotal: 2},
+			first: string(RuleToolUseWithoutResult), state: StateReset},
+		{name: "paused with an open violation", status: StatusPaused, steps: append(slices.Clone(orphaned), at(&events.SessionPaused{Reason: "needs a person"})),
+			want:  Counts{TurnsTotal: 1, TurnsFailed: 1, OrphansOpen: 1, OrphansTotal: 1, ViolationsOpen: 1, ViolationsTotal: 1},
+			first: string(RuleToolUseWithoutResult), state: StateOpen,
+			check: func(t *testing.T, v View) {
+				if !v.Paused || v.StatusDetail != "needs a person" {
+					t.Errorf("paused view: %+v", v)
+				}
+			}},
+		{name: "turn in flight", status: StatusInTurn, steps: []step{
+			in("t1", started("long")), in("t1", &events.TurnStageCompleted{Stage: events.StageContext}),
+		}, want: Counts{TurnsTotal: 1, TurnsInFlight: 1},
+			check: func(t *testing.T, v View) {
+				if !slices.Equal(v.InFlight, []string{"t1"}) || !strings.Contains(v.StatusDetail, "in stage history") {
+					t.Errorf("in-flight view: %+v", v)
+				}
+			}},
+		{name: "abandoned turn", status: StatusIdle, steps: []step{
+			in("t1", started("long")), in("t1", &events.TurnStageCompleted{Stage: events.StageContext}),
+			in("t1", &events.TurnAbandoned{LastStageCompleted: events.StageContext, Stage: events.StageHistory, Reason: "deadline"}),
+		}, want: Counts{TurnsTotal: 1, TurnsAbandoned: 1}, first: AnomalyTurnAbandoned,
+			check: func(t *testing.T, v View) {
+				if !strings.Contains(v.FirstAnomaly.Detail, "abandoned in history (last stage completed: context)") {
+					t.Errorf("abandoned turn: %+v", v.FirstAnomaly)
+				}
+			}},
+		{name: "invalid event", status: StatusBroken, steps: []step{rawStep(rawEvent(events.TypeTurnStarted, "", `{}`))},
+			want: Counts{ViolationsOpen: 1, ViolationsTotal: 1, InvalidEvents: 1}, first: string(RuleInvalidEvent), state: StateOpen},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := FoldLog(build(t, tt.steps))
+			v := s.View()
+			if v.Status != tt.status || v.Status != s.Status() {
+				t.Errorf("status %s (Status() %s), want %s", v.Status, s.Status(), tt.status)
+			}
+			if v.Counts != tt.want || s.Counts() != tt.want {
+				t.Errorf("counts\n got %+v\nwant %+v", v.Counts, tt.want)
+			}
+			c := v.Counts
+			if c.OrphansOpen+c.OrphansRepaired+c.OrphansReset != c.OrphansTotal || c.ViolationsOpen+c.ViolationsResolved+c.ViolationsReset != c.ViolationsTotal {
+				t.Errorf("the states do not add up to the totals: %+v", c)
+			}
+			if (v.Status == StatusBroken) != (c.ViolationsOpen > 0 && !v.Paused && c.TurnsInFlight == 0) {
+				t.Errorf("status %s with %d open violations", v.Status, c.ViolationsOpen)
+			}
+			for i := range s.Violations {
+				if st := s.ViolationState(i); (st == StateResolved) != s.Violations[i].Resolved {
+					t.Errorf("violation %d: state %s, resolved %v", i, st, s.Violations[i].Resolved)
+				}
+			}
+			switch {
+			case tt.first == "" && v.FirstAnomaly != nil:
+				t.Errorf("first anomaly %+v, want none", v.FirstAnomaly)
+			case tt.first != "" && (v.FirstAnomaly == nil || v.FirstAnomaly.What != tt.first || v.FirstAnomaly.State != tt.state):
+				t.Errorf("first anomaly %+v, want %s (%s)", v.FirstAnomaly, tt.first, tt.state)
+			}
+			if v.Anomalous != s.Anomalous() {
+				t.Errorf("Anomalous %v, Session.Anomalous %v", v.Anomalous, s.Anomalous())
+			}
+			if tt.check != nil {
+				tt.check(t, v)
+			}
+		})
+	}
+}
+
+// TestViewJSON checks the promises of View's JSON: arrays are never null,
+// first_anomaly and last_command are null when there is none, and the
+// counts have their names.
+func TestViewJSON(t *testing.T) {
+	b, err := json.Marshal((&Session{}).View())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(b, &m); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{"in_flight", "orphaned_tool_use_ids", "open_orphans", "repaired_orphans", "open_violations", "resolved_violations"} {
+		if string(m[k]) != "[]" {
+			t.Errorf("%s = %s, want []", k, m[k])
+		}
+	}
+	for _, k := range []string{"first_anomaly", "last_command"} {
+		if string(m[k]) != "null" {
+			t.Errorf("%s = %s, want null", k, m[k])
+		}
+	}
+	var counts map[string]int
+	if err := json.Unmarshal(m["counts"], &counts); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{"turns_total", "turns_in_flight", "orphans_open", "orphans_repaired", "orphans_reset", "orphans_total",
+		"violations_open", "violations_resolved", "violations_reset", "violations_total", "invalid_events"} {
+		if _, ok := counts[k]; !ok {
+			t.Errorf("counts lack %s: %s", k, m["counts"])
+		}
+	}
+
+	iv := InvalidSubjectView("agent.evt.acme.*", "acme", "*", 2, "4 tokens, want 5")
+	if iv.Status != StatusInvalid || !iv.Anomalous || iv.FirstAnomaly.What != AnomalyInvalidSubject || !strings.Contains(iv.FirstAnomaly.Detail, "agent.evt.acme.*") {
+		t.Errorf("invalid subject view: %+v", iv)
+	}
+}
