@@ -18,12 +18,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
+	"github.com/turnstone-dev/turnstone/audit"
+	"github.com/turnstone-dev/turnstone/erasure"
 	"github.com/turnstone-dev/turnstone/events"
 	"github.com/turnstone-dev/turnstone/ingest"
 	"github.com/turnstone-dev/turnstone/pgroup"
@@ -75,6 +78,11 @@ type Config struct {
 	// buckets must exist: an operator ran `engine setup`). For an engine
 	// whose NATS permissions do not allow it (docs/security.md).
 	UseExisting bool
+	// RetentionEvery is how often the engine erases the sessions of its
+	// partitions that are older than their tenant's retention (the
+	// policy's retention.max_age; none by default). Default 1 minute;
+	// negative: never.
+	RetentionEvery time.Duration
 }
 
 // Validate reports every out-of-range field, joined.
@@ -104,8 +112,12 @@ type Engine struct {
 	Reconciler *reconciler.Reconciler
 	Presence   *presence.Tracker
 	Ingest     *ingest.Server
+	// Gate is the engine's erasure gate (package erasure): the
+	// projector, the reconciler and the ingest write through it.
+	Gate *erasure.Gate
 
 	nc     *nats.Conn
+	notice *nats.Subscription
 	js     jetstream.JetStream
 	cfg    Config
 	l      zerolog.Logger
@@ -165,6 +177,21 @@ func Setup(ctx context.Context, js jetstream.JetStream, cfg events.Config, logge
 	if _, err := pgroup.OpenBucket(ctx, js, pgroup.DefaultBucket, true, replicas, pgroup.DefaultTTL); err != nil {
 		return nil, fmt.Errorf("setup: %w", err)
 	}
+	if err := audit.Ensure(ctx, js, replicas); err != nil {
+		return nil, fmt.Errorf("setup: %w", err)
+	}
+	if changes := log.Changed(); len(changes) > 0 {
+		reason := "engine setup: this version's stream settings"
+		if cfg.UpdateStreams {
+			reason = "engine setup --update-streams"
+		}
+		if _, err := audit.Append(ctx, js, audit.Record{Action: audit.ActionStreamsUpdated, Who: audit.Who(js.Conn()), Reason: reason, Changes: changes}); err != nil {
+			return nil, fmt.Errorf("setup: stream settings changed (%s) but not recorded: %w", strings.Join(changes, "; "), err)
+		}
+		if logger != nil {
+			logger.Warn().Strs("changes", changes).Msg("stream settings changed; recorded in " + audit.Stream)
+		}
+	}
 	return log, nil
 }
 
@@ -180,7 +207,15 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config, logger *zerolog.Logger
 	if err != nil {
 		return nil, fmt.Errorf("open engine: %w", err)
 	}
-	e := &Engine{nc: nc, js: js, cfg: cfg, l: zerolog.Nop()}
+	if cfg.Name == "" {
+		// Known before the engine joins its group: it answers erase
+		// notices addressed to its members by that name.
+		cfg.Name = pgroup.MemberName()
+	}
+	if cfg.RetentionEvery == 0 {
+		cfg.RetentionEvery = time.Minute
+	}
+	e := &Engine{nc: nc, js: js, cfg: cfg, l: zerolog.Nop(), Gate: erasure.NewGate(erasure.Config{})}
 	if logger != nil {
 		e.l = logger.With().Str("component", "engine").Logger()
 	}
@@ -218,7 +253,7 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config, logger *zerolog.Logger
 	var rec *reconciler.Reconciler // set below, before any event is folded
 	e.Projector, err = projections.NewProjector(e.Log, e.Store, projections.ProjectorConfig{
 		SnapshotEvery: cfg.SnapshotEvery, MaxSessions: cfg.MaxSessions, IdleEvict: cfg.IdleEvict, CompactAfter: cfg.CompactAfter,
-		Shared: true, Index: true,
+		Shared: true, Index: true, Gate: e.Gate,
 		OnApply: func(s *projections.Session, ev events.Event, applied bool, vs []projections.Violation) {
 			if m != nil {
 				m.ObserveEvent(ev)
@@ -238,7 +273,7 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config, logger *zerolog.Logger
 	if err != nil {
 		return nil, fmt.Errorf("open engine: %w", err)
 	}
-	rcfg := reconciler.Config{Policy: cfg.Policy, Clock: cfg.Clock, Tick: cfg.Tick, Presence: e.Presence, MaxCommandBytes: cfg.MaxCommandBytes}
+	rcfg := reconciler.Config{Policy: cfg.Policy, Clock: cfg.Clock, Tick: cfg.Tick, Presence: e.Presence, MaxCommandBytes: cfg.MaxCommandBytes, Gate: e.Gate}
 	rcfg.OnIssue = func(c recovery.Command) {
 		if m != nil {
 			m.CommandIssued(string(c.Kind))
@@ -265,6 +300,12 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config, logger *zerolog.Logger
 		return nil, fmt.Errorf("open engine: %w", err)
 	}
 
+	// Answer erase notices before joining: an eraser that sees this
+	// engine in the group hears from it.
+	e.notice, err = erasure.Listen(nc, erasure.MemberConfig{Gate: e.Gate, Group: Group, Member: cfg.Name, Forget: e.forget}, logger)
+	if err != nil {
+		return nil, fmt.Errorf("open engine: %w", err)
+	}
 	e.mu.Lock()
 	e.joining = true
 	e.mu.Unlock()
@@ -284,7 +325,7 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config, logger *zerolog.Logger
 	// Answer the publishers' subjects for the partitions this engine
 	// owns, and reads of any session.
 	member := e.member
-	if e.Ingest, err = ingest.NewServer(nc, e.Log, ingest.Config{Owns: member.Owns, UseExisting: true}, logger); err != nil {
+	if e.Ingest, err = ingest.NewServer(nc, e.Log, ingest.Config{Owns: member.Owns, UseExisting: true, Gate: e.Gate}, logger); err != nil {
 		return nil, fmt.Errorf("open engine: %w", err)
 	}
 	if err := e.Ingest.Open(ctx); err != nil {
@@ -294,6 +335,10 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config, logger *zerolog.Logger
 	if m != nil {
 		e.wg.Add(1)
 		go e.observeLoop(m)
+	}
+	if cfg.RetentionEvery > 0 {
+		e.wg.Add(1)
+		go e.retentionLoop()
 	}
 	e.l.Info().Str("name", e.member.Name()).Ints("partitions", e.member.Owned()).Int("of", e.Log.Partitions()).Msg("engine ready")
 	return e, nil
@@ -319,6 +364,17 @@ func (e *Engine) acquire(ctx context.Context, p int, previousDead bool) error {
 		_ = e.Reconciler.Scan(e.runCtx, []int{p}, restart)
 	}()
 	return nil
+}
+
+// forget drops the erased scope's state from the projector and the
+// reconciler (erasure.MemberConfig.Forget).
+func (e *Engine) forget(scope erasure.Scope) {
+	if e.Projector != nil {
+		e.Projector.Forget(scope)
+	}
+	if e.Reconciler != nil {
+		e.Reconciler.Forget(scope)
+	}
 }
 
 // release stops folding and reconciling partition p.
@@ -409,6 +465,9 @@ func (e *Engine) Close(ctx context.Context) error {
 	}
 	if e.member != nil {
 		errs = append(errs, e.member.Leave(ctx))
+	}
+	if e.notice != nil {
+		_ = e.notice.Unsubscribe()
 	}
 	if e.cancel != nil {
 		e.cancel()

@@ -1,6 +1,7 @@
 package events
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -27,6 +28,7 @@ type Log struct {
 	cfg        Config
 	partitions int
 	log        zerolog.Logger
+	changes    []string // the stream settings Open changed
 }
 
 // Open creates the streams when they are missing and returns a Log that
@@ -107,6 +109,7 @@ func Open(ctx context.Context, js jetstream.JetStream, cfg Config, logger *zerol
 			if l.events, err = js.UpdateStream(ctx, want); err != nil {
 				return nil, fmt.Errorf("open event log: update %s: %w", EventsStream, unavailable(err))
 			}
+			l.changes = append(l.changes, Changes(have, want)...)
 			l.log.Info().Int("replicas", want.Replicas).Msg("updated stream " + EventsStream)
 		} else {
 			l.events = existing
@@ -155,7 +158,48 @@ func (l *Log) openSnapshots(ctx context.Context, requested Config) error {
 	if _, err := l.js.UpdateStream(ctx, want); err != nil {
 		return fmt.Errorf("update %s: %w", SnapshotsStream, unavailable(err))
 	}
+	l.changes = append(l.changes, Changes(have, want)...)
 	return nil
+}
+
+// Changed lists the settings of existing streams Open changed, one
+// "<stream> <setting>: <old> -> <new>" each (see Changes); empty when it
+// changed none. engine setup records them in the audit stream.
+func (l *Log) Changed() []string { return slices.Clone(l.changes) }
+
+// Changes describes the settings of a stream that differ between have
+// and want, one "<stream> <setting>: <old> -> <new>" each, in a fixed
+// order.
+func Changes(have, want jetstream.StreamConfig) []string {
+	var out []string
+	add := func(name string, a, b any) {
+		if fmt.Sprint(a) != fmt.Sprint(b) {
+			out = append(out, fmt.Sprintf("%s %s: %v -> %v", want.Name, name, a, b))
+		}
+	}
+	add("subjects", have.Subjects, want.Subjects)
+	if have.SubjectTransform != nil || want.SubjectTransform != nil {
+		add("subject transform", transformOf(have.SubjectTransform), transformOf(want.SubjectTransform))
+	}
+	add("replicas", have.Replicas, want.Replicas)
+	add("max bytes", have.MaxBytes, want.MaxBytes)
+	add("max message size", have.MaxMsgSize, want.MaxMsgSize)
+	add("max messages per subject", have.MaxMsgsPerSubject, want.MaxMsgsPerSubject)
+	add("duplicate window", have.Duplicates, want.Duplicates)
+	add("discard", have.Discard, want.Discard)
+	add("deny delete", have.DenyDelete, want.DenyDelete)
+	add("deny purge", have.DenyPurge, want.DenyPurge)
+	add("allow direct", have.AllowDirect, want.AllowDirect)
+	add("allow atomic publish", have.AllowAtomicPublish, want.AllowAtomicPublish)
+	add("partitions", have.Metadata[PartitionsMetadata], want.Metadata[PartitionsMetadata])
+	return out
+}
+
+func transformOf(t *jetstream.SubjectTransformConfig) string {
+	if t == nil {
+		return "none"
+	}
+	return t.Source + " > " + t.Destination
 }
 
 // explicitDiffs lists the settings req sets (non-zero) that differ from the
@@ -329,6 +373,31 @@ var _ SessionLog = (*Log)(nil)
 // sending anything; atomic asks for events of one session only. For the
 // engine's ingest, which publishes them itself. Errors as Append's.
 func (l *Log) Prepare(evs []Event, atomic bool) ([]*nats.Msg, error) { return l.prepare(evs, atomic) }
+
+// PrepareBody is Prepare for one event ev decoded (Decode) from body, the
+// bytes a publisher sent: ev is validated as Prepare does; when masking
+// the whole body would change nothing (MaskJSON finds no secret in any
+// of its strings, the envelope's and unknown members' included) the body
+// is stored byte for byte as it was sent, saving a re-encode; otherwise
+// the event is masked and re-encoded as Prepare does. The message is for
+// the event's stored subject, with its id as Nats-Msg-Id. Errors as
+// Prepare's.
+func (l *Log) PrepareBody(ev Event, body []byte) (*nats.Msg, error) {
+	if err := Validate(&ev); err != nil {
+		return nil, fmt.Errorf("append events: %w", &EventError{Tenant: ev.Tenant, Session: ev.Session, ID: ev.ID, Err: fmt.Errorf("event 0: %w", err)})
+	}
+	if len(body) <= l.cfg.MaxEventBytes && bytes.Equal(MaskJSON(body), body) {
+		m := nats.NewMsg(l.SessionSubject(ev.Tenant, ev.Session))
+		m.Data = body
+		m.Header.Set(jetstream.MsgIDHeader, ev.ID)
+		return m, nil
+	}
+	msgs, err := l.prepare([]Event{ev}, false)
+	if err != nil {
+		return nil, err
+	}
+	return msgs[0], nil
+}
 
 // Append validates, masks and stores evs in order, and returns one Ack per
 // event. Each event is published to its stored subject,

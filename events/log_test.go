@@ -530,3 +530,50 @@ func TestAppendRefusesAnEventMaskingWouldBreak(t *testing.T) {
 		t.Fatalf("want ErrInvalid (the masked parent_session is no token), got %v", err)
 	}
 }
+
+// TestPrepareBodyStoresCleanBodiesAsSent: a publisher's body with nothing
+// to mask is stored byte for byte; one with a secret anywhere (data,
+// source, a member the contract does not know) is masked and re-encoded,
+// and an invalid one is refused.
+func TestPrepareBodyStoresCleanBodiesAsSent(t *testing.T) {
+	l, _ := openLog(t, events.Config{})
+	const head = `{"specversion":"1.0","id":"01JGZ8Q0000000000000000000","type":"turn.started","time":"2026-02-19T10:00:00Z","tenant":"acme","session":"s1","turn":"t1",`
+	for _, tt := range []struct {
+		name, body string
+		asSent     bool
+		gone       string // a secret the stored body must not hold
+	}{
+		{"clean", head + `"source":"urn:service:bot","data":{"prompt":"hi there, the token count is 5"}}`, true, ""},
+		{"clean, spaced, unknown member", head + `"source":"urn:service:bot", "x-extra": "ok", "data": {"prompt":"hi"}}`, true, ""},
+		{"secret in data", head + `"source":"urn:service:bot","data":{"prompt":"password: hunter2"}}`, false, "hunter2"},
+		{"secret in source", head + `"source":"https://a:pw1234@h/x","data":{"prompt":"hi"}}`, false, "pw1234"},
+		{"secret in an unknown member", head + `"source":"urn:service:bot","note":"GITHUB_TOKEN=ghp_aBcDeFgHiJkLmNoPqRsTuVwXyZ0123456789","data":{"prompt":"hi"}}`, false, "ghp_aBcDeF"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			e, err := events.Decode([]byte(tt.body))
+			if err != nil {
+				t.Fatal(err)
+			}
+			m, err := l.PrepareBody(e, []byte(tt.body))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := string(m.Data) == tt.body; got != tt.asSent {
+				t.Fatalf("stored as sent: %v, want %v: %s", got, tt.asSent, m.Data)
+			}
+			if tt.gone != "" && strings.Contains(string(m.Data), tt.gone) {
+				t.Fatalf("stored %s", m.Data)
+			}
+			if m.Subject != l.SessionSubject("acme", "s1") || m.Header.Get("Nats-Msg-Id") != e.ID {
+				t.Fatalf("message %s %v", m.Subject, m.Header)
+			}
+			if back := events.DecodeStored(m.Subject, 1, m.Data); back.Err != nil {
+				t.Fatalf("stored body does not read back: %v", back.Err)
+			}
+		})
+	}
+	bad, _ := events.Decode([]byte(`{"specversion":"1.0","id":"01JGZ8Q0000000000000000000","type":"turn.started","source":"urn:x","time":"2026-02-19T10:00:00Z","tenant":"acme","session":"s1","data":{}}`))
+	if _, err := l.PrepareBody(bad, nil); !errors.Is(err, events.ErrInvalid) {
+		t.Fatalf("a turn type without its turn: %v", err)
+	}
+}

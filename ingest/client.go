@@ -34,9 +34,9 @@ type ClientConfig struct {
 // events.SessionLog that appends through the engine
 // (agent.evt.<tenant>.<session>) and reads through it
 // (agent.read.<tenant>.<session>), so it needs no access to the streams:
-// under auth a tenant's credentials are enough. Events are validated
-// before they are sent (the engine validates and masks them again). It is
-// safe for concurrent use.
+// under auth a tenant's credentials are enough. The engine validates and
+// masks the events, once; the client only encodes them. It is safe for
+// concurrent use.
 type Client struct {
 	nc  *nats.Conn
 	js  jetstream.JetStream
@@ -66,8 +66,10 @@ func NewClient(nc *nats.Conn, cfg ClientConfig) (*Client, error) {
 	return &Client{nc: nc, js: js, cfg: cfg}, nil
 }
 
-// Append validates evs and sends them to the engine, in order, and
-// returns one Ack per event (see events.Log.Append for the semantics).
+// Append sends evs to the engine, in order, and returns one Ack per event
+// (see events.Log.Append for the semantics). The engine validates them
+// (this side checks only that their tenant and session can be subject
+// tokens) and quarantines what it refuses.
 // With events.ExpectLastSeq the events (of one session) are one request,
 // stored as one atomic batch or not at all. Errors: events.ErrInvalid
 // (refused here or by the engine, which quarantines it),
@@ -81,8 +83,12 @@ func (c *Client) Append(ctx context.Context, evs []events.Event, opts ...events.
 	var errs []error
 	for i := range evs {
 		ev := &evs[i]
-		if err := events.Validate(ev); err != nil {
-			errs = append(errs, &events.EventError{Tenant: ev.Tenant, Session: ev.Session, ID: ev.ID, Err: fmt.Errorf("event %d: %w", i, err)})
+		// The engine validates (once: this side does not) and refuses,
+		// with the reason, what breaks the contract; only what cannot be
+		// sent at all is refused here.
+		if !events.ValidToken(ev.Tenant) || !events.ValidToken(ev.Session) {
+			errs = append(errs, &events.EventError{Tenant: ev.Tenant, Session: ev.Session, ID: ev.ID,
+				Err: fmt.Errorf("event %d: %w: tenant and session must be tokens of [A-Za-z0-9_-]", i, events.ErrInvalid)})
 			continue
 		}
 		b, err := ev.Encode()

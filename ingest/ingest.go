@@ -29,6 +29,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
+	"github.com/turnstone-dev/turnstone/erasure"
 	"github.com/turnstone-dev/turnstone/events"
 )
 
@@ -42,9 +43,10 @@ const (
 	ReadQueue = "turnstone-readers"
 	// QuarantineStream holds the events the ingest refused, with why.
 	QuarantineStream = "AGENT_QUARANTINE"
-	// QuarantineSubjectPrefix starts its subjects: agent.rejected.<tenant>
-	// (agent.rejected._invalid when the subject's tenant token is not
-	// one).
+	// QuarantineSubjectPrefix starts its subjects:
+	// agent.rejected.<tenant>.<session> (_invalid in place of a token
+	// that is not one), so an erase purges a session's records by subject.
+	// Records of earlier versions are under agent.rejected.<tenant>.
 	QuarantineSubjectPrefix = "agent.rejected"
 	// RequestInfoHeader is the header NATS adds to a request that came
 	// through a service import with share (the publisher's account and
@@ -157,8 +159,13 @@ type Config struct {
 	UseExisting bool
 	// OnAppend, when set, is called with each request's outcome
 	// ("stored", "duplicate", "invalid", "forbidden", "conflict",
-	// "unavailable", "busy") (metrics).
+	// "unavailable", "busy", "erasing") (metrics).
 	OnAppend func(outcome string)
+	// Gate, when set, is the engine's erasure gate: an append (or a
+	// quarantine record) of a session being erased is refused with
+	// CodeUnavailable (the publisher tries again after the erase), and
+	// each append holds the gate until JetStream acknowledged it.
+	Gate *erasure.Gate
 }
 
 func (c *Config) setDefaults() {
@@ -189,8 +196,9 @@ func (c *Config) Validate() error {
 }
 
 // QuarantineStreamConfig is the AGENT_QUARANTINE stream: subjects
-// agent.rejected.<tenant>, file storage, old records discarded past
-// maxBytes or maxAge.
+// agent.rejected.<tenant>.<session> (and agent.rejected.<tenant>, where
+// earlier versions kept them), file storage, old records discarded past
+// maxBytes or maxAge, delete denied (an erase purges by subject).
 func QuarantineStreamConfig(replicas int, maxBytes int64, maxAge time.Duration) jetstream.StreamConfig {
 	if replicas < 1 {
 		replicas = 1
@@ -198,7 +206,7 @@ func QuarantineStreamConfig(replicas int, maxBytes int64, maxAge time.Duration) 
 	return jetstream.StreamConfig{
 		Name:        QuarantineStream,
 		Description: "Turnstone: events the ingest refused, with the reason, the subject and the publisher",
-		Subjects:    []string{QuarantineSubjectPrefix + ".*"},
+		Subjects:    []string{QuarantineSubjectPrefix + ".*.*", QuarantineSubjectPrefix + ".*"},
 		Retention:   jetstream.LimitsPolicy,
 		Discard:     jetstream.DiscardOld,
 		MaxBytes:    maxBytes,
@@ -268,8 +276,9 @@ type lane struct {
 }
 
 type pendingReply struct {
-	msg *nats.Msg
-	fut jetstream.PubAckFuture
+	msg             *nats.Msg
+	fut             jetstream.PubAckFuture
+	tenant, session string // the append holds the erasure gate until it is answered
 }
 
 // NewServer returns a server appending to log, talking on nc. logger may
@@ -413,8 +422,10 @@ func (s *Server) lane(p int) *lane {
 	}()
 	go func() {
 		defer s.wg.Done()
+		timer := time.NewTimer(time.Hour) // one timer for the lane, reset per reply
+		defer timer.Stop()
 		for pr := range ln.replies {
-			s.awaitReply(pr)
+			s.awaitReply(pr, timer)
 		}
 	}()
 	return ln
@@ -476,7 +487,17 @@ func (s *Server) handle(ln *lane, m *nats.Msg) {
 		return
 	}
 	expectHdr := m.Header.Get(jetstream.ExpectedLastSubjSeqHeader)
-	msgs, err := s.log.Prepare(evs, expectHdr != "" || len(evs) > 1)
+	var msgs []*nats.Msg
+	var err error
+	if len(evs) == 1 && expectHdr == "" {
+		// One event: stored as sent when it holds nothing to mask.
+		var msg *nats.Msg
+		if msg, err = s.log.PrepareBody(evs[0], body); err == nil {
+			msgs = []*nats.Msg{msg}
+		}
+	} else {
+		msgs, err = s.log.Prepare(evs, expectHdr != "" || len(evs) > 1)
+	}
 	if err != nil {
 		code := CodeInvalid
 		if errors.Is(err, events.ErrTooLarge) {
@@ -485,16 +506,24 @@ func (s *Server) handle(ln *lane, m *nats.Msg) {
 		s.quarantine(m, tenant, session, code, err.Error())
 		return
 	}
+	gate := s.cfg.Gate
+	if !gate.Enter(tenant, session, gate.Epoch()) {
+		s.count("erasing")
+		s.reply(m, PubAck{Error: &APIError{Code: 503, ErrCode: CodeUnavailable, Description: "the session is being erased; try again in a moment"}})
+		return
+	}
 	if expectHdr == "" && len(msgs) == 1 {
 		fut, err := s.js.PublishMsgAsync(msgs[0], jetstream.WithExpectStream(events.EventsStream))
 		if err != nil {
+			gate.Leave(tenant, session)
 			s.count("unavailable")
 			s.reply(m, PubAck{Error: &APIError{Code: 503, ErrCode: CodeUnavailable, Description: "event log unavailable: " + err.Error()}})
 			return
 		}
-		ln.replies <- pendingReply{msg: m, fut: fut}
+		ln.replies <- pendingReply{msg: m, fut: fut, tenant: tenant, session: session}
 		return
 	}
+	defer gate.Leave(tenant, session)
 	// A conditional append or a batch: one atomic batch, in the lane.
 	var opts []events.AppendOption
 	if expectHdr != "" {
@@ -532,8 +561,9 @@ func (s *Server) handle(ln *lane, m *nats.Msg) {
 }
 
 // awaitReply replies to an async append once JetStream acknowledged it.
-func (s *Server) awaitReply(pr pendingReply) {
-	timer := time.NewTimer(s.log.Config().Timeout)
+func (s *Server) awaitReply(pr pendingReply, timer *time.Timer) {
+	defer s.cfg.Gate.Leave(pr.tenant, pr.session)
+	timer.Reset(s.log.Config().Timeout)
 	defer timer.Stop()
 	select {
 	case pa := <-pr.fut.Ok():
@@ -567,12 +597,12 @@ func (s *Server) quarantine(m *nats.Msg, tenant, session string, code int, reaso
 	}
 	s.count(outcome)
 	reason = events.MaskString(reason)
-	body := m.Data
+	body := maskBody(m.Data)
 	if len(body) > maxRejectBody {
 		body = body[:maxRejectBody]
 	}
 	rec := Reject{At: time.Now().UTC(), Subject: m.Subject, Tenant: tenant, Session: session, Publisher: "unknown",
-		Reason: reason, Code: code, Body: events.MaskString(string(body))}
+		Reason: reason, Code: code, Body: body}
 	if info := m.Header.Get(RequestInfoHeader); info != "" {
 		rec.Publisher = publisherOf(info)
 	}
@@ -584,17 +614,18 @@ func (s *Server) quarantine(m *nats.Msg, tenant, session string, code int, reaso
 			}
 		}
 	}
-	qt := tenant
-	if !events.ValidToken(qt) {
-		qt = "_invalid"
-	}
 	b, _ := json.Marshal(rec)
 	desc := reason
 	ctx, cancel := context.WithTimeout(context.Background(), s.log.Config().Timeout)
 	defer cancel()
-	if ack, err := s.js.Publish(ctx, QuarantineSubjectPrefix+"."+qt, b); err == nil {
+	gate := s.cfg.Gate
+	if !gate.Enter(tenant, session, gate.Epoch()) {
+		// Being erased: no record of it is kept.
+	} else if ack, err := s.js.Publish(ctx, QuarantineSubject(tenant, session), b); err == nil {
+		gate.Leave(tenant, session)
 		desc = fmt.Sprintf("%s (quarantined at %s seq %d)", reason, QuarantineStream, ack.Sequence)
 	} else {
+		gate.Leave(tenant, session)
 		s.l.Warn().Err(err).Str("subject", m.Subject).Str("reason", reason).Msg("refused event not quarantined")
 	}
 	status := 400
@@ -602,6 +633,65 @@ func (s *Server) quarantine(m *nats.Msg, tenant, session string, code int, reaso
 		status = 403
 	}
 	s.reply(m, PubAck{Error: &APIError{Code: status, ErrCode: code, Description: desc}})
+}
+
+// maskBody masks a refused body before it is kept, whole (then cut): as
+// JSON when it is JSON (every string decoded, so an escaped secret is
+// found: events.MaskJSON), else as text, and, when it holds escapes, as
+// the text they stand for (a broken JSON body's strings).
+func maskBody(b []byte) string {
+	if json.Valid(b) {
+		return string(events.MaskJSON(b))
+	}
+	s := string(b)
+	if strings.Contains(s, `\`) {
+		u := unescape(s)
+		if m := events.MaskString(u); m != u {
+			return m
+		}
+	}
+	return events.MaskString(s)
+}
+
+// unescape replaces JSON string escapes with what they stand for, as far
+// as they are well formed.
+func unescape(s string) string {
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c != '\\' || i+1 == len(s) {
+			b.WriteByte(c)
+			continue
+		}
+		i++
+		switch s[i] {
+		case 'n':
+			b.WriteByte('\n')
+		case 't':
+			b.WriteByte('\t')
+		case 'r':
+			b.WriteByte('\r')
+		case '"', '\\', '/':
+			b.WriteByte(s[i])
+		default:
+			b.WriteByte('\\')
+			b.WriteByte(s[i])
+		}
+	}
+	return b.String()
+}
+
+// QuarantineSubject is the subject of a session's quarantine records:
+// agent.rejected.<tenant>.<session>, with "_invalid" in place of a token
+// that is not one.
+func QuarantineSubject(tenant, session string) string {
+	if !events.ValidToken(tenant) {
+		tenant = "_invalid"
+	}
+	if !events.ValidToken(session) {
+		session = "_invalid"
+	}
+	return QuarantineSubjectPrefix + "." + tenant + "." + session
 }
 
 // publisherOf summarises a Nats-Request-Info header: "<account>/<user>".
@@ -718,30 +808,27 @@ type RejectFilter struct {
 
 // Rejects returns the quarantine's records, oldest first, with their
 // stream sequence. It reads the stream with an ordered consumer in
-// batches (Fetch). jetstream.ErrStreamNotFound (wrapped) when there is no
-// quarantine yet.
+// batches (Fetch), keeping only the latest Limit in memory.
+// jetstream.ErrStreamNotFound (wrapped) when there is no quarantine yet.
 func Rejects(ctx context.Context, js jetstream.JetStream, f RejectFilter) ([]Reject, error) {
 	st, err := js.Stream(ctx, QuarantineStream)
 	if err != nil {
 		return nil, fmt.Errorf("rejects: %w", err)
 	}
-	subject := QuarantineSubjectPrefix + ".>"
+	subjects := []string{QuarantineSubjectPrefix + ".>"}
 	if f.Tenant != "" {
-		subject = QuarantineSubjectPrefix + "." + f.Tenant
+		subjects = []string{QuarantineSubjectPrefix + "." + f.Tenant, QuarantineSubjectPrefix + "." + f.Tenant + ".*"}
 	}
-	info, err := st.Info(ctx, jetstream.WithSubjectFilter(subject))
+	cons, err := st.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{FilterSubjects: subjects})
 	if err != nil {
 		return nil, fmt.Errorf("rejects: %w", err)
 	}
-	if info.State.Msgs == 0 {
-		return nil, nil
-	}
-	cons, err := st.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{FilterSubjects: []string{subject}})
+	info, err := cons.Info(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("rejects: %w", err)
 	}
 	var out []Reject
-	remaining := info.State.Msgs
+	remaining := info.NumPending
 	for remaining > 0 {
 		batch, err := cons.Fetch(int(min(remaining, 500)), jetstream.FetchMaxWait(5*time.Second))
 		if err != nil {
@@ -751,17 +838,23 @@ func Rejects(ctx context.Context, js jetstream.JetStream, f RejectFilter) ([]Rej
 		for msg := range batch.Messages() {
 			n++
 			remaining--
+			if meta, err := msg.Metadata(); err == nil {
+				remaining = meta.NumPending
+			}
 			var r Reject
 			if json.Unmarshal(msg.Data(), &r) != nil {
 				continue
 			}
 			if meta, err := msg.Metadata(); err == nil {
 				r.Seq = meta.Sequence.Stream
-				if meta.NumPending == 0 {
-					remaining = 0
-				}
 			}
 			out = append(out, r)
+			if f.Limit > 0 && len(out) >= 2*f.Limit {
+				out = append(out[:0], out[len(out)-f.Limit:]...)
+			}
+		}
+		if err := batch.Error(); err != nil && !errors.Is(err, jetstream.ErrNoMessages) {
+			return nil, fmt.Errorf("rejects: %w", err)
 		}
 		if n == 0 {
 			break

@@ -106,10 +106,7 @@ type Config struct {
 
 func (c *Config) setDefaults() {
 	if c.Member == "" {
-		host, _ := os.Hostname()
-		var b [2]byte
-		_, _ = rand.Read(b[:])
-		c.Member = token(host) + "-" + fmt.Sprint(os.Getpid()) + "-" + hex.EncodeToString(b[:])
+		c.Member = MemberName()
 	}
 	if c.Bucket == "" {
 		c.Bucket = DefaultBucket
@@ -517,6 +514,16 @@ func (m *Member) releaseAll(ctx context.Context) {
 		delete(m.owned, p)
 		m.mu.Unlock()
 	}
+}
+
+// MemberName is the default name of a member: "<host>-<pid>-<random>",
+// a token of [A-Za-z0-9_-]. A process that must know its name before it
+// joins (to answer requests addressed to it) takes one here.
+func MemberName() string {
+	host, _ := os.Hostname()
+	var b [2]byte
+	_, _ = rand.Read(b[:])
+	return token(host) + "-" + fmt.Sprint(os.Getpid()) + "-" + hex.EncodeToString(b[:])
 }
 
 // List returns the records of the members of group (every group when

@@ -211,7 +211,7 @@ func toolRuleCases() []foldCase {
 				in("t2", started("are you there?")),
 			},
 			want:   []string{"3:tool_use_without_result"},
-			status: StatusInTurn,
+			status: StatusBroken,
 		},
 		{
 			name: "tool_result for an unknown tool_use",
@@ -473,7 +473,7 @@ func turnCases() []foldCase {
 				in("t1", started("x")),
 			},
 			want:   []string{"2:turn_duplicate_start"},
-			status: StatusInTurn,
+			status: StatusBroken,
 			check: func(t *testing.T, s *Session) {
 				if len(s.Turns) != 1 || len(s.InFlight) != 1 {
 					t.Errorf("turns %+v", s.Turns)
@@ -502,7 +502,7 @@ func turnCases() []foldCase {
 				at(&events.SessionResumed{}),
 			},
 			want:   []string{"2:turn_while_paused"},
-			status: StatusInTurn,
+			status: StatusBroken,
 		},
 		{
 			name: "paused wins over in_turn",

@@ -12,6 +12,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
+	"github.com/turnstone-dev/turnstone/erasure"
 	"github.com/turnstone-dev/turnstone/events"
 )
 
@@ -90,6 +91,13 @@ type ProjectorConfig struct {
 	// IndexEvery is how often the summaries that changed otherwise are
 	// written. Default 1 second.
 	IndexEvery time.Duration
+	// Gate, when set, is the engine's erasure gate: the fold of an event
+	// (and every write it causes: snapshot, index entry) holds it, an
+	// event of a session being erased or of an erased sequence is
+	// acknowledged without being folded, and no write is made for a
+	// session whose erase began after its event was taken (package
+	// erasure). Forget drops the erased sessions' states.
+	Gate *erasure.Gate
 }
 
 func (c *ProjectorConfig) setDefaults() {
@@ -273,6 +281,8 @@ type Projector struct {
 
 type tracked struct {
 	key       string
+	tenant    string
+	session   string
 	partition int
 	// state is the session's state, or nil while it is held in compact
 	// form (compact; see compactState).
@@ -339,11 +349,12 @@ func (ps *partition) close() {
 }
 
 // pendingAck is an event whose acknowledgement waits until the index
-// write it caused is stored.
+// write it caused is stored; the write holds the erasure gate until then.
 type pendingAck struct {
-	msg jetstream.Msg
-	fut jetstream.PubAckFuture
-	key string
+	msg             jetstream.Msg
+	fut             jetstream.PubAckFuture
+	key             string
+	tenant, session string
 }
 
 // NewProjector returns a projector over log that saves snapshots in store.
@@ -424,7 +435,7 @@ func (p *Projector) Acquire(ctx context.Context, part int, unpin bool) error {
 		}
 		ev := events.DecodeStoredAt(msg.Subject(), meta.Sequence.Stream, meta.Timestamp, msg.Data())
 		if fut := p.apply(p.runCtx, part, ev); fut != nil {
-			ps.wait(pendingAck{msg: msg, fut: fut, key: ev.Tenant + "/" + ev.Session})
+			ps.wait(pendingAck{msg: msg, fut: fut, key: ev.Tenant + "/" + ev.Session, tenant: ev.Tenant, session: ev.Session})
 			return
 		}
 		_ = msg.Ack()
@@ -459,6 +470,7 @@ func (p *Projector) acker(ps *partition) {
 			_ = pa.msg.Nak()
 		}
 		timer.Stop()
+		p.cfg.Gate.Leave(pa.tenant, pa.session)
 	}
 }
 
@@ -595,6 +607,21 @@ func (p *Projector) expand(t *tracked) bool {
 // acknowledged, or nil.
 func (p *Projector) apply(ctx context.Context, part int, ev events.Event) jetstream.PubAckFuture {
 	key := ev.Tenant + "/" + ev.Session
+	gate := p.cfg.Gate
+	// The fold holds the gate: an erase that begins waits for it, and
+	// drops the state it leaves (Forget).
+	since := gate.Epoch()
+	if !gate.Enter(ev.Tenant, ev.Session, since) {
+		// Being erased: the event goes with the rest of the session. The
+		// state is dropped, so that if the erase is given up the session
+		// is restored from the log (which still holds this event).
+		p.forgetKey(key)
+		return nil
+	}
+	defer gate.Leave(ev.Tenant, ev.Session)
+	if gate.Skip(ev.Tenant, ev.Session, ev.Seq) {
+		return nil // a delivery of an erased event, buffered before the purge
+	}
 	p.mu.Lock()
 	t, ok := p.sessions[key]
 	p.mu.Unlock()
@@ -613,7 +640,7 @@ func (p *Projector) apply(ctx context.Context, part int, ev events.Event) jetstr
 			p.l.Warn().Err(err).Str("session", key).Msg("restore failed; folding from this event")
 			state = &Session{}
 		}
-		t = &tracked{key: key, partition: part, state: state, touched: time.Now()}
+		t = &tracked{key: key, tenant: ev.Tenant, session: ev.Session, partition: part, state: state, touched: time.Now()}
 		p.mu.Lock()
 		p.sessions[key] = t
 		t.elem = p.lru.PushFront(t)
@@ -690,7 +717,14 @@ func (p *Projector) apply(ctx context.Context, part int, ev events.Event) jetstr
 			t.subject = ev.Subject
 		}
 		if att := attentionOf(st); att != t.indexed {
-			fut = p.putSummary(t.summary(st))
+			// The index write holds the gate until it is stored (the
+			// acker leaves it).
+			if gate.Enter(ev.Tenant, ev.Session, since) {
+				fut = p.putSummary(t.summary(st))
+				if fut == nil {
+					gate.Leave(ev.Tenant, ev.Session)
+				}
+			}
 			if fut != nil {
 				t.indexed, t.dirty = att, false
 			}
@@ -756,6 +790,8 @@ func (p *Projector) indexLoop(ctx context.Context) {
 			return
 		case <-tick.C:
 		}
+		gate := p.cfg.Gate
+		since := gate.Epoch()
 		p.mu.Lock()
 		var due []indexRow
 		for _, t := range p.sessions {
@@ -767,9 +803,32 @@ func (p *Projector) indexLoop(ctx context.Context) {
 			}
 		}
 		p.mu.Unlock()
-		for _, m := range due {
-			p.putSummary(m)
+		var sent []Summary
+		var futs []jetstream.PubAckFuture
+		for _, r := range due {
+			m := r.sum
+			if !gate.Enter(m.Tenant, m.Session, since) {
+				continue // erased since the summary was taken
+			}
+			if fut := p.putSummary(r); fut != nil {
+				sent, futs = append(sent, m), append(futs, fut)
+			} else {
+				gate.Leave(m.Tenant, m.Session)
+			}
 		}
+		// Hold the gate until each write is stored, so that an erase
+		// purges after it.
+		timer := time.NewTimer(p.cfg.AckWait / 2)
+		for i, fut := range futs {
+			select {
+			case <-fut.Ok():
+			case <-fut.Err():
+			case <-timer.C:
+			case <-ctx.Done():
+			}
+			gate.Leave(sent[i].Tenant, sent[i].Session)
+		}
+		timer.Stop()
 	}
 }
 
@@ -883,6 +942,31 @@ func (p *Projector) evict(_ context.Context, now time.Time) {
 		prev := e.Prev()
 		p.drop(t)
 		e = prev
+	}
+}
+
+// Forget drops the state of every session in scope from memory (an
+// erase began: package erasure). A snapshot or index entry is never
+// written from a dropped state; the next event of such a session restores
+// it from the log, as after an eviction.
+func (p *Projector) Forget(scope erasure.Scope) int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	n := 0
+	for _, t := range p.sessions {
+		if scope.Covers(t.tenant, t.session) {
+			p.drop(t)
+			n++
+		}
+	}
+	return n
+}
+
+func (p *Projector) forgetKey(key string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if t, ok := p.sessions[key]; ok {
+		p.drop(t)
 	}
 }
 

@@ -7,6 +7,8 @@ import (
 	"io"
 	"os"
 	"sort"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/turnstone-dev/turnstone/events"
@@ -15,7 +17,7 @@ import (
 )
 
 // Duration is a time.Duration written in YAML as a Go duration string
-// ("120s", "2m").
+// ("120s", "2m"), or a whole number of days ("30d").
 type Duration time.Duration
 
 // UnmarshalYAML implements yaml.Unmarshaler.
@@ -24,9 +26,15 @@ func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
 	if err := n.Decode(&s); err != nil {
 		return fmt.Errorf("line %d: want a duration such as \"120s\"", n.Line)
 	}
+	if days, ok := strings.CutSuffix(s, "d"); ok {
+		if v, err := strconv.Atoi(days); err == nil && v >= 0 && v <= 36500 {
+			*d = Duration(time.Duration(v) * 24 * time.Hour)
+			return nil
+		}
+	}
 	v, err := time.ParseDuration(s)
 	if err != nil {
-		return fmt.Errorf("line %d: %q is not a duration such as \"120s\"", n.Line, s)
+		return fmt.Errorf("line %d: %q is not a duration such as \"120s\" or \"30d\"", n.Line, s)
 	}
 	*d = Duration(v)
 	return nil
@@ -64,6 +72,8 @@ type Policy struct {
 	Orphans OrphanPolicy `yaml:"orphans"`
 	// Live says which sessions the reconciler acts on.
 	Live LivePolicy `yaml:"live"`
+	// Retention says how long a tenant's sessions are kept.
+	Retention RetentionPolicy `yaml:"retention"`
 	// Tenants holds per-tenant overrides: any of the keys above.
 	Tenants map[string]yaml.Node `yaml:"tenants"`
 
@@ -117,6 +127,17 @@ type DistillationPolicy struct {
 // still issue any command on any session by hand.
 type LivePolicy struct {
 	Horizon Duration `yaml:"horizon"`
+}
+
+// RetentionPolicy: MaxAge is how long a session is kept after its latest
+// event was stored (the log's clock): past it, the engine that owns the
+// session's partition erases the whole session (events, snapshots,
+// commands and their statuses, index entry, quarantine records) and
+// records it in the audit stream with reason "retention". 0, the default,
+// keeps sessions forever. docs/policy.md, "Retention", says why this
+// and not JetStream's per-message TTL.
+type RetentionPolicy struct {
+	MaxAge Duration `yaml:"max_age"`
 }
 
 // OrphanPolicy: Repair issues repair_orphans for every orphaned tool_use
@@ -212,6 +233,9 @@ func (p *Policy) validate(prefix string) []error {
 	if p.Distillation.Grace < 0 {
 		bad("distillation.grace", "must not be negative, got %s", time.Duration(p.Distillation.Grace))
 	}
+	if p.Retention.MaxAge < 0 {
+		bad("retention.max_age", "must not be negative (0 keeps sessions forever), got %s", time.Duration(p.Retention.MaxAge))
+	}
 	sort.Slice(errs, func(i, j int) bool { return errs[i].Error() < errs[j].Error() })
 	return errs
 }
@@ -297,6 +321,20 @@ func LoadPolicy(path string) (*Policy, error) {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
 	return p, nil
+}
+
+// Retains reports whether any tenant's sessions have a retention (a
+// max age), so an engine knows whether to sweep at all.
+func (p *Policy) Retains() bool {
+	if p.Retention.MaxAge > 0 {
+		return true
+	}
+	for _, t := range p.tenants {
+		if t.Retention.MaxAge > 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // For returns the policy that applies to tenant: the base with the

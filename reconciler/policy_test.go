@@ -47,11 +47,43 @@ func TestParsePolicyNamesTheBadKey(t *testing.T) {
 		{"tenants:\n  acme:\n    turn_deadline: 0s", "tenants.acme.turn_deadline"},
 		{"tenants:\n  acme:\n    budget:\n      nonsense: 1", "tenants.acme"},
 		{"tenants:\n  \"a.b\":\n    turn_deadline: 5s", "tenants.a.b"},
+		{"retention:\n  max_age: -1h", "retention.max_age: must not be negative"},
+		{"retention:\n  max_age: 30 days", "30 days"},
+		{"tenants:\n  acme:\n    retention:\n      max_age: -1h", "tenants.acme.retention.max_age"},
 	}
 	for _, tt := range tests {
 		_, err := ParsePolicy([]byte(tt.yaml))
 		if err == nil || !strings.Contains(err.Error(), tt.want) {
 			t.Errorf("%q: error %v, want it to name %q", tt.yaml, err, tt.want)
+		}
+	}
+}
+
+// TestParsePolicyRetention: no retention by default; a base max age, a
+// tenant's override (in days), and which tenants keep forever.
+func TestParsePolicyRetention(t *testing.T) {
+	for _, tt := range []struct {
+		yaml    string
+		retains bool
+		want    map[string]time.Duration
+	}{
+		{"", false, map[string]time.Duration{"any": 0}},
+		{"retention:\n  max_age: 720h", true, map[string]time.Duration{"any": 720 * time.Hour}},
+		{"tenants:\n  acme:\n    retention:\n      max_age: 30d", true, map[string]time.Duration{"acme": 30 * 24 * time.Hour, "other": 0}},
+		{"retention:\n  max_age: 90d\ntenants:\n  keep:\n    retention:\n      max_age: 0s", true,
+			map[string]time.Duration{"keep": 0, "other": 90 * 24 * time.Hour}},
+	} {
+		p, err := ParsePolicy([]byte(tt.yaml))
+		if err != nil {
+			t.Fatalf("%q: %v", tt.yaml, err)
+		}
+		if p.Retains() != tt.retains {
+			t.Errorf("%q: Retains %v, want %v", tt.yaml, p.Retains(), tt.retains)
+		}
+		for tenant, want := range tt.want {
+			if got := time.Duration(p.For(tenant).Retention.MaxAge); got != want {
+				t.Errorf("%q: %s keeps %s, want %s", tt.yaml, tenant, got, want)
+			}
 		}
 	}
 }

@@ -29,6 +29,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
+	"github.com/turnstone-dev/turnstone/erasure"
 	"github.com/turnstone-dev/turnstone/events"
 	"github.com/turnstone-dev/turnstone/projections"
 	"github.com/turnstone-dev/turnstone/recovery"
@@ -59,6 +60,11 @@ type Config struct {
 	// present; sessions are live by the live horizon only). A
 	// *presence.Tracker implements it.
 	Presence Presence
+	// Gate, when set, is the engine's erasure gate: an action is carried
+	// out only if no erase of its session began since the state it was
+	// decided from was read, and Forget drops what the reconciler holds
+	// of erased sessions (package erasure).
+	Gate *erasure.Gate
 }
 
 // Presence is what the reconciler asks of the runtimes' presence:
@@ -107,10 +113,26 @@ type Reconciler struct {
 	probeKV   jetstream.KeyValue
 	failErr   error
 	rescan    []int // partitions whose scan is to be done again
-	queue     chan Action
+	queue     chan queued
+	order     uint64      // actions enqueued so far
+	forgotten []forgotten // erased scopes whose queued actions are dropped
 	runCtx    context.Context
 	cancel    context.CancelFunc
 	wg        sync.WaitGroup
+}
+
+// queued is an action waiting to be carried out: the gate's epoch before
+// the state it was decided from was read, and its place in the queue.
+type queued struct {
+	Action
+	since, order uint64
+}
+
+// forgotten is an erased scope: the actions of its sessions queued up to
+// order are dropped.
+type forgotten struct {
+	scope erasure.Scope
+	order uint64
 }
 
 // New returns a reconciler over log that reads session states from proj.
@@ -120,7 +142,7 @@ func New(log *events.Log, proj *projections.Projector, cfg Config, logger *zerol
 	r := &Reconciler{
 		log: log, js: log.JetStream(), proj: proj, cfg: cfg, l: zerolog.Nop(),
 		done: map[string]bool{}, queued: map[string]bool{}, watch: map[string]time.Time{}, reqSeen: map[string]time.Time{}, turnSeen: map[string]time.Time{},
-		queue: make(chan Action, cfg.QueueSize),
+		queue: make(chan queued, cfg.QueueSize),
 	}
 	if logger != nil {
 		r.l = logger.With().Str("component", "reconciler").Logger()
@@ -134,7 +156,66 @@ func New(log *events.Log, proj *projections.Projector, cfg Config, logger *zerol
 // projector restores is already in the restored state): judging is
 // idempotent. Safe for concurrent use.
 func (r *Reconciler) Observe(s *projections.Session, _ events.Event, _ bool, _ []projections.Violation) {
-	r.judge(s)
+	// The projector holds the gate while it folds and calls Observe, so
+	// an erase that begins now waits for this judgement, and Forget then
+	// drops what it queued.
+	r.judge(s, r.cfg.Gate.Epoch())
+}
+
+// Forget drops what the reconciler holds of the sessions of scope (an
+// erase began or ended: package erasure): their watches, the turns and
+// requests it saw, and the actions queued for them, which are dropped
+// when their turn comes.
+func (r *Reconciler) Forget(scope erasure.Scope) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	covered := func(k string) bool {
+		parts := strings.SplitN(k, "/", 3)
+		return len(parts) >= 2 && scope.Covers(parts[0], parts[1])
+	}
+	for k := range r.watch {
+		if covered(k) {
+			delete(r.watch, k)
+		}
+	}
+	for k := range r.turnSeen {
+		if covered(k) {
+			delete(r.turnSeen, k)
+		}
+	}
+	for k := range r.reqSeen {
+		if covered(k) {
+			delete(r.reqSeen, k)
+		}
+	}
+	r.forgotten = append(r.forgotten, forgotten{scope: scope, order: r.order})
+}
+
+// dropped reports whether q belongs to a scope forgotten after it was
+// queued, and forgets the scopes no queued action can belong to any more
+// (the queue is in order).
+func (r *Reconciler) dropped(q queued) bool {
+	tenant, session := actionSession(q.Action)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.forgotten = slices.DeleteFunc(r.forgotten, func(f forgotten) bool { return f.order < q.order })
+	for _, f := range r.forgotten {
+		if q.order <= f.order && f.scope.Covers(tenant, session) {
+			return true
+		}
+	}
+	return false
+}
+
+// actionSession is the session an action writes to.
+func actionSession(a Action) (tenant, session string) {
+	switch {
+	case a.Command != nil:
+		return a.Command.Tenant, a.Command.Session
+	case len(a.Events) > 0:
+		return a.Events[0].Tenant, a.Events[0].Session
+	}
+	return "", ""
 }
 
 // Open starts the loop on goroutines the reconciler owns until Close. The
@@ -231,8 +312,9 @@ const maxRemembered = 100000
 func key(tenant, session string) string { return tenant + "/" + session }
 
 // judge decides for one session and queues what is new. It runs on the
-// projector's goroutine (or the tick's, with a copy of the state).
-func (r *Reconciler) judge(s *projections.Session) {
+// projector's goroutine (or the tick's, with a copy of the state). since
+// is the erasure gate's epoch before s was read.
+func (r *Reconciler) judge(s *projections.Session, since uint64) {
 	if s == nil || s.Session == "" || strings.HasPrefix(s.Session, "_") {
 		return
 	}
@@ -284,21 +366,23 @@ func (r *Reconciler) judge(s *projections.Session) {
 			return r.turnSeen[k+"/"+turn]
 		},
 	})
-	r.enqueue(actions)
+	r.enqueue(actions, since)
 }
 
-func (r *Reconciler) enqueue(actions []Action) {
+func (r *Reconciler) enqueue(actions []Action, since uint64) {
 	for _, a := range actions {
 		r.mu.Lock()
 		dup := r.done[a.Key] || r.queued[a.Key]
 		if !dup {
 			r.queued[a.Key] = true
 		}
+		r.order++
+		q := queued{Action: a, since: since, order: r.order}
 		r.mu.Unlock()
 		if dup {
 			continue
 		}
-		r.queue <- a
+		r.queue <- q
 	}
 }
 
@@ -340,7 +424,11 @@ func (r *Reconciler) scan(ctx context.Context, partitions []int, restart bool) e
 		if strings.HasPrefix(x.session, "_") {
 			continue
 		}
+		since := r.cfg.Gate.Epoch()
 		s, err := r.state(ctx, x.tenant, x.session)
+		if errors.Is(err, events.ErrSessionNotFound) {
+			continue // erased since the index was read
+		}
 		if err != nil {
 			return err
 		}
@@ -350,10 +438,10 @@ func (r *Reconciler) scan(ctx context.Context, partitions []int, restart bool) e
 			if p := r.cfg.Policy.For(x.tenant); p.Restart.InFlightTurns == "abandon" {
 				now := r.cfg.Clock.Now()
 				present := r.cfg.Presence != nil && r.cfg.Presence.Present(s.Tenant, s.Session)
-				r.enqueue(Decide(Input{State: s, Now: now, Policy: p, RestartAbandon: true, Live: Live(s, now, p, present), RuntimePresent: present}))
+				r.enqueue(Decide(Input{State: s, Now: now, Policy: p, RestartAbandon: true, Live: Live(s, now, p, present), RuntimePresent: present}), since)
 			}
 		}
-		r.judge(s)
+		r.judge(s, since)
 	}
 	return nil
 }
@@ -420,11 +508,19 @@ func (r *Reconciler) tick(ctx context.Context) {
 	}
 	for _, k := range keys {
 		tenant, session, _ := strings.Cut(k, "/")
+		since := r.cfg.Gate.Epoch()
 		s, err := r.state(ctx, tenant, session)
+		if errors.Is(err, events.ErrSessionNotFound) {
+			// Erased: nothing to watch.
+			r.mu.Lock()
+			delete(r.watch, k)
+			r.mu.Unlock()
+			continue
+		}
 		if err != nil {
 			continue
 		}
-		r.judge(s)
+		r.judge(s, since)
 	}
 }
 
@@ -475,12 +571,18 @@ const ProbeBucket = "turnstone_probe"
 func (r *Reconciler) executeLoop(ctx context.Context) {
 	defer r.wg.Done()
 	for {
-		var a Action
+		var q queued
 		select {
 		case <-ctx.Done():
 			return
-		case a = <-r.queue:
+		case q = <-r.queue:
 		}
+		a := q.Action
+		if r.dropped(q) {
+			r.forget(a.Key)
+			continue
+		}
+		moot := false
 		for {
 			// Failed closed by the probe: issue nothing until it passes.
 			// Failed by a write: retrying this action is the probe.
@@ -488,10 +590,19 @@ func (r *Reconciler) executeLoop(ctx context.Context) {
 			err, byWrite := r.failErr, r.failWrite
 			r.mu.Unlock()
 			if err == nil || byWrite {
+				// The gate: nothing is written for a session being erased,
+				// or erased since the state this action comes from was
+				// read (the action is moot: dropped).
+				tenant, session := actionSession(a)
+				if !r.cfg.Gate.Enter(tenant, session, q.since) {
+					moot = true
+					break
+				}
 				err = r.execute(ctx, a)
 				if recovery.Refused(err) {
 					err = r.park(ctx, a, err)
 				}
+				r.cfg.Gate.Leave(tenant, session)
 			}
 			if err == nil || ctx.Err() != nil {
 				break
@@ -510,6 +621,12 @@ func (r *Reconciler) executeLoop(ctx context.Context) {
 				return
 			case <-t.C():
 			}
+		}
+		if moot {
+			// Not done: if the erase is given up, judging the session
+			// again queues it again.
+			r.forget(a.Key)
+			continue
 		}
 		r.mu.Lock()
 		delete(r.queued, a.Key)

@@ -200,6 +200,38 @@ func Reissued(c Command, issuedBy string, at time.Time) Command {
 
 const reissueNote = " (issued again: its runtime is back)"
 
+// Masked returns c with its free text masked (events.MaskString): the
+// reason, the recommendation and strategy, and the diagnostics (what
+// failed, what was tried, the configuration's values). Issue stores only
+// masked commands, whoever issues them (a person's --reason may quote a
+// secret). Ids, kinds and tokens are not text and are kept.
+func (c Command) Masked() Command {
+	c.Reason = events.MaskString(c.Reason)
+	c.Params.Recommendation = events.MaskString(c.Params.Recommendation)
+	c.Params.Strategy = events.MaskString(c.Params.Strategy)
+	if d := c.Diagnostics; d != nil {
+		m := &Diagnostics{Failed: events.MaskString(d.Failed)}
+		for _, t := range d.Tried {
+			m.Tried = append(m.Tried, events.MaskString(t))
+		}
+		if d.Config != nil {
+			m.Config = make(map[string]string, len(d.Config))
+			for k, v := range d.Config {
+				// The key says whether the value is a secret
+				// (GITHUB_TOKEN=...), so it is masked as a pair.
+				pair := events.MaskString(k + "=" + v)
+				if rest, ok := strings.CutPrefix(pair, k+"="); ok {
+					m.Config[k] = rest
+				} else {
+					m.Config[k] = events.MaskString(v)
+				}
+			}
+		}
+		c.Diagnostics = m
+	}
+	return c
+}
+
 // ErrInvalidCommand wraps every rule a command breaks.
 var ErrInvalidCommand = errors.New("invalid command")
 

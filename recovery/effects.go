@@ -38,7 +38,7 @@ func (w *Worker) logEffect(ctx context.Context, cmd Command, state *projections.
 	evs = append(evs,
 		w.attempted(cmd, attempt, string(cmd.Kind), result, "", nil, 0),
 		w.completed(cmd, outcome, string(cmd.Kind), attempt, detail))
-	if _, err := w.log.Append(ctx, evs, events.ExpectLastSeq(state.LastSeq)); err != nil {
+	if _, err := w.append(ctx, evs, events.ExpectLastSeq(state.LastSeq)); err != nil {
 		return "", 0, fmt.Errorf("%s %s: %w", cmd.Kind, cmd.ID, err)
 	}
 	w.l.Info().Str("command", cmd.ID).Str("session", cmd.Tenant+"/"+cmd.Session).Str("outcome", string(outcome)).Msg(detail)
@@ -256,7 +256,7 @@ func (w *Worker) forkEffect(ctx context.Context, cmd Command, state *projections
 		evs := append(extra,
 			w.attempted(cmd, attempt, string(cmd.Kind), result, "", nil, 0),
 			w.completed(cmd, outcome, string(cmd.Kind), attempt, detail))
-		if _, err := w.log.Append(ctx, evs, events.ExpectLastSeq(state.LastSeq)); err != nil {
+		if _, err := w.append(ctx, evs, events.ExpectLastSeq(state.LastSeq)); err != nil {
 			return "", 0, fmt.Errorf("fork %s: %w", cmd.ID, err)
 		}
 		return outcome, attempt, nil
@@ -317,7 +317,7 @@ func (w *Worker) forkEffect(ctx context.Context, cmd Command, state *projections
 		return finish(events.OutcomeFailed, fmt.Sprintf("session %s already exists and is not this fork", target))
 	}
 	for i := 0; i < len(copies); i += 256 {
-		if _, err := w.log.Append(ctx, copies[i:min(i+256, len(copies))]); err != nil {
+		if _, err := w.append(ctx, copies[i:min(i+256, len(copies))]); err != nil {
 			return "", 0, fmt.Errorf("fork %s: copy prefix: %w", cmd.ID, err)
 		}
 	}

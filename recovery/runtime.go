@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/turnstone-dev/turnstone/erasure"
 	"github.com/turnstone-dev/turnstone/events"
 	"github.com/turnstone-dev/turnstone/projections"
 )
@@ -59,7 +60,7 @@ func (w *Worker) runtimeEffect(ctx context.Context, cmd Command, state *projecti
 		if appendErr != nil {
 			return
 		}
-		if _, err := w.log.Append(ctx, evs); err != nil {
+		if _, err := w.append(ctx, evs); err != nil {
 			appendErr = err
 		}
 	}
@@ -101,7 +102,7 @@ func (w *Worker) runtimeEffect(ctx context.Context, cmd Command, state *projecti
 	}
 	detail := completionDetail(cmd, chain, class, res)
 	evs := []events.Event{w.completed(cmd, res.Outcome, res.Strategy, offset+res.Attempts, detail)}
-	if _, err := w.log.Append(ctx, evs); err != nil {
+	if _, err := w.append(ctx, evs); err != nil {
 		return "", 0, err
 	}
 	if res.Outcome == events.OutcomeFailed {
@@ -285,7 +286,7 @@ func (w *Worker) logThenNotice(ctx context.Context, cmd Command, state *projecti
 	}
 	n := offset + 1
 	if len(evs) > 0 {
-		if _, err := w.log.Append(ctx, evs, events.ExpectLastSeq(state.LastSeq)); err != nil {
+		if _, err := w.append(ctx, evs, events.ExpectLastSeq(state.LastSeq)); err != nil {
 			return "", 0, err
 		}
 	}
@@ -321,7 +322,7 @@ func (w *Worker) logThenNotice(ctx context.Context, cmd Command, state *projecti
 		w.attempted(cmd, n, string(cmd.Kind), result, class, res.Err, time.Since(start)),
 		w.completed(cmd, outcome, string(cmd.Kind), n, detail),
 	}
-	if _, err := w.log.Append(ctx, done); err != nil {
+	if _, err := w.append(ctx, done); err != nil {
 		return "", 0, err
 	}
 	return outcome, n, nil
@@ -336,7 +337,12 @@ func (w *Worker) reissue(ctx context.Context, cmd Command) (string, error) {
 		return "", err
 	}
 	again := Reissued(orig, orig.IssuedBy, time.Now())
-	if _, _, err := Issue(ctx, w.log.JetStream(), again); err != nil {
+	if !w.gate.Enter(again.Tenant, again.Session, epochOf(ctx)) {
+		return "", fmt.Errorf("reissue %s: %w", again.ID, erasure.ErrErasing)
+	}
+	_, _, err = Issue(ctx, w.log.JetStream(), again)
+	w.gate.Leave(again.Tenant, again.Session)
+	if err != nil {
 		return "", err
 	}
 	return again.ID, nil
@@ -364,7 +370,7 @@ func (w *Worker) pauseSession(ctx context.Context, cmd Command, cause events.Pau
 	if state.Paused {
 		return nil
 	}
-	_, err = w.log.Append(ctx, []events.Event{w.event(cmd, cmd.Session, "", "pause/"+reasonKey(reason),
+	_, err = w.append(ctx, []events.Event{w.event(cmd, cmd.Session, "", "pause/"+reasonKey(reason),
 		&events.SessionPaused{Reason: events.MaskString(reason), Cause: cause, CommandID: cmd.ID, Kind: string(cmd.Kind)})})
 	return err
 }

@@ -162,7 +162,7 @@ func Setup(ctx context.Context, log *events.Log, c DeliveryConfig) (jetstream.Ke
 }
 
 // Issue publishes a command to agent.cmd.<tenant>.<session> with its id as
-// Nats-Msg-Id, and returns the stream sequence it is stored at and whether
+// Nats-Msg-Id, its free text masked (Command.Masked), and returns the stream sequence it is stored at and whether
 // JetStream dropped it as a duplicate of the same command issued within
 // the duplicate window. Errors: ErrInvalidCommand (nothing sent);
 // events.ErrTooLarge when its body is over MaxCommandBytes (nothing sent)
@@ -173,6 +173,7 @@ func Issue(ctx context.Context, js jetstream.JetStream, cmd Command) (seq uint64
 	if err := cmd.Validate(); err != nil {
 		return 0, false, fmt.Errorf("issue command: %w", err)
 	}
+	cmd = cmd.Masked()
 	body, err := json.Marshal(cmd, json.Deterministic(true))
 	if err != nil {
 		return 0, false, fmt.Errorf("issue command %s: %w", cmd.ID, err)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -14,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
+	"github.com/turnstone-dev/turnstone/erasure"
 	"github.com/turnstone-dev/turnstone/events"
 	"github.com/turnstone-dev/turnstone/pgroup"
 	"github.com/turnstone-dev/turnstone/projections"
@@ -101,6 +103,8 @@ type Worker struct {
 
 	kv     jetstream.KeyValue
 	member *pgroup.Member
+	gate   *erasure.Gate
+	notice *nats.Subscription
 	mu     sync.Mutex
 	ccs    map[int]jetstream.ConsumeContext
 	runCtx context.Context
@@ -120,7 +124,7 @@ func NewWorker(nc *nats.Conn, log *events.Log, cfg WorkerConfig, logger *zerolog
 		return nil, fmt.Errorf("new worker: %w", err)
 	}
 	w := &Worker{nc: nc, log: log, store: store, cfg: cfg, l: zerolog.Nop(), chains: DefaultChains().Override(cfg.Chains),
-		ccs: map[int]jetstream.ConsumeContext{}}
+		ccs: map[int]jetstream.ConsumeContext{}, gate: erasure.NewGate(erasure.Config{})}
 	if logger != nil {
 		w.l = logger.With().Str("worker", cfg.Name).Logger()
 	}
@@ -155,6 +159,13 @@ func (w *Worker) Open(ctx context.Context) error {
 		return fmt.Errorf("open worker: %w", err)
 	}
 	w.runCtx, w.cancel = context.WithCancel(context.Background())
+	// Answer erase notices before joining, so that an eraser that sees
+	// this worker in the group hears from it.
+	w.notice, err = erasure.Listen(w.nc, erasure.MemberConfig{Gate: w.gate, Group: WorkerGroup, Member: pgroupName(w.cfg.Name)}, &w.l)
+	if err != nil {
+		w.stop()
+		return fmt.Errorf("open worker: %w", err)
+	}
 	// Mirror the breaker changes every worker records.
 	w.follower, err = w.log.Follow(w.runCtx, events.FollowOptions{Session: events.BreakersSession}, w.mirrorBreaker)
 	if err != nil {
@@ -259,6 +270,9 @@ func (w *Worker) stop() {
 	if w.follower != nil {
 		w.follower.Stop()
 	}
+	if w.notice != nil {
+		_ = w.notice.Unsubscribe()
+	}
 	if w.cancel != nil {
 		w.cancel()
 	}
@@ -316,6 +330,22 @@ func (w *Worker) handle(msg jetstream.Msg) {
 	if cmd.Kind != "" {
 		kind = string(cmd.Kind)
 	}
+	// Erasure: every write this command makes is refused if an erase of
+	// its session begins from now on (the state it is decided from is
+	// read after this point).
+	ctx = withEpoch(ctx, w.gate.Epoch())
+	if w.gate.Blocked(cmd.Tenant, cmd.Session) {
+		// Being erased: the command goes with its session, unless the
+		// erase is given up; then it comes again.
+		ended = "erasing"
+		_ = msg.NakWithDelay(time.Second)
+		return
+	}
+	if w.gate.SkipCommand(cmd.Tenant, cmd.Session, meta.Sequence.Stream) {
+		ended = "erased"
+		_ = msg.Term()
+		return
+	}
 	if err != nil {
 		ended = "invalid"
 		w.l.Error().Str("error", shorten(err.Error(), maxLoggedError)).Uint64("seq", meta.Sequence.Stream).Msg("command refused")
@@ -336,6 +366,18 @@ func (w *Worker) handle(msg jetstream.Msg) {
 		if err := msg.DoubleAck(ctx); err != nil {
 			w.l.Warn().Err(err).Str("command", cmd.ID).Msg("ack lost; the command will be redelivered and found done")
 		}
+		return
+	}
+	if errors.Is(err, erasure.ErrErasing) {
+		// Its session is being erased (it comes again if the erase is
+		// given up) or was erased since it started (moot).
+		if w.gate.Blocked(cmd.Tenant, cmd.Session) {
+			ended = "erasing"
+			_ = msg.NakWithDelay(time.Second)
+			return
+		}
+		ended = "erased"
+		_ = msg.TermWithReason("session erased")
 		return
 	}
 	// A refusal (too large, invalid) comes back the same on every
@@ -489,7 +531,7 @@ func (w *Worker) park(ctx context.Context, cmd Command, meta *jetstream.MsgMetad
 			Cause:  events.CauseParked, CommandID: cmd.ID, Kind: string(cmd.Kind),
 		}))
 	}
-	if _, err := w.log.Append(ctx, evs); err != nil {
+	if _, err := w.append(ctx, evs); err != nil {
 		return fmt.Errorf("park %s: %w", cmd.ID, err)
 	}
 	w.l.Warn().Str("command", cmd.ID).Str("session", cmd.Tenant+"/"+cmd.Session).Str("reason", reason).Msg("command parked; session paused")
@@ -506,11 +548,58 @@ func (w *Worker) setStatus(ctx context.Context, cmd Command, meta *jetstream.Msg
 		st.Seq = meta.Sequence.Stream
 	}
 	b, _ := json.Marshal(st, json.Deterministic(true))
+	if !w.gate.Enter(cmd.Tenant, cmd.Session, epochOf(ctx)) {
+		return fmt.Errorf("status of %s: %w", cmd.ID, erasure.ErrErasing)
+	}
+	defer w.gate.Leave(cmd.Tenant, cmd.Session)
 	if _, err := w.kv.Put(ctx, cmd.ID, b); err != nil {
 		return fmt.Errorf("status of %s: %w", cmd.ID, err)
 	}
 	return nil
 }
+
+// append appends evs as the log does, through the erasure gate: nothing
+// is written for a session being erased, or erased since the command's
+// handling began (the epoch in ctx); the error then wraps
+// erasure.ErrErasing.
+func (w *Worker) append(ctx context.Context, evs []events.Event, opts ...events.AppendOption) ([]events.Ack, error) {
+	since := epochOf(ctx)
+	var entered [][2]string
+	defer func() {
+		for _, k := range entered {
+			w.gate.Leave(k[0], k[1])
+		}
+	}()
+	for _, ev := range evs {
+		k := [2]string{ev.Tenant, ev.Session}
+		if slices.Contains(entered, k) {
+			continue
+		}
+		if !w.gate.Enter(ev.Tenant, ev.Session, since) {
+			return nil, fmt.Errorf("append to %s/%s: %w", ev.Tenant, ev.Session, erasure.ErrErasing)
+		}
+		entered = append(entered, k)
+	}
+	return w.log.Append(ctx, evs, opts...)
+}
+
+type epochKey struct{}
+
+// withEpoch carries the erasure gate's epoch at the start of a command's
+// handling to the writes it makes.
+func withEpoch(ctx context.Context, epoch uint64) context.Context {
+	return context.WithValue(ctx, epochKey{}, epoch)
+}
+
+// epochOf is the epoch withEpoch put in ctx; 0 when none (then any erase
+// that ever began refuses the write: safe).
+func epochOf(ctx context.Context) uint64 {
+	e, _ := ctx.Value(epochKey{}).(uint64)
+	return e
+}
+
+// Gate is the worker's erasure gate (package erasure).
+func (w *Worker) Gate() *erasure.Gate { return w.gate }
 
 // Bounds of what the worker writes about a command it cannot run: the
 // reason of a park (in recovery.parked, session.paused, the status
@@ -546,7 +635,7 @@ func (w *Worker) recordBreaker(c BreakerChange) {
 		ev.Source = "urn:turnstone:worker:" + w.cfg.Name
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		_, err = w.log.Append(ctx, []events.Event{ev})
+		_, err = w.append(withEpoch(ctx, w.gate.Epoch()), []events.Event{ev})
 	}
 	if err != nil {
 		w.l.Warn().Err(err).Str("provider", c.Provider).Msg("breaker change not recorded")

@@ -87,6 +87,12 @@ func (p pairResult) row(bench, figure string, target float64) Row {
 // (after a warm-up of each), and returns the rates of every run. Each run
 // appends fresh ids: the same ids would be dropped as duplicates.
 func (r *runner) appendPair(ctx context.Context, url string, n int, prefix string) (pairResult, error) {
+	return r.appendPairVia(ctx, url, n, prefix, nil)
+}
+
+// appendPairVia is appendPair with the Turnstone side appending through
+// what via returns for the log (nil: the log itself).
+func (r *runner) appendPairVia(ctx context.Context, url string, n int, prefix string, via func(*events.Log) (appender, error)) (pairResult, error) {
 	tc, l, err := openLog(ctx, url, "bench-turnstone")
 	if err != nil {
 		return pairResult{}, err
@@ -97,12 +103,23 @@ func (r *runner) appendPair(ctx context.Context, url string, n int, prefix strin
 		return pairResult{}, err
 	}
 	defer rc.nc.Close()
+	var app appender = l
+	if via != nil {
+		if app, err = via(l); err != nil {
+			return pairResult{}, err
+		}
+	}
 
 	sz := r.sizes
 	template := spreadEvents(prefix, n, sz.AppendSessions)
+	if via != nil {
+		for i := range template {
+			template[i].Source = "urn:service:bench" // a publisher's own, as the ingest requires
+		}
+	}
 	res := pairResult{n: n, window: fmt.Sprintf("%d writers x %d events per call", sz.AppendWriters, sz.AppendBatch)}
 	turnstone := func(evs []events.Event) (float64, error) {
-		d, err := appendConcurrently(ctx, l, evs, sz.AppendBatch, sz.AppendWriters)
+		d, err := appendConcurrently(ctx, app, evs, sz.AppendBatch, sz.AppendWriters)
 		return rate(len(evs), d), err
 	}
 	raw := func(evs []events.Event) (float64, time.Duration, error) {
@@ -174,10 +191,15 @@ func cpuTime() time.Duration {
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
+// appender appends events: *events.Log, or ingest.Client.
+type appender interface {
+	Append(ctx context.Context, evs []events.Event, opts ...events.AppendOption) ([]events.Ack, error)
+}
+
 // appendConcurrently appends evs through l, batch events per call, from
 // writers goroutines taking the next batch as they finish one, and returns
 // the wall time.
-func appendConcurrently(ctx context.Context, l *events.Log, evs []events.Event, batch, writers int) (time.Duration, error) {
+func appendConcurrently(ctx context.Context, l appender, evs []events.Event, batch, writers int) (time.Duration, error) {
 	chunks := (len(evs) + batch - 1) / batch
 	var next atomic.Int64
 	var dups atomic.Int64

@@ -104,7 +104,7 @@ func QuickSizes() Sizes {
 }
 
 // Benchmarks are the names --only takes, in the order they run.
-var Benchmarks = []string{"append", "fold", "restore", "inspect", "incident", "memory", "import", "sync", "durability",
+var Benchmarks = []string{"append", "ingest", "fold", "restore", "inspect", "incident", "memory", "import", "sync", "durability",
 	"scale", "handover", "newsessions", "fleet"}
 
 // Row is one line of the results table.
@@ -255,6 +255,7 @@ func (m *Main) Run(ctx context.Context) (*Report, error) {
 	r := &runner{sizes: m.Sizes, out: &lockedWriter{w: m.Stderr}, rep: rep, memProfile: m.MemProfile}
 	steps := map[string]func(context.Context) error{
 		"append":      r.appendFigure,
+		"ingest":      r.ingestFigure,
 		"fold":        r.foldFigure,
 		"restore":     r.restoreFigure,
 		"inspect":     r.inspectFigure,

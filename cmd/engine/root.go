@@ -59,6 +59,9 @@ Start the engine with 'engine serve'; the other commands connect to it
 		newRuntimesCommand(g),
 		newMembersCommand(g),
 		newSetupCommand(g),
+		newEraseCommand(g),
+		newAuditCommand(g),
+		newRejectsCommand(g),
 	)
 	return root
 }

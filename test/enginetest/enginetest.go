@@ -31,6 +31,11 @@ type Options struct {
 	Runtime refruntime.Config
 	// MaxCommandBytes is the reconciler's (0: its default).
 	MaxCommandBytes int
+	// SnapshotEvery is the projector's (0: its default).
+	SnapshotEvery int
+	// RetentionEvery is the engine's retention sweep period (0: its
+	// default; negative: off).
+	RetentionEvery time.Duration
 }
 
 // Engine is a running engine in a test.
@@ -49,6 +54,11 @@ type Engine struct {
 	Presence *presence.Tracker
 	// Engine is the engine itself.
 	Engine *engine.Engine
+	// Worker is the recovery worker.
+	Worker *recovery.Worker
+	// NewRuntime starts another reference runtime (for another tenant)
+	// on its own connection, closed at test end.
+	NewRuntime func(tb testing.TB, cfg refruntime.Config) *refruntime.Runtime
 }
 
 // Start starts the engine and stops it in tb.Cleanup.
@@ -63,6 +73,7 @@ func Start(tb testing.TB, o Options) *Engine {
 	}
 	clock := recovery.NewFakeClock(time.Now())
 	eng, err := engine.Open(ctx, nc, engine.Config{Log: o.Log, Policy: policy, Clock: clock, MaxCommandBytes: o.MaxCommandBytes,
+		SnapshotEvery: o.SnapshotEvery, RetentionEvery: o.RetentionEvery,
 		Presence: presence.Config{Interval: 200 * time.Millisecond, Wait: 200 * time.Millisecond}}, nil)
 	if err != nil {
 		tb.Fatal(err)
@@ -103,8 +114,25 @@ func Start(tb testing.TB, o Options) *Engine {
 		_ = w.Close(c)
 		_ = eng.Close(c)
 	})
+	newRuntime := func(tb testing.TB, cfg refruntime.Config) *refruntime.Runtime {
+		tb.Helper()
+		c, _ := embeddedtest.Connect(tb, srv)
+		r, err := refruntime.New(c, log, cfg, nil)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		if err := r.Open(ctx); err != nil {
+			tb.Fatal(err)
+		}
+		tb.Cleanup(func() {
+			cctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			_ = r.Close(cctx)
+		})
+		return r
+	}
 	return &Engine{URL: srv.ClientURL(), JS: js, Log: log, Projector: eng.Projector, Reconciler: eng.Reconciler, Clock: clock, Runtime: rt,
-		Presence: eng.Presence, Engine: eng}
+		Presence: eng.Presence, Engine: eng, Worker: w, NewRuntime: newRuntime}
 }
 
 // State restores a session of the runtime's tenant from the log.
