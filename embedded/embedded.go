@@ -59,6 +59,15 @@ type Config struct {
 	Cluster ClusterConfig
 	// Token, when set, is required from every client (NATS token auth).
 	Token string
+	// ConfigFile, when set, is a nats-server configuration file read
+	// first (server.ProcessConfigFile): its accounts, users and
+	// permissions apply (auth.ServerConfig writes one; docs/security.md).
+	// The fields of this Config override its listen address, store
+	// directory, sync, payload and cluster settings; its tls block is
+	// replaced by TLS when TLS.Cert is set.
+	ConfigFile string
+	// TLS, when TLS.Cert is set, serves the client port over TLS only.
+	TLS TLSConfig
 	// ReadyWait bounds how long Start waits for the server and JetStream to
 	// be ready. Default 10 seconds.
 	ReadyWait time.Duration
@@ -72,6 +81,17 @@ type ClusterConfig struct {
 	Host   string
 	Port   int
 	Routes []string
+}
+
+// TLSConfig is the server side of TLS on the client port: Cert and Key
+// are PEM files of the server's certificate and private key; CA, when
+// set, is a PEM file of the certificate authorities a client's
+// certificate must be signed by (mutual TLS: a client without such a
+// certificate is refused).
+type TLSConfig struct {
+	Cert string
+	Key  string
+	CA   string
 }
 
 func (c *Config) setDefaults() {
@@ -107,6 +127,12 @@ func (c *Config) Validate() error {
 	if c.Cluster.Name != "" && c.Cluster.Port == 0 {
 		errs = append(errs, errors.New("cluster port: required with a cluster name"))
 	}
+	if (c.TLS.Cert == "") != (c.TLS.Key == "") {
+		errs = append(errs, errors.New("tls: a certificate needs its key, and a key its certificate"))
+	}
+	if c.TLS.CA != "" && c.TLS.Cert == "" {
+		errs = append(errs, errors.New("tls: a CA (mutual TLS) needs the server's certificate and key"))
+	}
 	return errors.Join(errs...)
 }
 
@@ -119,8 +145,9 @@ type Server struct {
 // Start starts the server and returns once it accepts connections and
 // JetStream is ready (on a cluster: once the meta leader is known). logger
 // receives the server's own log lines at their levels; nil discards them.
-// Errors: an invalid Config, a listen address in use, JetStream failing to
-// start, or not ready within ReadyWait.
+// Errors: an invalid Config, a configuration file that does not parse, a
+// TLS file that cannot be read, a listen address in use, JetStream
+// failing to start, or not ready within ReadyWait.
 func Start(cfg Config, logger *zerolog.Logger) (*Server, error) {
 	cfg.setDefaults()
 	if err := cfg.Validate(); err != nil {
@@ -130,18 +157,32 @@ func Start(cfg Config, logger *zerolog.Logger) (*Server, error) {
 	if name == "" {
 		name = "turnstone-" + strconv.Itoa(cfg.Port)
 	}
-	opts := &server.Options{
-		ServerName:        name,
-		Host:              cfg.Host,
-		Port:              cfg.Port,
-		JetStream:         true,
-		StoreDir:          cfg.DataDir,
-		JetStreamMaxStore: cfg.MaxStore,
-		MaxPayload:        cfg.MaxPayload,
-		SyncAlways:        cfg.SyncAlways,
-		SyncInterval:      cfg.SyncInterval,
-		NoSigs:            true,
-		Authorization:     cfg.Token,
+	opts := &server.Options{}
+	if cfg.ConfigFile != "" {
+		var err error
+		if opts, err = server.ProcessConfigFile(cfg.ConfigFile); err != nil {
+			return nil, fmt.Errorf("start embedded server: config file %s: %w", cfg.ConfigFile, err)
+		}
+	}
+	opts.ServerName = name
+	opts.Host, opts.Port = cfg.Host, cfg.Port
+	opts.JetStream = true
+	opts.StoreDir = cfg.DataDir
+	opts.JetStreamMaxStore = cfg.MaxStore
+	opts.MaxPayload = cfg.MaxPayload
+	opts.SyncAlways, opts.SyncInterval = cfg.SyncAlways, cfg.SyncInterval
+	opts.NoSigs = true
+	if cfg.Token != "" {
+		opts.Authorization = cfg.Token
+	}
+	if cfg.TLS.Cert != "" {
+		tc, err := server.GenTLSConfig(&server.TLSConfigOpts{CertFile: cfg.TLS.Cert, KeyFile: cfg.TLS.Key, CaFile: cfg.TLS.CA, Verify: cfg.TLS.CA != ""})
+		if err != nil {
+			return nil, fmt.Errorf("start embedded server: tls: %w", err)
+		}
+		opts.TLSConfig, opts.TLS, opts.TLSVerify = tc, true, cfg.TLS.CA != ""
+		opts.TLSCert, opts.TLSKey, opts.TLSCaCert = cfg.TLS.Cert, cfg.TLS.Key, cfg.TLS.CA
+		opts.TLSTimeout = 2
 	}
 	if cfg.Cluster.Name != "" {
 		opts.Cluster = server.ClusterOpts{Name: cfg.Cluster.Name, Host: cfg.Cluster.Host, Port: cfg.Cluster.Port}

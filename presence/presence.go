@@ -180,6 +180,13 @@ type Config struct {
 	// ping, counts as present after it was last heard. Default 3 ×
 	// Interval.
 	Expire time.Duration
+	// Tenants are pinged every round, whether or not a micro service
+	// claims them. Under auth (docs/security.md) the engine lives in
+	// another account than the tenants' runtimes, and a $SRV.PING does
+	// not cross accounts: the engine pings the control subject of every
+	// tenant of its auth spec instead, and a runtime that answers serves
+	// all of its tenant's sessions.
+	Tenants []string
 	// OnChange, when set, is called (on the tracker's goroutine) when a
 	// tenant's runtime becomes present (true) or absent (false).
 	OnChange func(tenant string, present bool)
@@ -209,12 +216,17 @@ func (c *Config) Validate() error {
 	if c.Expire < 0 {
 		errs = append(errs, fmt.Errorf("expire: must not be negative, got %s", c.Expire))
 	}
+	for _, t := range c.Tenants {
+		if !validToken(t) {
+			errs = append(errs, fmt.Errorf("tenants: %q is not a token of [A-Za-z0-9_-]", t))
+		}
+	}
 	return errors.Join(errs...)
 }
 
 // Tracker keeps the runtimes present: every Interval it discovers the
-// micro services named ServiceName, then pings each tenant they claim and
-// each tenant it was told to Watch. A tenant is present while its last
+// micro services named ServiceName, then pings each tenant they claim,
+// each of Config.Tenants and each tenant it was told to Watch. A tenant is present while its last
 // answered ping is younger than Expire. It is safe for concurrent use.
 type Tracker struct {
 	nc  *nats.Conn
@@ -240,6 +252,9 @@ func New(nc *nats.Conn, cfg Config, logger *zerolog.Logger) (*Tracker, error) {
 	cfg.setDefaults()
 	t := &Tracker{nc: nc, cfg: cfg, l: zerolog.Nop(), instances: map[string]*Runtime{}, answered: map[string]time.Time{},
 		present: map[string]bool{}, watched: map[string]bool{}, kick: make(chan struct{}, 1)}
+	for _, tenant := range cfg.Tenants {
+		t.watched[tenant] = true
+	}
 	if logger != nil {
 		t.l = logger.With().Str("component", "presence").Logger()
 	}

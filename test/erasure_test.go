@@ -341,10 +341,12 @@ tenants:
 	if got := holdings(t, eng, "shortlived", "old"); !got.empty() {
 		t.Fatalf("shortlived/old past its retention still holds %+v", got)
 	}
-	if got := holdings(t, eng, "shortlived", "young"); got.Events != young.Events || got.IndexEntries != 1 {
+	// Kept: nothing of it erased (a last event of its turn may still have
+	// been on its way when young was read).
+	if got := holdings(t, eng, "shortlived", "young"); got.Events < young.Events || got.IndexEntries != 1 {
 		t.Fatalf("shortlived/young, within its retention: %+v, was %+v", got, young)
 	}
-	if got := holdings(t, eng, "acme", "old"); got.Events != acmeOld.Events || got.IndexEntries != 1 {
+	if got := holdings(t, eng, "acme", "old"); got.Events < acmeOld.Events || got.IndexEntries != 1 {
 		t.Fatalf("acme/old, no retention: %+v, was %+v", got, acmeOld)
 	}
 	recs, err := audit.List(ctx, eng.JS, audit.Filter{Action: audit.ActionRetention})

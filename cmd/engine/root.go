@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 	"github.com/spf13/cobra"
+	"github.com/turnstone-dev/turnstone/auth"
 	"github.com/turnstone-dev/turnstone/embedded"
 	"github.com/turnstone-dev/turnstone/events"
 	"github.com/turnstone-dev/turnstone/internal/console"
@@ -21,6 +22,7 @@ import (
 type globals struct {
 	natsURL  string
 	logLevel string
+	client   auth.ClientConfig
 	stdout   io.Writer
 	stderr   io.Writer
 }
@@ -47,6 +49,9 @@ Start the engine with 'engine serve'; the other commands connect to it
 	}
 	root.PersistentFlags().StringVar(&g.natsURL, "nats-url", url, "NATS server or cluster to use (env TURNSTONE_NATS_URL)")
 	root.PersistentFlags().StringVar(&g.logLevel, "log-level", "info", "log level: debug, info, warn, error")
+	g.client.AddFlags(root.PersistentFlags(),
+		"PEM file of a certificate: this client's (mutual TLS; with --tls-key); for engine serve's embedded server, the server's (TLS on the client port)",
+		"PEM file of CAs: those that signed the server's certificate; for engine serve's embedded server, those a client's certificate must be signed by (mutual TLS)")
 	root.AddCommand(
 		newServeCommand(g),
 		newImportCommand(g),
@@ -62,6 +67,7 @@ Start the engine with 'engine serve'; the other commands connect to it
 		newEraseCommand(g),
 		newAuditCommand(g),
 		newRejectsCommand(g),
+		newAuthCommand(g),
 	)
 	return root
 }
@@ -78,7 +84,15 @@ func (g *globals) logger() (zerolog.Logger, error) {
 // dial opens the NATS connection of a client subcommand. The caller
 // closes it.
 func (g *globals) dial() (*nats.Conn, error) {
-	nc, err := nats.Connect(g.natsURL, nats.Name("turnstone-cli"), nats.Timeout(5*time.Second))
+	opts, err := g.client.Options()
+	if err != nil {
+		return nil, err
+	}
+	nc, err := nats.Connect(g.natsURL, append(opts, nats.Name("turnstone-cli"), nats.Timeout(5*time.Second),
+		nats.ErrorHandler(func(*nats.Conn, *nats.Subscription, error) {}))...)
+	if errors.Is(err, nats.ErrAuthorization) {
+		return nil, fmt.Errorf("connect to %s: %w: the server requires credentials; give --nkey FILE (a seed that engine serve --auth wrote) or --creds FILE (docs/security.md)", g.natsURL, err)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("connect to %s: %w (is `engine serve` running? set --nats-url or TURNSTONE_NATS_URL)", g.natsURL, err)
 	}
@@ -109,7 +123,11 @@ func (g *globals) connect(ctx context.Context) (*nats.Conn, *events.Log, error) 
 	}
 	log, err := events.Open(ctx, js, events.Config{UseExisting: true}, nil)
 	if err != nil {
+		last := nc.LastError()
 		nc.Close()
+		if errors.Is(last, nats.ErrPermissionViolation) {
+			return nil, nil, fmt.Errorf("%w: %w: these credentials may not read the streams; the admin commands need the operator's (docs/security.md)", err, last)
+		}
 		if errors.Is(err, events.ErrLogUnavailable) {
 			return nil, nil, fmt.Errorf("%w (does the server at %s have JetStream enabled?)", err, g.natsURL)
 		}

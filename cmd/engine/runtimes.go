@@ -7,7 +7,6 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/spf13/cobra"
 	"github.com/turnstone-dev/turnstone/presence"
 )
@@ -28,9 +27,9 @@ sessions live and resumes the sessions that waited for it.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
-			nc, err := nats.Connect(g.natsURL, nats.Name("turnstone-cli"), nats.Timeout(5*time.Second))
+			nc, err := g.dial()
 			if err != nil {
-				return fmt.Errorf("connect to %s: %w (is `engine serve` running? set --nats-url or TURNSTONE_NATS_URL)", g.natsURL, err)
+				return err
 			}
 			defer nc.Close()
 			found, err := presence.Discover(ctx, nc, wait)

@@ -13,9 +13,11 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/rs/zerolog"
 	"github.com/spf13/cobra"
+	"github.com/turnstone-dev/turnstone/auth"
 	"github.com/turnstone-dev/turnstone/embedded"
 	"github.com/turnstone-dev/turnstone/engine"
 	"github.com/turnstone-dev/turnstone/events"
+	"github.com/turnstone-dev/turnstone/presence"
 	"github.com/turnstone-dev/turnstone/reconciler"
 	"github.com/turnstone-dev/turnstone/telemetry"
 )
@@ -35,6 +37,11 @@ type serveFlags struct {
 	snapshotEvery int
 	sync          string
 	syncSet       bool
+	auth          string
+	insecure      bool
+	// tenants are the auth spec's tenants, pinged by the presence tracker
+	// (under auth a $SRV.PING does not reach the tenants' accounts).
+	tenants []string
 }
 
 func newServeCommand(g *globals) *cobra.Command {
@@ -51,7 +58,16 @@ connect. With --nats-url it uses that server or cluster instead.
 
 The engine creates the streams, follows the event log, keeps each session's
 projection, and writes a snapshot of a session every --snapshot-every
-events.`,
+events.
+
+With --auth FILE (a YAML list of tenants; docs/security.md) the embedded
+server runs NATS's own accounts, users and permissions: the engine writes
+an nkey seed per user (operator, engine, worker, one per tenant) into the
+credentials directory beside FILE, and each tenant's service connects with
+--nkey credentials/<tenant>.nk. --tls-cert and --tls-key serve the client
+port over TLS, --tls-ca makes it mutual TLS. --listen on an address other
+than loopback needs --auth (or --insecure, which lets anyone who reaches
+the port read and write every tenant's sessions).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			external := cmd.Flags().Changed("nats-url") || os.Getenv("TURNSTONE_NATS_URL") != ""
@@ -75,6 +91,8 @@ events.`,
 	cmd.Flags().StringVar(&f.name, "name", "", "the engine's name in its group (default: host-pid-random)")
 	cmd.Flags().IntVar(&f.partitions, "partitions", 0, "partitions of a new event stream (default 8; an existing stream keeps its count)")
 	cmd.Flags().IntVar(&f.snapshotEvery, "snapshot-every", 100, "snapshot a session's projection every N events")
+	cmd.Flags().StringVar(&f.auth, "auth", os.Getenv("TURNSTONE_AUTH"), "auth spec (YAML: tenants, credentials dir; docs/security.md): accounts, users and permissions on the embedded server, the credentials written beside the file; with --nats-url, the tenants the engine pings and its default --nkey (env TURNSTONE_AUTH)")
+	cmd.Flags().BoolVar(&f.insecure, "insecure", false, "allow --listen on a non-loopback address without --auth: anyone who reaches the port can read and write every tenant's sessions")
 	cmd.Flags().StringVar(&f.sync, "sync", "always", `embedded server: fsync every write before its ack ("always"), or every DURATION such as "2m" (faster; an OS crash can lose acknowledged events)`)
 	return cmd
 }
@@ -91,9 +109,19 @@ func runServe(ctx context.Context, g *globals, f serveFlags, external bool) erro
 	if err != nil {
 		return err // names the file and every bad key
 	}
+	var spec *auth.Spec
+	if f.auth != "" {
+		if spec, err = auth.LoadSpec(f.auth); err != nil {
+			return err // names the file and every rule it breaks
+		}
+		f.tenants = spec.Tenants
+	}
 	// A busy port is reported at once, naming the flag, before the
 	// embedded server spends its start-up wait on it.
 	if !external {
+		if err := checkExposure(f.listen, spec != nil, f.insecure, g.stderr, logger); err != nil {
+			return err
+		}
 		if err := checkListen("--listen", f.listen, "HOST:PORT"); err != nil {
 			return err
 		}
@@ -111,7 +139,20 @@ func runServe(ctx context.Context, g *globals, f serveFlags, external bool) erro
 		if f.syncSet {
 			logger.Warn().Str("sync", f.sync).Msg("--sync applies to the embedded server only: with --nats-url, the server's own sync_interval decides (see the streams' effective durability below)")
 		}
-		nc, err = nats.Connect(g.natsURL, nats.Name("turnstone-engine"), nats.MaxReconnects(-1))
+		client := g.client
+		if spec != nil && !client.Authenticated() {
+			client.Nkey = spec.SeedFile(string(auth.RoleEngine))
+		}
+		if spec != nil || client.Authenticated() {
+			// Under auth an operator set the streams up (engine setup
+			// --nkey credentials/operator.nk): the engine's role may not.
+			f.useExisting = true
+		}
+		opts, err := client.Options()
+		if err != nil {
+			return err
+		}
+		nc, err = nats.Connect(g.natsURL, append(opts, nats.Name("turnstone-engine"), nats.MaxReconnects(-1))...)
 		if err != nil {
 			return fmt.Errorf("connect to %s: %w", g.natsURL, err)
 		}
@@ -120,6 +161,12 @@ func runServe(ctx context.Context, g *globals, f serveFlags, external bool) erro
 		cfg, err := embeddedConfig(f)
 		if err != nil {
 			return err
+		}
+		cfg.TLS = embedded.TLSConfig{Cert: g.client.TLSCert, Key: g.client.TLSKey, CA: g.client.TLSCA}
+		if spec != nil {
+			if cfg.ConfigFile, err = writeAuth(spec, logger); err != nil {
+				return err
+			}
 		}
 		srv, err = embedded.Start(cfg, nil)
 		if err != nil {
@@ -132,7 +179,17 @@ func runServe(ctx context.Context, g *globals, f serveFlags, external bool) erro
 				logger.Error().Err(err).Msg("embedded server shutdown")
 			}
 		}()
-		if nc, err = srv.Connect(); err != nil {
+		if spec != nil {
+			// The operator sets the streams up, then the engine runs with
+			// its own role, as it would on an external server.
+			if err := setupAsOperator(ctx, srv, spec, f, logger); err != nil {
+				return err
+			}
+			f.useExisting = true
+			if nc, err = srv.Connect(seedOption(spec, auth.RoleEngine), nats.Name("turnstone-engine")); err != nil {
+				return err
+			}
+		} else if nc, err = srv.Connect(); err != nil {
 			return err
 		}
 		logger.Info().Str("url", srv.ClientURL()).Str("data", f.data).Str("sync", f.sync).Msg("embedded NATS server with JetStream started")
@@ -234,6 +291,7 @@ func startEngine(ctx context.Context, nc *nats.Conn, f serveFlags, policy *recon
 		SnapshotEvery: f.snapshotEvery,
 		Metrics:       m,
 		UseExisting:   f.useExisting,
+		Presence:      presence.Config{Tenants: f.tenants},
 	}, &logger)
 	if err != nil {
 		return nil, nil, err

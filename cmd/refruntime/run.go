@@ -14,6 +14,7 @@ import (
 	"github.com/rs/zerolog"
 	"github.com/spf13/cobra"
 
+	"github.com/turnstone-dev/turnstone/auth"
 	"github.com/turnstone-dev/turnstone/embedded"
 	"github.com/turnstone-dev/turnstone/events"
 	"github.com/turnstone-dev/turnstone/ingest"
@@ -29,6 +30,7 @@ type Main struct {
 	exit func(code int)
 
 	natsURL     string
+	client      auth.ClientConfig
 	tenant      string
 	name        string
 	sessions    int
@@ -94,7 +96,8 @@ SIGINT or SIGTERM.`,
 		url = embedded.DefaultURL
 	}
 	fs.StringVar(&m.natsURL, "nats-url", url, "NATS server URL (env TURNSTONE_NATS_URL)")
-	fs.StringVar(&m.tenant, "tenant", "demo", "tenant to record under")
+	m.client.AddFlags(fs, "", "")
+	fs.StringVar(&m.tenant, "tenant", "demo", "tenant to record under (under auth, the tenant of --nkey's user)")
 	fs.StringVar(&m.name, "name", refruntime.DefaultName, "runtime name (session.started, event source)")
 	fs.IntVar(&m.sessions, "sessions", 1, "sessions to run")
 	fs.IntVar(&m.turns, "turns", 1, "turns per session")
@@ -168,7 +171,11 @@ func (m *Main) Run(ctx context.Context) error {
 	}
 	logger := zerolog.New(console.LogWriter(m.stderr)).Level(level).With().Timestamp().Logger()
 
-	nc, err := nats.Connect(m.natsURL, nats.Name("refruntime "+m.tenant))
+	opts, err := m.client.Options()
+	if err != nil {
+		return usageError{err}
+	}
+	nc, err := nats.Connect(m.natsURL, append(opts, nats.Name("refruntime "+m.tenant))...)
 	if err != nil {
 		return fmt.Errorf("connect to %s: %w", m.natsURL, err)
 	}

@@ -20,6 +20,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 	"github.com/spf13/cobra"
+	"github.com/turnstone-dev/turnstone/auth"
 	"github.com/turnstone-dev/turnstone/embedded"
 	"github.com/turnstone-dev/turnstone/events"
 	"github.com/turnstone-dev/turnstone/internal/console"
@@ -46,6 +47,8 @@ type flags struct {
 	pinnedTTL      time.Duration
 	controlTimeout time.Duration
 	telemetry      string
+	useExisting    bool
+	client         auth.ClientConfig
 }
 
 func newCommand(stderr io.Writer) *cobra.Command {
@@ -77,6 +80,8 @@ to another worker.`,
 	cmd.Flags().DurationVar(&f.pinnedTTL, "pinned-ttl", 10*time.Second, "how long a partition stays pinned to a silent worker")
 	cmd.Flags().StringVar(&f.telemetry, "telemetry-listen", "", "address of /metrics and /healthz, such as 127.0.0.1:9465 (default: off)")
 	cmd.Flags().DurationVar(&f.controlTimeout, "control-timeout", 10*time.Second, "timeout of each control request to the agent runtime")
+	cmd.Flags().BoolVar(&f.useExisting, "use-existing", false, "create and change no stream, consumer or bucket (an operator set them up); implied by --creds or --nkey, since the worker role may not (docs/security.md)")
+	f.client.AddFlags(cmd.Flags(), "", "")
 	return cmd
 }
 
@@ -86,7 +91,14 @@ func run(ctx context.Context, f flags, stderr io.Writer) error {
 		return fmt.Errorf("--log-level %q: want debug, info, warn or error", f.logLevel)
 	}
 	logger := zerolog.New(console.LogWriter(stderr)).Level(lvl).With().Timestamp().Logger()
-	nc, log, err := connect(ctx, f.natsURL, logger)
+	opts, err := f.client.Options()
+	if err != nil {
+		return err
+	}
+	if f.client.Authenticated() {
+		f.useExisting = true
+	}
+	nc, log, err := connect(ctx, f.natsURL, opts, f.useExisting, logger)
 	if err != nil {
 		return err
 	}
@@ -117,6 +129,7 @@ func run(ctx context.Context, f flags, stderr io.Writer) error {
 		OnCommand:      metrics.WorkerCommand,
 		Name:           f.name,
 		ControlTimeout: f.controlTimeout,
+		UseExisting:    f.useExisting,
 		Delivery:       recovery.DeliveryConfig{AckWait: f.ackWait, MaxDeliver: f.maxDeliver, PinnedTTL: f.pinnedTTL},
 	}, &logger)
 	if err != nil {
@@ -150,19 +163,19 @@ func run(ctx context.Context, f flags, stderr io.Writer) error {
 // connect connects to NATS and opens the event log, retrying with
 // exponential back-off until it works or ctx ends, so a worker started
 // beside the engine (or before it) waits for it instead of exiting.
-func connect(ctx context.Context, url string, logger zerolog.Logger) (*nats.Conn, *events.Log, error) {
+func connect(ctx context.Context, url string, opts []nats.Option, useExisting bool, logger zerolog.Logger) (*nats.Conn, *events.Log, error) {
 	var (
 		nc  *nats.Conn
 		log *events.Log
 	)
 	op := func() error {
-		c, err := nats.Connect(url, nats.Name("turnstone-worker"), nats.MaxReconnects(-1))
+		c, err := nats.Connect(url, append(opts, nats.Name("turnstone-worker"), nats.MaxReconnects(-1))...)
 		if err != nil {
 			return err
 		}
 		js, err := jetstream.New(c)
 		if err == nil {
-			log, err = events.Open(ctx, js, events.Config{}, &logger)
+			log, err = events.Open(ctx, js, events.Config{UseExisting: useExisting}, &logger)
 		}
 		if err != nil {
 			c.Close()

@@ -1,0 +1,213 @@
+package test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/turnstone-dev/turnstone/audit"
+	"github.com/turnstone-dev/turnstone/auth/authtest"
+	"github.com/turnstone-dev/turnstone/engine"
+	"github.com/turnstone-dev/turnstone/erasure"
+	"github.com/turnstone-dev/turnstone/events"
+	"github.com/turnstone-dev/turnstone/ingest"
+	"github.com/turnstone-dev/turnstone/presence"
+	"github.com/turnstone-dev/turnstone/projections"
+	"github.com/turnstone-dev/turnstone/reconciler"
+	"github.com/turnstone-dev/turnstone/recovery"
+	"github.com/turnstone-dev/turnstone/refruntime"
+)
+
+// authEnv is a server with auth on and Turnstone running on it the way
+// `engine serve --auth` runs it: set up by the operator, an engine and a
+// worker with their own identities and nothing but their permissions,
+// and the reference runtime of tenant acme with acme's.
+type authEnv struct {
+	srv    *authtest.Server
+	opJS   jetstream.JetStream
+	opLog  *events.Log
+	eng    *engine.Engine
+	worker *recovery.Worker
+	clock  *recovery.FakeClock
+	rt     *refruntime.Runtime
+}
+
+func startAuthEnv(t *testing.T) *authEnv {
+	t.Helper()
+	return startAuthEnvWith(t, "", nil)
+}
+
+// startAuthEnvWith is startAuthEnv with more lines of auth spec (extra)
+// and the engine's policy (nil: the default).
+func startAuthEnvWith(t *testing.T, extra string, policy *reconciler.Policy) *authEnv {
+	t.Helper()
+	ctx := context.Background()
+	srv := authtest.Start(t, []string{"acme", "globex"}, extra)
+	op := srv.Connect(t, "operator")
+	opJS, _ := jetstream.New(op)
+	opLog, err := engine.Setup(ctx, opJS, events.Config{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	clock := recovery.NewFakeClock(time.Now())
+	cfg := engine.Config{UseExisting: true, Clock: clock, RetentionEvery: -1,
+		Presence: presence.Config{Tenants: srv.Spec.Tenants, Interval: 200 * time.Millisecond, Wait: 200 * time.Millisecond}}
+	if policy != nil {
+		cfg.Policy = policy
+	}
+	eng, err := engine.Open(ctx, srv.Connect(t, "engine"), cfg, nil)
+	if err != nil {
+		t.Fatalf("engine with the engine role: %v\n%s", err, srv)
+	}
+	wnc := srv.Connect(t, "worker")
+	wjs, _ := jetstream.New(wnc)
+	wlog, err := events.Open(ctx, wjs, events.Config{UseExisting: true}, nil)
+	if err != nil {
+		t.Fatalf("worker's log: %v\n%s", err, srv)
+	}
+	wclock := recovery.NewFakeClock(time.Now())
+	wclock.SetAutoAdvance(true)
+	w, err := recovery.NewWorker(wnc, wlog, recovery.WorkerConfig{Name: "w", Clock: wclock, ControlTimeout: 2 * time.Second, UseExisting: true,
+		Delivery: recovery.DeliveryConfig{AckWait: 5 * time.Second}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Open(ctx); err != nil {
+		t.Fatalf("worker with the worker role: %v\n%s", err, srv)
+	}
+	tnc := srv.Connect(t, "acme")
+	client, err := ingest.NewClient(tnc, ingest.ClientConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rt, err := refruntime.New(tnc, client, refruntime.Config{Tenant: "acme"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := rt.Open(ctx); err != nil {
+		t.Fatalf("runtime with acme's role: %v\n%s", err, srv)
+	}
+	t.Cleanup(func() {
+		c, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = rt.Close(c)
+		_ = w.Close(c)
+		_ = eng.Close(c)
+		// Turnstone's own processes needed nothing their roles deny, to
+		// their close (the attempts of the denial table connect under
+		// other names).
+		for _, v := range srv.Violations() {
+			if strings.Contains(v, "turnstone-test ") {
+				t.Errorf("permission violation of a role doing its work: %s", v)
+			}
+		}
+	})
+	return &authEnv{srv: srv, opJS: opJS, opLog: opLog, eng: eng, worker: w, clock: clock, rt: rt}
+}
+
+// TestAuthRolesRepairACrashedSession: with auth on, the engine, the
+// worker and acme's runtime each with its own identity, a session whose
+// runtime crashed mid-tool is abandoned and repaired by the reconciler
+// and the worker, and no role needed a subject its permissions deny.
+func TestAuthRolesRepairACrashedSession(t *testing.T) {
+	e := startAuthEnv(t)
+	ctx := context.Background()
+	session := "crash-1"
+	if _, err := e.rt.RunTurn(ctx, session, refruntime.TurnSpec{Tools: []refruntime.ToolSpec{{Name: "Read"}}}); err != nil {
+		t.Fatal(err)
+	}
+	res, err := e.rt.RunTurn(ctx, session, refruntime.TurnSpec{Tools: []refruntime.ToolSpec{{Name: "Bash"}}, Fault: refruntime.FaultCrashMidTool{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(40 * time.Second)
+	var s *projections.Session
+	for time.Now().Before(deadline) {
+		s, err = projections.Restore(ctx, e.opLog, nil, "acme", session)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s.InFlightTurn() == nil && len(s.OrphanedToolUseIDs()) == 0 && len(s.Orphans) > 0 && len(s.Commands) >= 2 {
+			break
+		}
+		e.clock.Advance(30 * time.Second)
+		time.Sleep(50 * time.Millisecond)
+	}
+	if s.InFlightTurn() != nil || len(s.OrphanedToolUseIDs()) != 0 || len(s.Orphans) == 0 {
+		t.Fatalf("crashed turn %s: in flight %v, orphans %v\n%s", res.Turn, s.InFlight, s.OrphanedToolUseIDs(), e.srv)
+	}
+	if v := e.srv.Violations(); len(v) > 0 {
+		t.Fatalf("permission violations:\n%s", strings.Join(v, "\n"))
+	}
+}
+
+// TestAuthEraseAndRetention: with auth on (and `retention: true` in the
+// spec), the operator erases one of acme's sessions while the engine and
+// the worker run with their roles (each must hear the erase notice and
+// confirm it), and the engine's retention sweep erases the rest of acme's
+// sessions past their max age (purging with the engine's own
+// permissions); no role needed a subject its permissions deny, and
+// globex's session is kept. Without `retention: true` the engine may not
+// purge (TestAuthDenialTable).
+func TestAuthEraseAndRetention(t *testing.T) {
+	policy, err := reconciler.ParsePolicy([]byte("tenants:\n  acme:\n    retention:\n      max_age: 1s\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := startAuthEnvWith(t, "retention: true\n", policy)
+	ctx := context.Background()
+	for _, s := range []string{"erase-me", "expire-me"} {
+		if _, err := e.rt.RunTurn(ctx, s, refruntime.TurnSpec{Tools: []refruntime.ToolSpec{{Name: "Read"}}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	gnc := e.srv.Connect(t, "globex")
+	gclient, err := ingest.NewClient(gnc, ingest.ClientConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	grt, err := refruntime.New(gnc, gclient, refruntime.Config{Tenant: "globex"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := grt.RunTurn(ctx, "kept", refruntime.TurnSpec{}); err != nil {
+		t.Fatal(err)
+	}
+	count := func(tenant, session string) int {
+		n := 0
+		_ = e.opLog.ReadSession(ctx, tenant, session, events.ReadOptions{}, func(events.Event) error { n++; return nil })
+		return n
+	}
+	if count("acme", "erase-me") == 0 || count("acme", "expire-me") == 0 {
+		t.Fatal("the turns were not stored")
+	}
+	rec, err := engine.Erase(ctx, e.srv.Connect(t, "operator"), engine.EraseRequest{
+		Scope: erasure.Scope{Tenant: "acme", Sessions: []string{"erase-me"}}, Reason: "the auth test", Who: "operator",
+		Action: audit.ActionEraseSession})
+	if err != nil {
+		t.Fatalf("erase as the operator: %v\n%s", err, e.srv)
+	}
+	if rec.Counts == nil || rec.Counts.Events == 0 || count("acme", "erase-me") != 0 {
+		t.Fatalf("erase removed %+v; %d events left", rec.Counts, count("acme", "erase-me"))
+	}
+	// Retention: once expire-me's latest event is older than 1 s and in
+	// the fleet index, the engine's sweep erases it.
+	deadline := time.Now().Add(20 * time.Second)
+	for count("acme", "expire-me") > 0 && time.Now().Before(deadline) {
+		time.Sleep(500 * time.Millisecond)
+		if _, err := e.eng.SweepRetention(ctx); err != nil {
+			t.Fatalf("retention sweep with the engine's role: %v\n%s", err, e.srv)
+		}
+	}
+	if n := count("acme", "expire-me"); n != 0 {
+		t.Fatalf("retention left %d events of acme/expire-me", n)
+	}
+	if count("globex", "kept") == 0 {
+		t.Fatal("globex's session was erased with acme's")
+	}
+	if v := e.srv.Violations(); len(v) > 0 {
+		t.Fatalf("permission violations:\n%s", strings.Join(v, "\n"))
+	}
+}
