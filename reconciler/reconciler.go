@@ -104,12 +104,12 @@ type Reconciler struct {
 	l    zerolog.Logger
 
 	mu        sync.Mutex
-	done      map[string]bool      // action keys carried out (or dropped as done)
-	queued    map[string]bool      // action keys waiting
-	watch     map[string]time.Time // sessions with turns in flight or pending requests: key -> since
-	reqSeen   map[string]time.Time // "<session key>/<requested seq>" -> first seen
+	done      map[string]bool                 // action keys carried out (or dropped as done)
+	queued    map[string]bool                 // action keys waiting
+	watch     map[string]time.Time            // sessions with turns in flight or pending requests: key -> since
+	reqSeen   map[string]time.Time            // "<session key>/<requested seq>" -> first seen
 	turnSeen  map[string]map[string]time.Time // session key -> turn in flight -> first seen in flight
-	failWrite bool                 // failErr came from a write, not the probe
+	failWrite bool                            // failErr came from a write, not the probe
 	probeKV   jetstream.KeyValue
 	failErr   error
 	rescan    []int // partitions whose scan is to be done again
