@@ -22,6 +22,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/turnstone-dev/turnstone/events"
 )
 
 // Names of the audit stream.
@@ -179,7 +180,8 @@ type Filter struct {
 }
 
 // List returns the records the filter selects, oldest first, with Seq
-// and Stored set. It reads the stream with an ordered consumer.
+// and Stored set. It reads the stream in batches (events.ReadStream,
+// which works on replicated streams).
 // jetstream.ErrStreamNotFound (wrapped) when there is no audit stream.
 func List(ctx context.Context, js jetstream.JetStream, f Filter) ([]Record, error) {
 	st, err := js.Stream(ctx, Stream)
@@ -190,43 +192,23 @@ func List(ctx context.Context, js jetstream.JetStream, f Filter) ([]Record, erro
 	if f.Action != "" {
 		subject = SubjectPrefix + "." + string(f.Action)
 	}
-	cons, err := st.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{FilterSubjects: []string{subject}})
-	if err != nil {
-		return nil, fmt.Errorf("audit: %w", err)
-	}
-	info, err := cons.Info(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("audit: %w", err)
-	}
 	var out []Record
-	remaining := info.NumPending
-	for remaining > 0 {
-		batch, err := cons.Fetch(int(min(remaining, 500)), jetstream.FetchMaxWait(5*time.Second))
-		if err != nil {
-			return nil, fmt.Errorf("audit: %w", err)
+	err = events.ReadStream(ctx, st, jetstream.OrderedConsumerConfig{FilterSubjects: []string{subject}}, 500, func(msg jetstream.Msg) error {
+		var r Record
+		if json.Unmarshal(msg.Data(), &r) != nil {
+			return nil
 		}
-		n := 0
-		for msg := range batch.Messages() {
-			n++
-			remaining--
-			var r Record
-			if json.Unmarshal(msg.Data(), &r) != nil {
-				continue
-			}
-			if meta, err := msg.Metadata(); err == nil {
-				r.Seq, r.Stored, remaining = meta.Sequence.Stream, meta.Timestamp.UTC(), meta.NumPending
-			}
-			if f.Tenant != "" && r.Scope != nil && r.Scope.Tenant != f.Tenant {
-				continue
-			}
-			out = append(out, r)
+		if meta, err := msg.Metadata(); err == nil {
+			r.Seq, r.Stored = meta.Sequence.Stream, meta.Timestamp.UTC()
 		}
-		if err := batch.Error(); err != nil && !errors.Is(err, jetstream.ErrNoMessages) {
-			return nil, fmt.Errorf("audit: %w", err)
+		if f.Tenant != "" && r.Scope != nil && r.Scope.Tenant != f.Tenant {
+			return nil
 		}
-		if n == 0 {
-			break
-		}
+		out = append(out, r)
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("audit: %w", err)
 	}
 	if f.Limit > 0 && len(out) > f.Limit {
 		out = out[len(out)-f.Limit:]

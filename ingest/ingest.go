@@ -807,9 +807,10 @@ type RejectFilter struct {
 }
 
 // Rejects returns the quarantine's records, oldest first, with their
-// stream sequence. It reads the stream with an ordered consumer in
-// batches (Fetch), keeping only the latest Limit in memory.
-// jetstream.ErrStreamNotFound (wrapped) when there is no quarantine yet.
+// stream sequence. It reads the stream in batches (events.ReadStream,
+// which works on replicated streams), keeping only the latest Limit in
+// memory. jetstream.ErrStreamNotFound (wrapped) when there is no
+// quarantine yet.
 func Rejects(ctx context.Context, js jetstream.JetStream, f RejectFilter) ([]Reject, error) {
 	st, err := js.Stream(ctx, QuarantineStream)
 	if err != nil {
@@ -819,46 +820,23 @@ func Rejects(ctx context.Context, js jetstream.JetStream, f RejectFilter) ([]Rej
 	if f.Tenant != "" {
 		subjects = []string{QuarantineSubjectPrefix + "." + f.Tenant, QuarantineSubjectPrefix + "." + f.Tenant + ".*"}
 	}
-	cons, err := st.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{FilterSubjects: subjects})
-	if err != nil {
-		return nil, fmt.Errorf("rejects: %w", err)
-	}
-	info, err := cons.Info(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("rejects: %w", err)
-	}
 	var out []Reject
-	remaining := info.NumPending
-	for remaining > 0 {
-		batch, err := cons.Fetch(int(min(remaining, 500)), jetstream.FetchMaxWait(5*time.Second))
-		if err != nil {
-			return nil, fmt.Errorf("rejects: %w", err)
+	err = events.ReadStream(ctx, st, jetstream.OrderedConsumerConfig{FilterSubjects: subjects}, 500, func(msg jetstream.Msg) error {
+		var r Reject
+		if json.Unmarshal(msg.Data(), &r) != nil {
+			return nil
 		}
-		n := 0
-		for msg := range batch.Messages() {
-			n++
-			remaining--
-			if meta, err := msg.Metadata(); err == nil {
-				remaining = meta.NumPending
-			}
-			var r Reject
-			if json.Unmarshal(msg.Data(), &r) != nil {
-				continue
-			}
-			if meta, err := msg.Metadata(); err == nil {
-				r.Seq = meta.Sequence.Stream
-			}
-			out = append(out, r)
-			if f.Limit > 0 && len(out) >= 2*f.Limit {
-				out = append(out[:0], out[len(out)-f.Limit:]...)
-			}
+		if meta, err := msg.Metadata(); err == nil {
+			r.Seq = meta.Sequence.Stream
 		}
-		if err := batch.Error(); err != nil && !errors.Is(err, jetstream.ErrNoMessages) {
-			return nil, fmt.Errorf("rejects: %w", err)
+		out = append(out, r)
+		if f.Limit > 0 && len(out) >= 2*f.Limit {
+			out = append(out[:0], out[len(out)-f.Limit:]...)
 		}
-		if n == 0 {
-			break
-		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("rejects: %w", err)
 	}
 	if f.Limit > 0 && len(out) > f.Limit {
 		out = out[len(out)-f.Limit:]

@@ -156,9 +156,10 @@ type IndexFilter struct {
 // ReadIndex returns the latest summary of every session the filter
 // selects, sorted by tenant then session. It reads the bucket's stream
 // with an ordered consumer delivering the last message of each subject,
-// in batches (Fetch, which works on replicated streams), so 100,000
-// sessions cost one pass over the bucket. Errors: jetstream.ErrBucketNotFound
-// (wrapped) when there is no index yet; JetStream's.
+// in batches (events.ReadStream, which also works on replicated streams),
+// so 100,000 sessions cost one pass over the bucket. Errors:
+// jetstream.ErrBucketNotFound (wrapped) when there is no index yet;
+// JetStream's.
 func ReadIndex(ctx context.Context, js jetstream.JetStream, f IndexFilter) ([]Summary, error) {
 	st, err := js.Stream(ctx, "KV_"+IndexBucket)
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
@@ -187,42 +188,20 @@ func ReadIndex(ctx context.Context, js jetstream.JetStream, f IndexFilter) ([]Su
 			filters = append(filters, "$KV."+IndexBucket+"."+p+"."+t+".*")
 		}
 	}
-	cons, err := st.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{FilterSubjects: filters, DeliverPolicy: jetstream.DeliverLastPerSubjectPolicy})
-	if err != nil {
-		return nil, fmt.Errorf("read index: %w", err)
-	}
-	info, err := cons.Info(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("read index: %w", err)
-	}
-	remaining := info.NumPending
-	out := make([]Summary, 0, remaining)
-	for remaining > 0 {
-		batch, err := cons.Fetch(int(min(remaining, 2000)), jetstream.FetchMaxWait(5*time.Second))
-		if err != nil {
-			return nil, fmt.Errorf("read index: %w", err)
-		}
-		n := 0
-		for msg := range batch.Messages() {
-			n++
+	out := []Summary{}
+	err = events.ReadStream(ctx, st, jetstream.OrderedConsumerConfig{FilterSubjects: filters, DeliverPolicy: jetstream.DeliverLastPerSubjectPolicy}, 2000,
+		func(msg jetstream.Msg) error {
 			if op := msg.Headers().Get("KV-Operation"); op == "DEL" || op == "PURGE" {
-				continue
+				return nil
 			}
 			var m Summary
 			if json.Unmarshal(msg.Data(), &m) == nil && (f.Tenant == "" || m.Tenant == f.Tenant) {
 				out = append(out, m)
 			}
-			meta, err := msg.Metadata()
-			if err == nil {
-				remaining = meta.NumPending
-			}
-		}
-		if err := batch.Error(); err != nil && !errors.Is(err, jetstream.ErrNoMessages) {
-			return nil, fmt.Errorf("read index: %w", err)
-		}
-		if n == 0 {
-			break
-		}
+			return nil
+		})
+	if err != nil {
+		return nil, fmt.Errorf("read index: %w", err)
 	}
 	sort.Slice(out, func(i, j int) bool {
 		if out[i].Tenant != out[j].Tenant {

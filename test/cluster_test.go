@@ -3,14 +3,13 @@ package test
 import (
 	"context"
 	"errors"
-	"fmt"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/turnstone-dev/turnstone/embedded"
+	"github.com/turnstone-dev/turnstone/embedded/embeddedtest"
 	"github.com/turnstone-dev/turnstone/events"
 	"github.com/turnstone-dev/turnstone/projections"
 )
@@ -19,43 +18,7 @@ import (
 // loopback, and stops them at test end.
 func startCluster(t *testing.T, n int) []*embedded.Server {
 	t.Helper()
-	ports := make([]int, n)
-	for i := range ports {
-		ports[i] = freePort(t)
-	}
-	servers := make([]*embedded.Server, n)
-	errs := make([]error, n)
-	var wg sync.WaitGroup
-	for i := 0; i < n; i++ {
-		var routes []string
-		for j, p := range ports {
-			if j != i {
-				routes = append(routes, fmt.Sprintf("nats-route://127.0.0.1:%d", p))
-			}
-		}
-		wg.Add(1)
-		go func(i int) {
-			defer wg.Done()
-			servers[i], errs[i] = embedded.Start(embedded.Config{
-				DataDir: t.TempDir(), Port: -1, ServerName: fmt.Sprintf("n%d", i), ReadyWait: 30 * time.Second,
-				Cluster: embedded.ClusterConfig{Name: "turnstone-test", Port: ports[i], Routes: routes},
-			}, nil)
-		}(i)
-	}
-	wg.Wait()
-	for i, err := range errs {
-		if err != nil {
-			t.Fatalf("node %d: %v", i, err)
-		}
-	}
-	t.Cleanup(func() {
-		for _, s := range servers {
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			_ = s.Close(ctx)
-			cancel()
-		}
-	})
-	return servers
+	return embeddedtest.StartCluster(t, n)
 }
 
 // TestLogOnAThreeNodeCluster runs the log on a replicated stream across

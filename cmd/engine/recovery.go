@@ -9,7 +9,6 @@ import (
 	"sort"
 	"strings"
 	"text/tabwriter"
-	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/spf13/cobra"
@@ -56,26 +55,21 @@ func loadCommands(ctx context.Context, log *events.Log) ([]commandRow, error) {
 	}
 	var rows []commandRow
 	if info.State.Msgs > 0 {
-		cons, err := st.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{})
-		if err != nil {
-			return nil, err
-		}
-		for {
-			msg, err := cons.Next(jetstream.FetchMaxWait(5 * time.Second))
-			if err != nil {
-				return nil, fmt.Errorf("read commands: %w", err)
-			}
+		// events.ReadStream fetches in batches: an ordered consumer's Next
+		// fails on an R3 stream after a few messages (issue 9).
+		err := events.ReadStream(ctx, st, jetstream.OrderedConsumerConfig{}, 1000, func(msg jetstream.Msg) error {
 			meta, err := msg.Metadata()
 			if err != nil {
-				return nil, err
+				return err
 			}
 			var c recovery.Command
 			if json.Unmarshal(msg.Data(), &c) == nil {
 				rows = append(rows, commandRow{Command: c, Seq: meta.Sequence.Stream, Status: recovery.Status{State: recovery.StatePending}})
 			}
-			if meta.NumPending == 0 || meta.Sequence.Stream >= info.State.LastSeq {
-				break
-			}
+			return nil
+		})
+		if err != nil {
+			return nil, fmt.Errorf("read commands: %w", err)
 		}
 	}
 	for i := range rows {

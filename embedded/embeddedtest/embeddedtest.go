@@ -5,6 +5,9 @@ package embeddedtest
 
 import (
 	"context"
+	"fmt"
+	"net"
+	"sync"
 	"testing"
 	"time"
 
@@ -48,4 +51,58 @@ func Connect(tb testing.TB, s *embedded.Server) (*nats.Conn, jetstream.JetStream
 		tb.Fatalf("jetstream: %v", err)
 	}
 	return nc, js
+}
+
+// StartCluster starts n servers on 127.0.0.1 joined in one JetStream
+// cluster (routes on free loopback ports, each store under tb.TempDir()),
+// waits until each is ready (up to 30 s), and stops them all in
+// tb.Cleanup. Streams created on it can have up to n replicas.
+func StartCluster(tb testing.TB, n int) []*embedded.Server {
+	tb.Helper()
+	ports := make([]int, n)
+	for i := range ports {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			tb.Fatalf("free port: %v", err)
+		}
+		ports[i] = l.Addr().(*net.TCPAddr).Port
+		_ = l.Close()
+	}
+	servers := make([]*embedded.Server, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		var routes []string
+		for j, p := range ports {
+			if j != i {
+				routes = append(routes, fmt.Sprintf("nats-route://127.0.0.1:%d", p))
+			}
+		}
+		cfg := embedded.Config{
+			DataDir: tb.TempDir(), Port: -1, ServerName: fmt.Sprintf("n%d", i), ReadyWait: 30 * time.Second,
+			Cluster: embedded.ClusterConfig{Name: "turnstone-test", Port: ports[i], Routes: routes},
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			servers[i], errs[i] = embedded.Start(cfg, nil)
+		}()
+	}
+	wg.Wait()
+	tb.Cleanup(func() {
+		for _, s := range servers {
+			if s == nil {
+				continue
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			_ = s.Close(ctx)
+			cancel()
+		}
+	})
+	for i, err := range errs {
+		if err != nil {
+			tb.Fatalf("start cluster node %d: %v", i, err)
+		}
+	}
+	return servers
 }

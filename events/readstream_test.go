@@ -1,0 +1,77 @@
+package events_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/turnstone-dev/turnstone/embedded/embeddedtest"
+	"github.com/turnstone-dev/turnstone/events"
+)
+
+// TestReadStreamOnAReplicatedStream reads a whole R3 stream on a 3-node
+// cluster in many small batches (every batch a new ephemeral consumer,
+// which is where an ordered consumer's Next fails on R3, issue 9), from a
+// client of each node: every message once, in order. A callback's error
+// stops the read and comes back as it is.
+func TestReadStreamOnAReplicatedStream(t *testing.T) {
+	servers := embeddedtest.StartCluster(t, 3)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	_, js := embeddedtest.Connect(t, servers[0])
+	var st jetstream.Stream
+	var err error
+	for {
+		st, err = js.CreateStream(ctx, jetstream.StreamConfig{Name: "RS", Subjects: []string{"rs.>"}, Replicas: 3})
+		if err == nil || ctx.Err() != nil {
+			break
+		}
+		time.Sleep(200 * time.Millisecond) // the meta leader may still be elected
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 600
+	for i := range n {
+		if _, err := js.Publish(ctx, fmt.Sprintf("rs.%d", i%7), []byte(strconv.Itoa(i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for node, s := range servers {
+		_, js := embeddedtest.Connect(t, s)
+		st, err := js.Stream(ctx, "RS")
+		if err != nil {
+			t.Fatal(err)
+		}
+		next := 0
+		err = events.ReadStream(ctx, st, jetstream.OrderedConsumerConfig{}, 25, func(msg jetstream.Msg) error {
+			if got := string(msg.Data()); got != strconv.Itoa(next) {
+				return fmt.Errorf("message %d is %q", next, got)
+			}
+			next++
+			return nil
+		})
+		if err != nil {
+			t.Fatalf("node %d: %v", node, err)
+		}
+		if next != n {
+			t.Fatalf("node %d: read %d of %d messages", node, next, n)
+		}
+	}
+	stop := errors.New("stop")
+	calls := 0
+	err = events.ReadStream(ctx, st, jetstream.OrderedConsumerConfig{FilterSubjects: []string{"rs.3"}}, 10, func(jetstream.Msg) error {
+		calls++
+		if calls == 15 {
+			return stop
+		}
+		return nil
+	})
+	if !errors.Is(err, stop) || calls != 15 {
+		t.Fatalf("callback error: got %v after %d calls", err, calls)
+	}
+}
