@@ -51,11 +51,12 @@ type Config struct {
 	Log events.Config
 	// Policy is the reconciler's (nil: the defaults).
 	Policy *reconciler.Policy
-	// SnapshotEvery, MaxSessions and IdleEvict configure the projector
-	// (projections.ProjectorConfig; zero: its defaults).
+	// SnapshotEvery, MaxSessions, IdleEvict and CompactAfter configure the
+	// projector (projections.ProjectorConfig; zero: its defaults).
 	SnapshotEvery int
 	MaxSessions   int
 	IdleEvict     time.Duration
+	CompactAfter  time.Duration
 	// Heartbeat and TTL configure the partition group (pgroup.Config;
 	// zero: its defaults, 1 s and 5 s).
 	Heartbeat time.Duration
@@ -251,8 +252,8 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config, logger *zerolog.Logger
 	m := cfg.Metrics
 	var rec *reconciler.Reconciler // set below, before any event is folded
 	e.Projector, err = projections.NewProjector(e.Log, e.Store, projections.ProjectorConfig{
-		SnapshotEvery: cfg.SnapshotEvery, MaxSessions: cfg.MaxSessions, IdleEvict: cfg.IdleEvict, Shared: true, Index: true,
-		Gate: e.Gate,
+		SnapshotEvery: cfg.SnapshotEvery, MaxSessions: cfg.MaxSessions, IdleEvict: cfg.IdleEvict, CompactAfter: cfg.CompactAfter,
+		Shared: true, Index: true, Gate: e.Gate,
 		OnApply: func(s *projections.Session, ev events.Event, applied bool, vs []projections.Violation) {
 			if m != nil {
 				m.ObserveEvent(ev)

@@ -194,3 +194,38 @@ func BenchmarkEncode(b *testing.B) {
 		i++
 	}
 }
+
+// BenchmarkDecodeStored times what a reader of the log runs on each stored
+// body (DecodeStored: the envelope, the contract's checks and the typed
+// payload, decoded once), on the bodies Log.Append stores for the events
+// of prepareEvents.
+func BenchmarkDecodeStored(b *testing.B) {
+	evs := prepareEvents(b)
+	bodies := make([][]byte, len(evs))
+	subjects := make([]string, len(evs))
+	for i := range evs {
+		ev := evs[i]
+		if err := events.Validate(&ev); err != nil {
+			b.Fatal(err)
+		}
+		events.Mask(&ev)
+		body, err := ev.Encode()
+		if err != nil {
+			b.Fatal(err)
+		}
+		bodies[i], subjects[i] = body, events.StoredEventSubject(1, ev.Tenant, ev.Session)
+	}
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		k := i % len(bodies)
+		ev := events.DecodeStored(subjects[k], uint64(i+1), bodies[k])
+		if ev.Err != nil {
+			b.Fatal(ev.Err)
+		}
+		if _, err := ev.Payload(); err != nil {
+			b.Fatal(err)
+		}
+		i++
+	}
+}

@@ -31,7 +31,7 @@ const DefaultSource = "urn:turnstone"
 // Seq, Subject and Stored are set on events read from the log (the stream
 // sequence, the stored, partitioned subject, and JetStream's store time);
 // they are not part of the body. Raw is the stored body itself (shared
-// with the message: do not change it). Stored is the log's own clock: unlike
+// with the message: do not change it), and Data shares its bytes. Stored is the log's own clock: unlike
 // Time, which the publisher chose, it is when the event reached the
 // stream, so deadlines and recency count from it (zero when the reader
 // did not have it). Err

@@ -50,14 +50,7 @@ func (l *Log) Follow(ctx context.Context, opts FollowOptions, fn func(Event)) (*
 	case opts.Session != "":
 		filter = EventSubjectPrefix + ".*.*." + opts.Session
 	}
-	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: []string{filter}}
-	switch {
-	case opts.FromSeq > 0:
-		cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, opts.FromSeq
-	case !opts.FromTime.IsZero():
-		t := opts.FromTime
-		cfg.DeliverPolicy, cfg.OptStartTime = jetstream.DeliverByStartTimePolicy, &t
-	}
+	cfg := orderedConfig(filter, opts.FromSeq, opts.FromTime)
 	cctx, cancel := l.withTimeout(ctx)
 	cons, err := l.events.OrderedConsumer(cctx, cfg)
 	cancel()
@@ -86,3 +79,87 @@ func (l *Log) Follow(ctx context.Context, opts FollowOptions, fn func(Event)) (*
 	}()
 	return f, nil
 }
+
+// orderedConfig is an ordered consumer of the events on filter from
+// fromSeq, else from fromTime (store time), else from the first.
+func orderedConfig(filter string, fromSeq uint64, fromTime time.Time) jetstream.OrderedConsumerConfig {
+	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: []string{filter}}
+	switch {
+	case fromSeq > 0:
+		cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, fromSeq
+	case !fromTime.IsZero():
+		t := fromTime
+		cfg.DeliverPolicy, cfg.OptStartTime = jetstream.DeliverByStartTimePolicy, &t
+	}
+	return cfg
+}
+
+// readOrdered delivers, through an ordered consumer of cfg, the events up
+// to stream sequence last (or until none is pending), in stream order, to
+// fn on the caller's goroutine. Each event is decoded on the consumer's
+// own goroutine while fn folds the one before: the two run in parallel.
+// It returns fn's first error, ctx's, or ErrLogUnavailable when no event
+// comes for Config.Timeout.
+func (l *Log) readOrdered(ctx context.Context, cfg jetstream.OrderedConsumerConfig, last uint64, fn func(Event) error) error {
+	cctx, cancel := l.withTimeout(ctx)
+	cons, err := l.events.OrderedConsumer(cctx, cfg)
+	cancel()
+	if err != nil {
+		return unavailable(err)
+	}
+	type item struct {
+		ev   Event
+		skip bool // past last: nothing to deliver
+		end  bool // the last one to deliver
+		err  error
+	}
+	items := make(chan item, readAhead)
+	quit := make(chan struct{})
+	cc, err := cons.Consume(func(msg jetstream.Msg) {
+		var it item
+		if meta, err := msg.Metadata(); err != nil {
+			it.err = unavailable(err)
+		} else if seq := meta.Sequence.Stream; seq > last {
+			it.skip, it.end = true, true
+		} else {
+			it.ev = DecodeStoredAt(msg.Subject(), seq, meta.Timestamp, msg.Data())
+			it.end = seq == last || meta.NumPending == 0
+		}
+		select {
+		case items <- it:
+		case <-quit:
+		}
+	})
+	if err != nil {
+		return unavailable(err)
+	}
+	defer cc.Stop()
+	defer close(quit) // first: a handler waiting to send gives up
+	timer := time.NewTimer(l.cfg.Timeout)
+	defer timer.Stop()
+	for {
+		select {
+		case it := <-items:
+			switch {
+			case it.err != nil:
+				return it.err
+			case it.skip:
+				return nil
+			}
+			if err := fn(it.ev); err != nil {
+				return err
+			}
+			if it.end {
+				return nil
+			}
+			timer.Reset(l.cfg.Timeout) // the wait is for the server, not fn
+		case <-timer.C:
+			return unavailable(fmt.Errorf("no event within %s", l.cfg.Timeout))
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// readAhead is how many decoded events readOrdered holds for fn.
+const readAhead = 256

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"reflect"
 	"testing"
 	"time"
 
@@ -105,6 +106,12 @@ func seedBodies(tb testing.TB) [][]byte {
 		`{"specversion":"1.0","id":"01JGZ8Q0000000000000000000","type":"agent.thought","source":"urn:x","time":"2026-02-19T10:00:00+02:00","tenant":"acme","session":"chat-42","data":{"anything":[1,2,{"x":null}]}}`,
 		`{"specversion":"1.0","id":"01JGZ8Q0000000000000000000","type":"message.appended","source":"urn:x","time":"2026-02-19T10:00:00Z","tenant":"a.b","session":"c d","data":{"role":"user","content":[{"type":"tool_use"}]}}`,
 		`{"specversion":1,"id":7,"type":null,"time":"yesterday","data":[]}`,
+		// DecodeStored's one pass hands these to Decode and Validate: data
+		// before type, an escaped name, a repeated member, white space.
+		`{"data":{"prompt":"hi"},"specversion":"1.0","id":"01JGZ8Q0000000000000000000","type":"turn.started","source":"urn:x","time":"2026-02-19T10:00:00Z","tenant":"acme","session":"chat-42","turn":"t-1"}`,
+		`{"specversion":"1.0","id":"01JGZ8Q0000000000000000000","typ\u0065":"turn.started","source":"urn:x","time":"2026-02-19T10:00:00Z","tenant":"acme","session":"chat-42","turn":"t-1","data":{"prompt":"hi"}}`,
+		`{"specversion":"1.0","id":"01JGZ8Q0000000000000000000","type":"turn.started","source":"urn:x","time":"2026-02-19T10:00:00Z","tenant":"acme","session":"chat-42","turn":"t-1","data":{"prompt":"hi"},"data":{}}`,
+		` { "specversion" : "1.0" , "id" : "01JGZ8Q0000000000000000000" , "type" : "turn.started" , "source" : "urn:x" , "time" : "2026-02-19T10:00:00Z" , "tenant" : "acme" , "session" : "chat-42" , "turn" : "t-1" , "data" : { "prompt" : "hi" } , "extra" : [1] } `,
 		`{"specversion":"1.0","id":"01JGZ8Q0000000000000000000","type":"session.started","source":"urn:x","time":"2026-02-19T10:00:00Z","tenant":"acme","session":"chat-42","data":{"labels":{"token":"sk-ant-aaaaaaaaaaaaaaaaaaaa"}}}`,
 	} {
 		out = append(out, []byte(s))
@@ -145,7 +152,11 @@ func FuzzDecodeValidate(f *testing.F) {
 		masked := ev
 		masked.Data = append(json.RawMessage(nil), ev.Data...)
 		events.Mask(&masked)
+		subject := events.StoredEventSubject(3, ev.Tenant, ev.Session)
 		if verr != nil {
+			if bad := events.DecodeStored(subject, 9, body); bad.Err == nil {
+				t.Fatalf("Validate refuses the body (%v) but DecodeStored accepts it", verr)
+			}
 			return
 		}
 
@@ -156,8 +167,19 @@ func FuzzDecodeValidate(f *testing.F) {
 		if !events.KnownType(ev.Type) && !errors.Is(perr, events.ErrUnknownType) {
 			t.Fatalf("Payload of unknown type %q: %v, want ErrUnknownType", ev.Type, perr)
 		}
-		if own := events.DecodeStored(events.StoredEventSubject(3, ev.Tenant, ev.Session), 9, body); own.Err != nil {
+		own := events.DecodeStored(subject, 9, body)
+		if own.Err != nil {
 			t.Fatalf("Validate accepts the body but DecodeStored flags it: %v", own.Err)
+		}
+		// DecodeStored reads a body in one pass: the same event and payload
+		// as Decode and Validate.
+		if own.SpecVersion != ev.SpecVersion || own.ID != ev.ID || own.Type != ev.Type || own.Source != ev.Source ||
+			!own.Time.Equal(ev.Time) || own.Time.Location().String() != ev.Time.Location().String() ||
+			own.Tenant != ev.Tenant || own.Session != ev.Session || own.Turn != ev.Turn || !bytes.Equal(own.Data, ev.Data) {
+			t.Fatalf("DecodeStored and Decode differ:\n  %+v\n  %+v", own, ev)
+		}
+		if op, oerr := own.Payload(); (oerr == nil) != (perr == nil) || !reflect.DeepEqual(op, p) {
+			t.Fatalf("DecodeStored's payload differs from Validate's:\n  %#v (%v)\n  %#v (%v)", op, oerr, p, perr)
 		}
 
 		// Round trip: the stored form decodes to the same envelope, and is

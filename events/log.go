@@ -3,7 +3,6 @@ package events
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"hash/fnv"
@@ -549,7 +548,7 @@ func (l *Log) appendAtomic(ctx context.Context, evs []Event, msgs []*nats.Msg, e
 			Count     int                 `json:"count"`
 			Error     *jetstream.APIError `json:"error"`
 		}
-		if err := json.Unmarshal(resp.Data, &ack); err != nil {
+		if err := unmarshal(resp.Data, &ack); err != nil {
 			return nil, fmt.Errorf("append events: %w: bad ack %q", ErrLogUnavailable, resp.Data)
 		}
 		if ack.Error != nil {
@@ -649,11 +648,19 @@ func (l *Log) FirstSeq(ctx context.Context, tenant, session string) (uint64, err
 // The context bounds the whole read; with no deadline each wait for the
 // next batch is bounded by Config.Timeout.
 func (l *Log) ReadSession(ctx context.Context, tenant, session string, opts ReadOptions, fn func(Event) error) error {
-	last, err := l.LastSeq(ctx, tenant, session)
-	if err != nil {
-		return fmt.Errorf("read session: %w", err)
+	err := l.readDirect(ctx, l.SessionSubject(tenant, session), opts, fn)
+	if errors.Is(err, errDirectNone) {
+		// Nothing from the start point: a session with no event at all is
+		// not found; one with events before it is read to its end.
+		if opts.FromSeq <= 1 && opts.FromTime.IsZero() {
+			return fmt.Errorf("read session: %s/%s: %w", tenant, session, ErrSessionNotFound)
+		}
+		if _, err := l.LastSeq(ctx, tenant, session); err != nil {
+			return fmt.Errorf("read session: %w", err)
+		}
+		return nil
 	}
-	if err := l.readDirect(ctx, l.SessionSubject(tenant, session), last, opts, fn); err != nil {
+	if err != nil {
 		return fmt.Errorf("read session %s/%s: %w", tenant, session, err)
 	}
 	return nil
@@ -661,7 +668,9 @@ func (l *Log) ReadSession(ctx context.Context, tenant, session string, opts Read
 
 // ReadAll calls fn with every event of every session in stream order,
 // within opts, up to the last event stored when the read started. Events are
-// delivered as by ReadSession.
+// delivered as by ReadSession. It reads through an ordered consumer (the
+// server pushes the events; no request per batch), created for the read
+// and gone after it.
 func (l *Log) ReadAll(ctx context.Context, opts ReadOptions, fn func(Event) error) error {
 	ictx, cancel := l.withTimeout(ctx)
 	info, err := l.events.Info(ictx)
@@ -669,10 +678,14 @@ func (l *Log) ReadAll(ctx context.Context, opts ReadOptions, fn func(Event) erro
 	if err != nil {
 		return fmt.Errorf("read log: %w", unavailable(err))
 	}
-	if info.State.Msgs == 0 {
+	last := info.State.LastSeq
+	if opts.UntilSeq != 0 && opts.UntilSeq < last {
+		last = opts.UntilSeq
+	}
+	if info.State.Msgs == 0 || last < max(opts.FromSeq, info.State.FirstSeq) {
 		return nil
 	}
-	if err := l.readDirect(ctx, EventSubjectPrefix+".>", info.State.LastSeq, opts, fn); err != nil {
+	if err := l.readOrdered(ctx, orderedConfig(EventSubjectPrefix+".>", opts.FromSeq, opts.FromTime), last, fn); err != nil {
 		return fmt.Errorf("read log: %w", err)
 	}
 	return nil
@@ -693,6 +706,10 @@ func DecodeStored(subject string, seq uint64, body []byte) Event {
 // metadata Timestamp, or the Nats-Time-Stamp header of a direct get).
 func DecodeStoredAt(subject string, seq uint64, stored time.Time, body []byte) Event {
 	tenant, session := subjectTokens(subject)
+	if ev, ok := decodeValid(body); ok && ev.Tenant == tenant && ev.Session == session {
+		ev.Seq, ev.Subject, ev.Stored, ev.Raw = seq, subject, stored, body
+		return ev
+	}
 	ev, err := Decode(body)
 	if err == nil {
 		err = Validate(&ev)
@@ -716,9 +733,14 @@ func DecodeStoredAt(subject string, seq uint64, stored time.Time, body []byte) E
 // subjectTokens returns tenant and session of a stored subject
 // agent.evt.<partition>.<tenant>.<session>.
 func subjectTokens(subject string) (tenant, session string) {
-	parts := strings.Split(subject, ".")
-	if len(parts) != 5 {
-		return "", ""
+	rest := subject
+	var parts [5]string
+	for i := range parts {
+		tok, after, more := strings.Cut(rest, ".")
+		if more == (i == len(parts)-1) {
+			return "", ""
+		}
+		parts[i], rest = tok, after
 	}
 	return parts[3], parts[4]
 }

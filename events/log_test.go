@@ -448,6 +448,62 @@ func TestReadSpansManyBatches(t *testing.T) {
 	}
 }
 
+// TestReadDeliversWhatWasStoredWhenItStarted checks the end of a read:
+// ReadSession and ReadAll deliver the events stored when they started,
+// not those appended while they run (the first batch's count, the
+// stream's last sequence), across several batches; a read from after a
+// session's last event delivers nothing and is no error.
+func TestReadDeliversWhatWasStoredWhenItStarted(t *testing.T) {
+	l, _ := openLog(t, events.Config{})
+	ctx := context.Background()
+	var batch []events.Event
+	for i := 0; i < 700; i++ {
+		batch = append(batch, ev(t, "acme", "s1", "", &events.SessionResumed{Reason: fmt.Sprint(i)}))
+	}
+	acks, err := l.Append(ctx, batch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	last := acks[len(acks)-1].Seq
+	appendOne := func() {
+		if _, err := l.Append(ctx, []events.Event{ev(t, "acme", "s1", "", &events.SessionResumed{Reason: "late"})}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	n := 0
+	if err := l.ReadSession(ctx, "acme", "s1", events.ReadOptions{}, func(e events.Event) error {
+		if n++; n%100 == 1 {
+			appendOne()
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if n != 700 {
+		t.Fatalf("ReadSession delivered %d events, want the 700 stored when it started", n)
+	}
+	total := 700 + 7
+	n = 0
+	if err := l.ReadAll(ctx, events.ReadOptions{}, func(e events.Event) error {
+		if n++; n%100 == 1 {
+			appendOne()
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if n != total {
+		t.Fatalf("ReadAll delivered %d events, want the %d stored when it started", n, total)
+	}
+	if got := readAll(t, l, "acme", "s1", events.ReadOptions{FromSeq: last + 1000}); len(got) != 0 {
+		t.Fatalf("a read after the last event delivered %d", len(got))
+	}
+	n = 0
+	if err := l.ReadAll(ctx, events.ReadOptions{FromSeq: last - 9, UntilSeq: last}, func(events.Event) error { n++; return nil }); err != nil || n != 10 {
+		t.Fatalf("ReadAll of a range: %d events, %v; want 10", n, err)
+	}
+}
+
 func TestOpenWithoutSettingsKeepsTheStreams(t *testing.T) {
 	s := embeddedtest.Start(t)
 	_, js := embeddedtest.Connect(t, s)

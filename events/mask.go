@@ -3,13 +3,15 @@ package events
 import (
 	"bytes"
 	"encoding/base64"
-	"encoding/json"
 	"math/bits"
 	"regexp"
 	"slices"
 	"strconv"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/go-json-experiment/json"
+	"github.com/go-json-experiment/json/jsontext"
 )
 
 // Redacted replaces every secret Mask finds.
@@ -722,85 +724,84 @@ func hidesNeedle(b []byte) bool {
 // maskJSONWith is MaskJSON past its fast paths, with str masking each
 // string (tests compare it with the rules alone).
 //
-// An object that holds a key twice is read by encoding/json into a struct
-// (as Validate and every reader read it) by merging the two values when
-// both are objects and keeping the last otherwise, while the stored bytes
-// still hold both. Such a value is decoded the same way (decodeMerged),
-// and re-encoded whenever one of its strings holds a secret, even one that
-// no reader would show, so that the secret leaves the bytes too.
+// A value is decoded into maps, slices, strings and, for numbers, their
+// literal (so they are written back as they were). An object that holds a
+// key twice (which Validate refuses: no reader sees it) is decoded by
+// merging two objects and keeping the last value otherwise, while the
+// bytes still hold both; it is re-encoded whenever one of its strings
+// holds a secret, even one that would not be kept, so that the secret
+// leaves the bytes too.
 func maskJSONWith(b []byte, str func(string) string) []byte {
-	dec := json.NewDecoder(bytes.NewReader(b))
-	dec.UseNumber()
-	var v any
-	if err := dec.Decode(&v); err != nil {
+	v, dup, err := decodeForMask(b)
+	if err != nil {
 		return b
-	}
-	dup := hasDuplicateKey(b)
-	if dup {
-		var err error
-		if v, err = decodeMerged(b); err != nil {
-			return b
-		}
 	}
 	changed := false
 	v = maskValue(v, str, &changed)
 	if !changed && !(dup && !stringsUnmasked(b, str)) {
 		return b
 	}
-	var out bytes.Buffer
-	enc := json.NewEncoder(&out)
-	enc.SetEscapeHTML(false)
-	if err := enc.Encode(v); err != nil {
+	out, err := json.Marshal(v, json.Deterministic(true), jsontext.AllowInvalidUTF8(true), jsontext.EscapeForJS(true))
+	if err != nil {
 		return b
 	}
-	return bytes.TrimRight(out.Bytes(), "\n")
+	return out
 }
 
-// decodeMerged decodes the JSON value b (with json.Number for numbers)
-// the way encoding/json decodes it into a struct: of a key an object
-// holds twice, two objects are merged, and otherwise the last value is
-// kept.
-func decodeMerged(b []byte) (any, error) {
-	dec := json.NewDecoder(bytes.NewReader(b))
-	dec.UseNumber()
-	return mergedValue(dec)
+// decodeForMask decodes the first JSON value of b (see maskJSONWith) and
+// reports whether some object of it holds a key twice. Invalid UTF-8
+// reads as U+FFFD.
+func decodeForMask(b []byte) (v any, dup bool, err error) {
+	dec := jsontext.NewDecoder(bytes.NewReader(b), jsontext.AllowDuplicateNames(true), jsontext.AllowInvalidUTF8(true))
+	v, err = maskedValue(dec, &dup)
+	return v, dup, err
 }
 
-func mergedValue(dec *json.Decoder) (any, error) {
-	tok, err := dec.Token()
+func maskedValue(dec *jsontext.Decoder, dup *bool) (any, error) {
+	tok, err := dec.ReadToken()
 	if err != nil {
 		return nil, err
 	}
-	switch tok {
-	case json.Delim('{'):
+	switch tok.Kind() {
+	case '{':
 		m := map[string]any{}
-		for dec.More() {
-			kt, err := dec.Token()
+		for dec.PeekKind() != '}' {
+			kt, err := dec.ReadToken()
 			if err != nil {
 				return nil, err
 			}
-			x, err := mergedValue(dec)
+			k := kt.String() // before the next read: the token is only valid until then
+			x, err := maskedValue(dec, dup)
 			if err != nil {
 				return nil, err
 			}
-			k, _ := kt.(string) // a key is a string
-			m[k] = mergeValues(m[k], x)
+			if old, ok := m[k]; ok {
+				*dup = true
+				x = mergeValues(old, x)
+			}
+			m[k] = x
 		}
-		_, err := dec.Token()
+		_, err := dec.ReadToken()
 		return m, err
-	case json.Delim('['):
+	case '[':
 		a := []any{}
-		for dec.More() {
-			x, err := mergedValue(dec)
+		for dec.PeekKind() != ']' {
+			x, err := maskedValue(dec, dup)
 			if err != nil {
 				return nil, err
 			}
 			a = append(a, x)
 		}
-		_, err := dec.Token()
+		_, err := dec.ReadToken()
 		return a, err
+	case '"':
+		return tok.String(), nil
+	case '0':
+		return jsontext.Value(tok.String()), nil // the literal, as written
+	case 't', 'f':
+		return tok.Bool(), nil
 	}
-	return tok, nil
+	return nil, nil // null
 }
 
 func mergeValues(old, x any) any {
@@ -813,56 +814,6 @@ func mergeValues(old, x any) any {
 		om[k] = mergeValues(om[k], v)
 	}
 	return om
-}
-
-// hasDuplicateKey reports whether some object of the first JSON value of
-// b holds a key twice.
-func hasDuplicateKey(b []byte) bool {
-	dec := json.NewDecoder(bytes.NewReader(b))
-	type object struct {
-		keys    map[string]bool
-		wantKey bool
-	}
-	var stack []*object // nil for an array
-	for {
-		tok, err := dec.Token()
-		if err != nil {
-			return false
-		}
-		var top *object
-		if len(stack) > 0 {
-			top = stack[len(stack)-1]
-		}
-		if k, ok := tok.(string); ok && top != nil && top.wantKey {
-			if top.keys[k] {
-				return true
-			}
-			top.keys[k] = true
-			top.wantKey = false
-			continue
-		}
-		switch tok {
-		case json.Delim('{'):
-			stack = append(stack, &object{keys: map[string]bool{}, wantKey: true})
-			continue
-		case json.Delim('['):
-			stack = append(stack, nil)
-			continue
-		case json.Delim('}'), json.Delim(']'):
-			stack = stack[:len(stack)-1]
-			if len(stack) == 0 {
-				return false // the end of the first value
-			}
-			top = stack[len(stack)-1]
-		default:
-			if len(stack) == 0 {
-				return false // the first value is a scalar
-			}
-		}
-		if top != nil {
-			top.wantKey = true // a value ended: a key comes next
-		}
-	}
 }
 
 // stringsUnmasked reports whether MaskJSON, masking strings with str,
@@ -903,11 +854,11 @@ func stringsUnmasked(b []byte, str func(string) string) bool {
 			}
 			text = string(tok[1 : len(tok)-1])
 		} else {
-			var u string // its own variable: &u escapes, text need not
-			if err := json.Unmarshal(tok, &u); err != nil {
-				return false
+			u, err := jsontext.AppendUnquote(nil, tok)
+			if err != nil {
+				return false // invalid: the slow path decides
 			}
-			text = u
+			text = string(u)
 		}
 		if str(text) != text {
 			return false
@@ -928,7 +879,7 @@ func hasControl(b []byte) bool {
 	return false
 }
 
-// maskValue masks v, a value decoded by encoding/json, in place, with str
+// maskValue masks v, a value decodeForMask made, in place, with str
 // masking each string, and sets *changed when anything changed (see
 // MaskJSON).
 func maskValue(v any, str func(string) string, changed *bool) any {

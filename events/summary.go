@@ -1,7 +1,6 @@
 package events
 
 import (
-	"encoding/json"
 	"fmt"
 	"strings"
 	"unicode/utf8"
@@ -178,16 +177,16 @@ func blockLine(c ContentBlock) string {
 
 // resultText is the text of a tool_result's content: the string, or the
 // text blocks of the array joined.
-func resultText(raw json.RawMessage) string {
+func resultText(raw []byte) string {
 	if len(raw) == 0 {
 		return ""
 	}
 	var s string
-	if json.Unmarshal(raw, &s) == nil {
+	if unmarshal(raw, &s) == nil {
 		return s
 	}
 	var blocks []ContentBlock
-	if json.Unmarshal(raw, &blocks) == nil {
+	if unmarshal(raw, &blocks) == nil {
 		var parts []string
 		for _, b := range blocks {
 			if b.Type == BlockText {

@@ -23,6 +23,28 @@ import (
 // refused. A valid event keeps its payload decoded (see Payload).
 func Validate(e *Event) error {
 	v := &validator{}
+	v.envelope(e)
+	e.payload = nil
+	if !validObject(e.Data) {
+		v.add("data", "must be one JSON object (no duplicate member names, valid UTF-8)", "")
+		return v.err()
+	}
+	if newPayload(e.Type) != nil {
+		p, err := decodePayload(e.Type, e.Data)
+		if err != nil {
+			v.add("data", "must fit the "+string(e.Type)+" shape: "+strings.TrimPrefix(err.Error(), ErrMalformed.Error()+": "+string(e.Type)+" data: "), "")
+			return v.err()
+		}
+		v.payload(e, p)
+		if len(v.errs) == 0 {
+			e.payload = p
+		}
+	}
+	return v.err()
+}
+
+// envelope checks the envelope's rules (see Validate).
+func (v *validator) envelope(e *Event) {
 	if e.SpecVersion != SpecVersion {
 		v.add("specversion", `must be "1.0"`, e.SpecVersion)
 	}
@@ -45,29 +67,17 @@ func Validate(e *Event) error {
 	v.token("tenant", e.Tenant, true)
 	v.token("session", e.Session, true)
 	v.token("turn", e.Turn, false)
+}
 
-	e.payload = nil
-	if !validObject(e.Data) {
-		v.add("data", "must be one JSON object (no duplicate member names, valid UTF-8)", "")
-		return v.err()
+// payload checks the rules of e's decoded payload p, and the turn its type
+// needs.
+func (v *validator) payload(e *Event, p Payload) {
+	v.prefix = "data."
+	p.validate(v)
+	v.prefix = ""
+	if needsTurn(e.Type) && e.Turn == "" {
+		v.add("turn", "required for "+string(e.Type), "")
 	}
-	if newPayload(e.Type) != nil {
-		p, err := decodePayload(e.Type, e.Data)
-		if err != nil {
-			v.add("data", "must fit the "+string(e.Type)+" shape: "+strings.TrimPrefix(err.Error(), ErrMalformed.Error()+": "+string(e.Type)+" data: "), "")
-			return v.err()
-		}
-		v.prefix = "data."
-		p.validate(v)
-		v.prefix = ""
-		if needsTurn(e.Type) && e.Turn == "" {
-			v.add("turn", "required for "+string(e.Type), "")
-		}
-		if len(v.errs) == 0 {
-			e.payload = p
-		}
-	}
-	return v.err()
 }
 
 func needsTurn(t Type) bool {

@@ -12,10 +12,10 @@ import (
 type Distillation struct {
 	// RequestedSeq, StartedSeq, CompletedSeq and SkippedSeq are the
 	// sequences of its events (0 when not seen).
-	RequestedSeq uint64 `json:"requested_seq,omitempty"`
-	StartedSeq   uint64 `json:"started_seq,omitempty"`
-	CompletedSeq uint64 `json:"completed_seq,omitempty"`
-	SkippedSeq   uint64 `json:"skipped_seq,omitempty"`
+	RequestedSeq uint64 `json:"requested_seq,omitzero"`
+	StartedSeq   uint64 `json:"started_seq,omitzero"`
+	CompletedSeq uint64 `json:"completed_seq,omitzero"`
+	SkippedSeq   uint64 `json:"skipped_seq,omitzero"`
 	// RequestReason is why it was requested ("auto: context 92% full").
 	RequestReason string `json:"request_reason,omitempty"`
 	// Skipped is why it did not run ("turn_in_flight"), when it did not.
@@ -23,11 +23,11 @@ type Distillation struct {
 	// FromSeq..ToSeq (inclusive) are the events it covers: the event's
 	// own range, or else from the previous distillation's end + 1 (or the
 	// session's first sequence) to the sequence before it.
-	FromSeq uint64 `json:"from_seq,omitempty"`
-	ToSeq   uint64 `json:"to_seq,omitempty"`
+	FromSeq uint64 `json:"from_seq,omitzero"`
+	ToSeq   uint64 `json:"to_seq,omitzero"`
 	// TokensBefore and TokensAfter are the history's size in tokens.
-	TokensBefore int64 `json:"tokens_before,omitempty"`
-	TokensAfter  int64 `json:"tokens_after,omitempty"`
+	TokensBefore int64 `json:"tokens_before,omitzero"`
+	TokensAfter  int64 `json:"tokens_after,omitzero"`
 	// Trigger is "auto" or "manual".
 	Trigger string `json:"trigger,omitempty"`
 	// Turn is the envelope's turn: the turn that compacts inline.
@@ -57,8 +57,8 @@ type HistoryMark struct {
 	// the entries made after them belong to the current history.
 	Violations int `json:"violations"`
 	Orphans    int `json:"orphans"`
-	Resolved   int `json:"resolved,omitempty"`
-	ToolCalls  int `json:"tool_calls,omitempty"`
+	Resolved   int `json:"resolved,omitzero"`
+	ToolCalls  int `json:"tool_calls,omitzero"`
 }
 
 // The reason DirtyReasons lists when the history's tail holds a tool_use

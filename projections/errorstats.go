@@ -32,7 +32,7 @@ type ErrorRecord struct {
 	Turn  string       `json:"turn,omitempty"`
 	Stage events.Stage `json:"stage,omitempty"`
 	// Consecutive is error.recorded's own count of this error in a row.
-	Consecutive int `json:"consecutive,omitempty"`
+	Consecutive int `json:"consecutive,omitzero"`
 }
 
 // Streak is a run of identical errors. Two errors are identical when they
@@ -46,7 +46,7 @@ type Streak struct {
 	// Count is how many times in a row it arrived.
 	Count int `json:"count"`
 	// FirstSeq is the sequence of the streak's first error.
-	FirstSeq uint64 `json:"first_seq,omitempty"`
+	FirstSeq uint64 `json:"first_seq,omitzero"`
 }
 
 // recordError counts an error and moves the streak.

@@ -2,7 +2,6 @@ package projections
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"hash/fnv"
@@ -11,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/go-json-experiment/json"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/turnstone-dev/turnstone/events"
 )
@@ -45,12 +45,12 @@ type Summary struct {
 	Model         string `json:"model,omitempty"`
 	Provider      string `json:"provider,omitempty"`
 	// History marks an imported session (the reconciler never acts on it).
-	History bool `json:"history,omitempty"`
+	History bool `json:"history,omitzero"`
 	// Status and StatusDetail are the View's; Paused, PauseReason and
 	// PauseCause the pause's, when paused.
 	Status       SessionStatus     `json:"status"`
 	StatusDetail string            `json:"status_detail,omitempty"`
-	Paused       bool              `json:"paused,omitempty"`
+	Paused       bool              `json:"paused,omitzero"`
 	PauseReason  string            `json:"pause_reason,omitempty"`
 	PauseCause   events.PauseCause `json:"pause_cause,omitempty"`
 	// Events is how many events were folded; FirstSeq and LastSeq their
@@ -67,9 +67,9 @@ type Summary struct {
 	// Counts are the View's: turns, orphans and violations by state.
 	Counts Counts `json:"counts"`
 	// PendingDistillation is set while a distillation request waits.
-	PendingDistillation bool `json:"pending_distillation,omitempty"`
+	PendingDistillation bool `json:"pending_distillation,omitzero"`
 	// Anomalous is Session.Anomalous (what `engine incidents` lists).
-	Anomalous bool `json:"anomalous,omitempty"`
+	Anomalous bool `json:"anomalous,omitzero"`
 }
 
 // Summary returns the session's row in the fleet index, for partition.
@@ -243,7 +243,7 @@ func RebuildIndex(ctx context.Context, log *events.Log, store *SnapshotStore) (i
 		if s.Tenant == "" {
 			s.Tenant, s.Session = ref.Tenant, ref.Session
 		}
-		b, err := json.Marshal(s.Summary(ref.Partition))
+		b, err := encodeState(s.Summary(ref.Partition))
 		if err != nil {
 			return n, fmt.Errorf("rebuild index: %w", err)
 		}

@@ -147,7 +147,7 @@ func worstState() *Session {
 // at most MaxSnapshotBytes.
 func TestWorstStateFitsMaxSnapshotBytes(t *testing.T) {
 	s := worstState()
-	body, err := encodeSnapshot(s, worstTime)
+	body, err := EncodeSnapshot(s, worstTime)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -414,7 +414,7 @@ func TestStateBounds(t *testing.T) {
 			evs := build(t, c.steps())
 			s := FoldLog(evs)
 			c.check(t, s)
-			body, err := encodeSnapshot(s, epoch)
+			body, err := EncodeSnapshot(s, epoch)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -497,7 +497,7 @@ func TestLongSessionSnapshotStaysBounded(t *testing.T) {
 		if (i+1)%20000 != 0 {
 			continue
 		}
-		body, err := encodeSnapshot(s, epoch)
+		body, err := EncodeSnapshot(s, epoch)
 		if err != nil {
 			t.Fatal(err)
 		}

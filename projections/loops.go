@@ -68,10 +68,10 @@ type OutputStreak struct {
 	Seqs []uint64 `json:"seqs,omitempty"`
 	// LastSeq is the sequence of the first record of the run's latest
 	// message.
-	LastSeq uint64 `json:"last_seq,omitempty"`
+	LastSeq uint64 `json:"last_seq,omitzero"`
 	// Message is the Index of the latest assistant message counted, so
 	// that none counts twice.
-	Message int `json:"message,omitempty"`
+	Message int `json:"message,omitzero"`
 }
 
 // ToolRun is the session's latest tool_use and how it ran: what the next
@@ -87,12 +87,12 @@ type ToolRun struct {
 	InputHash string `json:"input_hash"`
 	// ResultSeq and IsError are those of the tool_result that answered
 	// it (0 and false until one did; a synthetic result does not count).
-	ResultSeq uint64 `json:"result_seq,omitempty"`
-	IsError   bool   `json:"is_error,omitempty"`
+	ResultSeq uint64 `json:"result_seq,omitzero"`
+	IsError   bool   `json:"is_error,omitzero"`
 	// RerunOf is the ResultSeq of the failed run this one re-runs, or 0:
 	// the tool_use before it had the same Name and InputHash, and its
 	// tool_result, an error, arrived before this tool_use.
-	RerunOf uint64 `json:"rerun_of,omitempty"`
+	RerunOf uint64 `json:"rerun_of,omitzero"`
 }
 
 // Flaky is a flaky-suspected tool run: a tool call whose tool_result was

@@ -3,7 +3,6 @@ package projections
 import (
 	"container/list"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"sort"
@@ -22,6 +21,7 @@ const (
 	DefaultSnapshotEvery = 100
 	DefaultDurable       = "turnstone-projector"
 	DefaultIdleEvict     = time.Minute
+	DefaultCompactAfter  = 5 * time.Second
 	DefaultMaxSessions   = 10000
 	// DefaultProjectorGroup is the priority group the engines pull the
 	// projector consumers in: the pinned_client policy (ADR-42) delivers
@@ -58,6 +58,12 @@ type ProjectorConfig struct {
 	// IdleEvict is how long a session may go without an event before its
 	// state leaves memory. Default 1 minute.
 	IdleEvict time.Duration
+	// CompactAfter is how long a session with no turn in flight may go
+	// without an event before the projector holds its state in compact
+	// form (its JSON compressed: a few hundred bytes for a short session,
+	// about a quarter of the JSON for a long one) until its next event or
+	// a reader expands it again. Default 5 seconds; negative: never.
+	CompactAfter time.Duration
 	// MaxSessions bounds the session states held in memory: past it, the
 	// least recently active leave. Default 10,000. A state that left is
 	// restored (last snapshot + at most SnapshotEvery events) when its
@@ -112,6 +118,9 @@ func (c *ProjectorConfig) setDefaults() {
 	}
 	if c.IdleEvict == 0 {
 		c.IdleEvict = DefaultIdleEvict
+	}
+	if c.CompactAfter == 0 {
+		c.CompactAfter = DefaultCompactAfter
 	}
 	if c.MaxSessions == 0 {
 		c.MaxSessions = DefaultMaxSessions
@@ -263,6 +272,7 @@ type Projector struct {
 	lru      *list.List // of *tracked, most recently active first
 	parts    map[int]*partition
 	newFast  int // sessions folded from empty without a restore (new ones)
+	nCompact int // states held in compact form
 
 	runCtx context.Context
 	cancel context.CancelFunc
@@ -274,7 +284,10 @@ type tracked struct {
 	tenant    string
 	session   string
 	partition int
+	// state is the session's state, or nil while it is held in compact
+	// form (compact; see compactState).
 	state     *Session
+	compact   []byte
 	sinceSnap int
 	touched   time.Time
 	elem      *list.Element
@@ -547,7 +560,44 @@ func (p *Projector) Session(tenant, session string) (*Session, bool) {
 	if !ok {
 		return nil, false
 	}
+	if t.state == nil {
+		s, err := expandState(t.compact) // a copy already
+		if err != nil {
+			p.l.Warn().Err(err).Str("session", t.key).Msg("compact state does not expand; it is restored at its next event")
+			p.drop(t)
+			return nil, false
+		}
+		return s, true
+	}
 	return t.state.Clone(), true
+}
+
+// Compacted is how many of the session states the projector holds are in
+// compact form (see ProjectorConfig.CompactAfter).
+func (p *Projector) Compacted() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.nCompact
+}
+
+// expand makes t's state whole again; p.mu must be held. It reports false
+// when the compact form does not expand (it cannot happen: the form never
+// leaves memory), and t is then dropped.
+func (p *Projector) expand(t *tracked) bool {
+	if t.state != nil {
+		return true
+	}
+	s, err := expandState(t.compact)
+	if err != nil {
+		p.l.Warn().Err(err).Str("session", t.key).Msg("compact state does not expand; restoring it")
+		p.drop(t)
+		return false
+	}
+	t.state, t.compact = s, nil
+	if p.sessions[t.key] == t {
+		p.nCompact--
+	}
+	return true
 }
 
 // apply folds ev, an event of partition part, into its session's state.
@@ -590,7 +640,7 @@ func (p *Projector) apply(ctx context.Context, part int, ev events.Event) jetstr
 			p.l.Warn().Err(err).Str("session", key).Msg("restore failed; folding from this event")
 			state = &Session{}
 		}
-		t = &tracked{key: key, tenant: ev.Tenant, session: ev.Session, partition: part, state: state}
+		t = &tracked{key: key, tenant: ev.Tenant, session: ev.Session, partition: part, state: state, touched: time.Now()}
 		p.mu.Lock()
 		p.sessions[key] = t
 		t.elem = p.lru.PushFront(t)
@@ -599,18 +649,27 @@ func (p *Projector) apply(ctx context.Context, part int, ev events.Event) jetstr
 		}
 		p.mu.Unlock()
 	}
+	// st is the state this goroutine folds: the partition's events come
+	// one at a time, so nothing else changes it, and the field t.state
+	// (which the compactor may set while st is read) is only read under
+	// p.mu.
 	p.mu.Lock()
+	if !p.expand(t) {
+		p.mu.Unlock()
+		return p.apply(ctx, part, ev) // dropped: restored from the log
+	}
 	t.touched = time.Now()
 	if t.elem != nil {
 		p.lru.MoveToFront(t.elem)
 	}
-	before := t.state.LastSeq
-	vs := t.state.Apply(ev)
-	applied := t.state.LastSeq > before
+	st := t.state
+	before := st.LastSeq
+	vs := st.Apply(ev)
+	applied := st.LastSeq > before
 	if applied && ev.Type != events.TypeSnapshotTaken {
 		t.sinceSnap++
 	}
-	rewound := t.state.NeedsRefold
+	rewound := st.NeedsRefold
 	p.mu.Unlock()
 
 	if rewound {
@@ -622,7 +681,7 @@ func (p *Projector) apply(ctx context.Context, part int, ev events.Event) jetstr
 		if snap, err := p.store.Load(ctx, ev.Tenant, ev.Session); err == nil {
 			base = snap
 		}
-		fresh, err := t.state.refoldedLog(ctx, p.log, base)
+		fresh, err := st.refoldedLog(ctx, p.log, base)
 		p.mu.Lock()
 		if err != nil {
 			// Forget the state: the session is restored (and refolded)
@@ -634,19 +693,22 @@ func (p *Projector) apply(ctx context.Context, part int, ev events.Event) jetstr
 			p.mu.Unlock()
 			p.report(ev, vs)
 			if p.cfg.OnApply != nil {
-				p.cfg.OnApply(t.state, ev, applied, vs)
+				p.cfg.OnApply(st, ev, applied, vs)
 			}
 			return nil
 		}
 		// Snapshot it at once, so that the next restore need not refold.
-		t.state, t.sinceSnap = fresh, p.cfg.SnapshotEvery
+		st = fresh
+		t.state, t.sinceSnap = st, p.cfg.SnapshotEvery
 		p.mu.Unlock()
 	}
 
 	p.mu.Lock()
 	var snap *Session
 	if t.sinceSnap >= p.cfg.SnapshotEvery {
-		snap = t.state.Clone()
+		// Saved from this goroutine, the only one that changes the state,
+		// before the partition's next event: no copy needed.
+		snap = st
 		t.sinceSnap = 0
 	}
 	var fut jetstream.PubAckFuture
@@ -654,11 +716,11 @@ func (p *Projector) apply(ctx context.Context, part int, ev events.Event) jetstr
 		if t.subject == "" {
 			t.subject = ev.Subject
 		}
-		if att := attentionOf(t.state); att != t.indexed {
+		if att := attentionOf(st); att != t.indexed {
 			// The index write holds the gate until it is stored (the
 			// acker leaves it).
 			if gate.Enter(ev.Tenant, ev.Session, since) {
-				fut = p.putSummary(t.summary())
+				fut = p.putSummary(t.summary(st))
 				if fut == nil {
 					gate.Leave(ev.Tenant, ev.Session)
 				}
@@ -674,7 +736,7 @@ func (p *Projector) apply(ctx context.Context, part int, ev events.Event) jetstr
 
 	p.report(ev, vs)
 	if p.cfg.OnApply != nil {
-		p.cfg.OnApply(t.state, ev, applied, vs)
+		p.cfg.OnApply(st, ev, applied, vs)
 	}
 	if snap != nil {
 		p.snapshot(ctx, snap)
@@ -682,15 +744,16 @@ func (p *Projector) apply(ctx context.Context, part int, ev events.Event) jetstr
 	return fut
 }
 
-// summary is the session's index row and its key: the state's Summary,
-// or, for a subject that names no valid session, an invalid row.
-func (t *tracked) summary() indexRow {
-	if validIndexKey(t.state.Tenant, t.state.Session) {
-		return indexRow{key: IndexKey(t.partition, t.state.Tenant, t.state.Session), sum: t.state.Summary(t.partition)}
+// summary is the session's index row and its key: st's Summary (st is
+// t's state, whole), or, for a subject that names no valid session, an
+// invalid row.
+func (t *tracked) summary(st *Session) indexRow {
+	if validIndexKey(st.Tenant, st.Session) {
+		return indexRow{key: IndexKey(t.partition, st.Tenant, st.Session), sum: st.Summary(t.partition)}
 	}
 	_, tenant, session, _, why := events.ParseStoredSubject(t.subject)
 	return indexRow{key: invalidIndexKey(t.partition, t.subject),
-		sum: InvalidSubjectSummary(t.subject, tenant, session, t.partition, t.state.Events, why)}
+		sum: InvalidSubjectSummary(t.subject, tenant, session, t.partition, st.Events, why)}
 }
 
 // indexRow is an index entry to write.
@@ -703,7 +766,7 @@ type indexRow struct {
 // not be sent.
 func (p *Projector) putSummary(r indexRow) jetstream.PubAckFuture {
 	m := r.sum
-	b, err := json.Marshal(m)
+	b, err := encodeState(m)
 	if err != nil {
 		return nil
 	}
@@ -732,8 +795,10 @@ func (p *Projector) indexLoop(ctx context.Context) {
 		p.mu.Lock()
 		var due []indexRow
 		for _, t := range p.sessions {
-			if t.dirty {
-				due = append(due, t.summary())
+			// A state held in compact form is never dirty (compactIdle
+			// leaves dirty states whole).
+			if t.dirty && t.state != nil {
+				due = append(due, t.summary(t.state))
 				t.dirty = false
 			}
 		}
@@ -804,9 +869,15 @@ func (p *Projector) snapshot(ctx context.Context, s *Session) {
 	}
 }
 
+// evictLoop lets idle states go (IdleEvict) and compacts the idle ones
+// it keeps (CompactAfter).
 func (p *Projector) evictLoop(ctx context.Context) {
 	defer p.wg.Done()
-	tick := time.NewTicker(p.cfg.IdleEvict / 4)
+	every := p.cfg.IdleEvict / 4
+	if p.cfg.CompactAfter > 0 {
+		every = min(every, max(p.cfg.CompactAfter/2, 10*time.Millisecond))
+	}
+	tick := time.NewTicker(every)
 	defer tick.Stop()
 	for {
 		select {
@@ -814,7 +885,49 @@ func (p *Projector) evictLoop(ctx context.Context) {
 			return
 		case now := <-tick.C:
 			p.evict(ctx, now)
+			if p.cfg.CompactAfter > 0 {
+				p.compactIdle(now)
+			}
 		}
+	}
+}
+
+// compactBatch is how many states compactIdle looks at per hold of p.mu.
+const compactBatch = 64
+
+// compactIdle holds in compact form the states of the sessions with no
+// turn in flight that have had no event for CompactAfter, least recently
+// active first. It holds p.mu for compactBatch states at a time, so the
+// partitions' folds go on between.
+func (p *Projector) compactIdle(now time.Time) {
+	p.mu.Lock()
+	e := p.lru.Back()
+	p.mu.Unlock()
+	for e != nil {
+		p.mu.Lock()
+		for n := 0; e != nil && n < compactBatch; n++ {
+			t, ok := e.Value.(*tracked)
+			if !ok || t.elem != e { // dropped meanwhile: start again next tick
+				p.mu.Unlock()
+				return
+			}
+			if now.Sub(t.touched) < p.cfg.CompactAfter {
+				p.mu.Unlock()
+				return // the rest are more recent
+			}
+			e = e.Prev()
+			s := t.state
+			if s == nil || len(s.InFlight) > 0 || s.NeedsRefold || t.dirty {
+				continue
+			}
+			c, err := compactState(s)
+			if err != nil {
+				continue
+			}
+			t.state, t.compact = nil, c
+			p.nCompact++
+		}
+		p.mu.Unlock()
 	}
 }
 
@@ -859,6 +972,9 @@ func (p *Projector) forgetKey(key string) {
 
 // drop forgets a session's state; p.mu must be held.
 func (p *Projector) drop(t *tracked) {
+	if t.state == nil && p.sessions[t.key] == t {
+		p.nCompact--
+	}
 	delete(p.sessions, t.key)
 	if t.elem != nil {
 		p.lru.Remove(t.elem)

@@ -76,3 +76,83 @@ func TestProjectorBoundsTheStatesItHolds(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// TestProjectorCompactsIdleStates: a session with no turn in flight and no
+// event for CompactAfter is held in compact form; a reader gets the same
+// state from it, and its next event folds on it exactly. A session with a
+// turn in flight stays whole.
+func TestProjectorCompactsIdleStates(t *testing.T) {
+	ctx := testContext(t)
+	js := startJetStream(t)
+	log, err := events.Open(ctx, js, events.Config{Partitions: 1}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := NewProjector(log, newStore(t, js), ProjectorConfig{CompactAfter: 50 * time.Millisecond, Durable: "compact"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Open(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close(ctx)
+	var all []events.Event
+	add := func(session, turn string, pl events.Payload) {
+		ev, err := events.New(testTenant, session, turn, pl)
+		if err != nil {
+			t.Fatal(err)
+		}
+		acks, err := log.Append(ctx, []events.Event{ev})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if session == "idle" {
+			ev.Seq = acks[0].Seq
+			all = append(all, ev)
+		}
+	}
+	add("idle", "", &events.SessionStarted{Runtime: "r"})
+	add("idle", "t1", &events.TurnStarted{Prompt: "go"})
+	add("idle", "t1", &events.MessageAppended{Role: events.RoleUser, Content: []events.ContentBlock{{Type: events.BlockText, Text: "go"}}})
+	add("idle", "t1", &events.TurnCompleted{})
+	add("busy", "t1", &events.TurnStarted{Prompt: "go"})
+	waitFor := func(what string, ok func() bool) {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for !ok() {
+			if time.Now().After(deadline) {
+				t.Fatalf("waited 10 s for %s", what)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	waitFor("one compact state", func() bool { return p.Compacted() == 1 })
+	time.Sleep(200 * time.Millisecond) // many compaction rounds
+	if n, held := p.Compacted(), p.Held(); n != 1 || held != 2 {
+		t.Fatalf("%d compact states of %d held, want the idle one of 2", n, held)
+	}
+	stored := func(s *Session) *Session { // the log's clock, which the test's events lack
+		c := s.Clone()
+		c.FirstStored, c.LastStored, c.LastLiveStored = time.Time{}, time.Time{}, time.Time{}
+		for i := range c.Turns {
+			c.Turns[i].SeenAt = time.Time{}
+		}
+		return c
+	}
+	got, ok := p.Session(testTenant, "idle")
+	if !ok || string(mustJSON(t, stored(got))) != string(mustJSON(t, FoldLog(all))) {
+		t.Fatalf("the compact state reads back as %+v", got)
+	}
+	add("idle", "t2", &events.TurnStarted{Prompt: "again"})
+	waitFor("the next event folded", func() bool {
+		s, ok := p.Session(testTenant, "idle")
+		return ok && s.Events == len(all)
+	})
+	if p.Compacted() != 0 {
+		t.Fatal("the session is in a turn, and still compact")
+	}
+	got, _ = p.Session(testTenant, "idle")
+	if string(mustJSON(t, stored(got))) != string(mustJSON(t, FoldLog(all))) {
+		t.Fatalf("folded on a compact state:\n%s\nwant\n%s", mustJSON(t, stored(got)), mustJSON(t, FoldLog(all)))
+	}
+}

@@ -39,13 +39,13 @@ type CommandRecord struct {
 	// the sequence of its recovery.completed.
 	Outcome    events.Outcome `json:"outcome,omitempty"`
 	Detail     string         `json:"detail,omitempty"`
-	OutcomeSeq uint64         `json:"outcome_seq,omitempty"`
+	OutcomeSeq uint64         `json:"outcome_seq,omitzero"`
 	// Parked is set by recovery.parked: the command was set aside after
 	// its last delivery failed. ParkReason says why; Deliveries is how
 	// many deliveries it had.
-	Parked     bool   `json:"parked,omitempty"`
+	Parked     bool   `json:"parked,omitzero"`
 	ParkReason string `json:"park_reason,omitempty"`
-	Deliveries int    `json:"deliveries,omitempty"`
+	Deliveries int    `json:"deliveries,omitzero"`
 	// PauseCause is the cause of the session.paused that named this
 	// command (events.SessionPaused.CommandID), when one did: a command
 	// that paused the session for runtime_unavailable is issued again when
@@ -75,7 +75,7 @@ type Breaker struct {
 	From  string `json:"from,omitempty"`
 	// Failures is the failure count in the window when it opened; Reason
 	// says why it changed.
-	Failures int    `json:"failures,omitempty"`
+	Failures int    `json:"failures,omitzero"`
 	Reason   string `json:"reason,omitempty"`
 	// Seq and Since are the sequence and the time of the breaker.changed
 	// that set State.

@@ -2,7 +2,6 @@ package projections
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"slices"
 	"sort"
@@ -123,7 +122,7 @@ func (f *folder) apply(ev events.Event) []Violation {
 		f.ahead--
 	}
 	if f.s.NeedsRefold {
-		for len(f.marks) > 0 && !f.s.isBase(&f.marks[len(f.marks)-1].head) {
+		for len(f.marks) > 0 && !f.s.isBase(f.marks[len(f.marks)-1].s) {
 			f.marks = f.marks[:len(f.marks)-1] // a base no more, ever
 		}
 		var base *kept
@@ -198,35 +197,20 @@ func (s *Session) refoldedLog(ctx context.Context, log SessionReader, base *Sess
 	})
 }
 
-// kept is a copy of a state kept to refold from: its JSON, and the fields
-// isBase reads.
+// kept is a copy of a state kept to refold from.
 type kept struct {
-	head Session // Tenant, Session, LastSeq, NeedsRefold and Rewound only
-	body []byte
+	s *Session // never folded: refolds start from copies of it
 }
 
-// keep returns a copy of s to refold from (nil if it does not encode).
-func keep(s *Session) *kept {
-	body, err := json.Marshal(s)
-	if err != nil {
-		return nil
-	}
-	return &kept{
-		head: Session{Tenant: s.Tenant, Session: s.Session, LastSeq: s.LastSeq, NeedsRefold: s.NeedsRefold, Rewound: slices.Clone(s.Rewound)},
-		body: body,
-	}
-}
+// keep returns a copy of s to refold from.
+func keep(s *Session) *kept { return &kept{s: s.Clone()} }
 
-// state returns a new Session decoded from the copy, or nil.
+// state returns a new copy of the kept state, or nil.
 func (k *kept) state() *Session {
 	if k == nil {
 		return nil
 	}
-	s := &Session{}
-	if err := json.Unmarshal(k.body, s); err != nil {
-		return nil
-	}
-	return s
+	return k.s.Clone()
 }
 
 // isBase reports whether b, an earlier state of the session (or a kept

@@ -1,9 +1,9 @@
 package projections
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -40,7 +40,14 @@ import (
 // budget counts failed attempts per step (Steps, ToolCall.Step,
 // Turn.FailedAttempts), and the output streak compares the input each
 // output answers (user messages' Hash, OutputStreak.Input).
-const Version = 7
+//
+// Version 8: the snapshot's stored form (EncodeSnapshot) changed on
+// the perf branch while main took Version 6 and 7 for the fold's
+// calibration: a snapshot is now the state's JSON written by
+// github.com/go-json-experiment/json and compressed with S2 (numbers
+// that are zero are left out with omitzero; <, > and & written as they
+// are). A version 7 snapshot is refused and the session refolded.
+const Version = 8
 
 // MaxClockSkew is how far an event's own time may lie ahead of its store
 // time (Event.Stored, JetStream's clock) before the fold flags it with a
@@ -177,13 +184,13 @@ type Session struct {
 	// the first MaxLabels in key order, keys as IDKey, values clipped
 	// (DetailRunes); LabelsDropped counts the others.
 	Labels        map[string]string `json:"labels,omitempty"`
-	LabelsDropped int               `json:"labels_dropped,omitempty"`
+	LabelsDropped int               `json:"labels_dropped,omitzero"`
 	// ForkedFrom and ForkSeq are a fork's lineage, from the first
 	// session.started that names them: the session (same tenant) it was
 	// forked from, and the last stream sequence of that session's events
 	// it copies (a sequence of the source session's log, not of this one).
 	ForkedFrom string `json:"forked_from,omitempty"`
-	ForkSeq    uint64 `json:"fork_seq,omitempty"`
+	ForkSeq    uint64 `json:"fork_seq,omitzero"`
 
 	// Events is how many events were folded, invalid, unknown and rewound
 	// ones included.
@@ -211,7 +218,7 @@ type Session struct {
 	// History is set when the latest session.started said the session is
 	// history (recorded after the fact, such as an imported transcript):
 	// the reconciler never acts on it.
-	History bool `json:"history,omitempty"`
+	History bool `json:"history,omitzero"`
 	// Totals counts every entry ever made in the lists the state keeps
 	// only the latest entries of.
 	Totals Totals `json:"totals"`
@@ -228,7 +235,7 @@ type Session struct {
 	// current history the state no longer keeps (HistoryLen is both). A
 	// distillation.completed empties it.
 	Messages        []Message `json:"messages,omitempty"`
-	MessagesDropped int       `json:"messages_dropped,omitempty"`
+	MessagesDropped int       `json:"messages_dropped,omitzero"`
 	// HistoryStart marks where the current history began.
 	HistoryStart HistoryMark `json:"history_start"`
 	// Pending lists the tool_use ids of the latest assistant message that
@@ -285,9 +292,9 @@ type Session struct {
 	PauseCause   events.PauseCause `json:"pause_cause,omitempty"`
 	PauseCommand string            `json:"pause_command,omitempty"`
 	PauseKind    string            `json:"pause_kind,omitempty"`
-	PausedSeq    uint64            `json:"paused_seq,omitempty"`
+	PausedSeq    uint64            `json:"paused_seq,omitzero"`
 	// LastSnapshotSeq is the covers_seq of the latest snapshot.taken.
-	LastSnapshotSeq uint64 `json:"last_snapshot_seq,omitempty"`
+	LastSnapshotSeq uint64 `json:"last_snapshot_seq,omitzero"`
 
 	// Commands are the recovery commands run on the session, by id, in
 	// order of their first recovery.* event: the latest KeepCommands done
@@ -316,13 +323,13 @@ type Session struct {
 	Rewound []SeqRange `json:"rewound,omitempty"`
 	// RewoundEvents is how many of the session's events lie in Rewound,
 	// as of the last refold.
-	RewoundEvents int `json:"rewound_events,omitempty"`
+	RewoundEvents int `json:"rewound_events,omitzero"`
 	// NeedsRefold is set by Apply of a session.rewound that undoes events
 	// the state holds: until Refold (or RefoldLog) runs, the recovery
 	// record (Rewinds, Rewound) is current but the rest of the state still
 	// shows the undone events. FoldLog, Restore and the Projector refold
 	// at once; a caller of Apply must too.
-	NeedsRefold bool `json:"needs_refold,omitempty"`
+	NeedsRefold bool `json:"needs_refold,omitzero"`
 
 	// InvalidEvents are the events that could not be folded (the latest
 	// KeepAnomalies); each also has an invalid_event violation.
@@ -333,7 +340,7 @@ type Session struct {
 	// not violations: the wire contract lets newer publishers send new
 	// types.
 	UnknownTypes []UnknownType `json:"unknown_types,omitempty"`
-	UnknownOther int           `json:"unknown_other,omitempty"`
+	UnknownOther int           `json:"unknown_other,omitzero"`
 
 	idx *index // lookups by id, rebuilt from the slices when nil
 }
@@ -356,39 +363,78 @@ type Totals struct {
 	InvalidEvents    int `json:"invalid_events"`
 	Distillations    int `json:"distillations"`
 	// Resolved counts the violations a repair resolved (Violation.Resolved).
-	Resolved int `json:"resolved,omitempty"`
+	Resolved int `json:"resolved,omitzero"`
 	// Commands, Forks, Rewinds and Flaky count the entries ever made in
 	// the lists of the same names.
-	Commands int `json:"commands,omitempty"`
-	Forks    int `json:"forks,omitempty"`
-	Rewinds  int `json:"rewinds,omitempty"`
-	Flaky    int `json:"flaky,omitempty"`
+	Commands int `json:"commands,omitzero"`
+	Forks    int `json:"forks,omitzero"`
+	Rewinds  int `json:"rewinds,omitzero"`
+	Flaky    int `json:"flaky,omitzero"`
 	// FailedTurns and AbandonedTurns count the turns that ended failed or
 	// abandoned; ParkedCommands and FailedCommands the commands parked or
 	// completed with outcome failed (what Anomalous reads, whatever the
 	// lists still keep).
-	FailedTurns    int `json:"failed_turns,omitempty"`
-	AbandonedTurns int `json:"abandoned_turns,omitempty"`
-	ParkedCommands int `json:"parked_commands,omitempty"`
-	FailedCommands int `json:"failed_commands,omitempty"`
+	FailedTurns    int `json:"failed_turns,omitzero"`
+	AbandonedTurns int `json:"abandoned_turns,omitzero"`
+	ParkedCommands int `json:"parked_commands,omitzero"`
+	FailedCommands int `json:"failed_commands,omitzero"`
 	// UntrackedToolUses counts the tool_use blocks past
 	// MaxToolUsesPerMessage of their message, which the state did not
 	// track.
-	UntrackedToolUses int `json:"untracked_tool_uses,omitempty"`
+	UntrackedToolUses int `json:"untracked_tool_uses,omitzero"`
 }
 
-// Clone returns a deep copy of the state, made through its JSON form (which
-// holds everything the fold needs; see Session).
+// Clone returns a deep copy of the state: every list, map and pointer is
+// its own, so that folding either leaves the other as it was (strings,
+// which never change, are shared). The copy folds on exactly like s.
+// It only reads s: it is safe beside other readers, not beside Apply.
+// TestCloneSharesNothing checks that it copies every field.
 func (s *Session) Clone() *Session {
-	b, err := json.Marshal(s)
-	if err != nil {
-		return &Session{}
+	c := *s
+	c.idx = nil // rebuilt from the slices on first use
+	c.Labels = maps.Clone(s.Labels)
+	c.HistoryBroken = maps.Clone(s.HistoryBroken)
+	c.Turns = slices.Clone(s.Turns)
+	for i := range c.Turns {
+		c.Turns[i].Error = clonePtr(c.Turns[i].Error)
 	}
-	c := &Session{}
-	if err := json.Unmarshal(b, c); err != nil {
-		return &Session{}
+	c.InFlight = slices.Clone(s.InFlight)
+	c.Messages = slices.Clone(s.Messages)
+	for i := range c.Messages {
+		m := &c.Messages[i]
+		m.Seqs, m.Blocks = slices.Clone(m.Seqs), slices.Clone(m.Blocks)
 	}
-	return c
+	c.Pending = slices.Clone(s.Pending)
+	c.ToolCalls = slices.Clone(s.ToolCalls)
+	c.Orphans = slices.Clone(s.Orphans)
+	c.UnmatchedResults = slices.Clone(s.UnmatchedResults)
+	c.Violations = slices.Clone(s.Violations)
+	c.Distillations = slices.Clone(s.Distillations)
+	for i := range c.Distillations {
+		c.Distillations[i].DirtyReasons = slices.Clone(c.Distillations[i].DirtyReasons)
+	}
+	c.Errors.Last = clonePtr(s.Errors.Last)
+	c.Outputs.Seqs = slices.Clone(s.Outputs.Seqs)
+	c.LastTool = clonePtr(s.LastTool)
+	c.Flaky = slices.Clone(s.Flaky)
+	c.Commands = slices.Clone(s.Commands)
+	c.Steps = slices.Clone(s.Steps)
+	c.Breakers = slices.Clone(s.Breakers)
+	c.Forks = slices.Clone(s.Forks)
+	c.Rewinds = slices.Clone(s.Rewinds)
+	c.Rewound = slices.Clone(s.Rewound)
+	c.InvalidEvents = slices.Clone(s.InvalidEvents)
+	c.UnknownTypes = slices.Clone(s.UnknownTypes)
+	return &c
+}
+
+// clonePtr returns a pointer to a copy of *p, or nil.
+func clonePtr[T any](p *T) *T {
+	if p == nil {
+		return nil
+	}
+	c := *p
+	return &c
 }
 
 // Fold is FoldLog, under the name it had before rewinds: it folds a
@@ -429,6 +475,7 @@ func (s *Session) Apply(ev events.Event) []Violation {
 		vs = slices.Clone(s.Violations[len(s.Violations)-n:]) // before trim drops any
 	}
 	s.trim()
+	s.index() // built here, so that readers of the state after Apply only read it
 	return vs
 }
 
@@ -694,8 +741,10 @@ func since(mark, total, n int) int {
 }
 
 // index holds lookups by id over the state's slices. It is not marshalled:
-// it is rebuilt from the slices when nil (after a JSON round trip) or
-// after a slice is trimmed.
+// it is rebuilt from the slices when nil (after a JSON round trip or a
+// Clone) or after a slice is trimmed, and Apply leaves it built, so that
+// the queries of readers sharing a state (the projector's hooks, Clone)
+// never write it.
 type index struct {
 	turns     map[string]int // turn id -> index in Turns
 	toolCalls map[string]int // tool_use id -> index in ToolCalls (the latest)

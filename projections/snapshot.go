@@ -2,7 +2,6 @@ package projections
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
@@ -29,26 +28,27 @@ var (
 	// ErrSnapshotsUnavailable: JetStream did not answer (no JetStream,
 	// stream offline, timeout) or refused the snapshot.
 	ErrSnapshotsUnavailable = errors.New("snapshot store unavailable")
-	// ErrSnapshotTooLarge: the snapshot's body would be over
+	// ErrSnapshotTooLarge: the snapshot's JSON would be over
 	// MaxSnapshotBytes; it is not sent. The state's bounds make this
 	// impossible for a state the fold made (docs/limits.md); it is the
 	// store's own guard.
 	ErrSnapshotTooLarge = errors.New("snapshot too large")
 )
 
-// MaxSnapshotBytes bounds the body of one snapshot, in bytes: half the NATS
-// server's default max_payload (1 MiB), so that a snapshot is stored on
-// any server Turnstone runs on. The state's bounds (the Keep and Max
+// MaxSnapshotBytes bounds the JSON of one snapshot, in bytes, and so its
+// stored body (the JSON compressed: EncodeSnapshot), and the memory a
+// restore decodes: half the NATS server's default max_payload (1 MiB), so
+// that a snapshot is stored on any server Turnstone runs on. The state's bounds (the Keep and Max
 // constants, IDKey, the clipped previews) keep every state under it
 // whatever the session's length, its ids' sizes or its texts:
 // docs/limits.md has the arithmetic, and TestWorstStateFitsMaxSnapshotBytes
 // checks it.
 const MaxSnapshotBytes = 512 << 10
 
-// Snapshot is the body of one message of the AGENT_SNAPSHOTS stream: the
-// state of one session after the event at stream sequence CoversSeq, so
-// that restoring the session is "this state + the events after
-// CoversSeq". Version is the state's schema Version; TakenAt is when it
+// Snapshot is what one message of the AGENT_SNAPSHOTS stream holds (as
+// JSON compressed with S2: EncodeSnapshot, DecodeSnapshot): the state of
+// one session after the event at stream sequence CoversSeq, so that
+// restoring the session is "this state + the events after CoversSeq". Version is the state's schema Version; TakenAt is when it
 // was saved (the saver's clock).
 type Snapshot struct {
 	// Version is the state's schema Version.
@@ -163,7 +163,7 @@ func (s *SnapshotStore) EnsureStream(ctx context.Context) error {
 // the log.
 //
 // Errors: sess has no tenant, session or LastSeq (nothing from the log to
-// cover); ErrSnapshotTooLarge (nothing sent) when the body would be over
+// cover); ErrSnapshotTooLarge (nothing sent) when its JSON would be over
 // MaxSnapshotBytes; ErrSnapshotsUnavailable when the stream does not
 // exist or JetStream refuses or does not answer.
 func (s *SnapshotStore) Save(ctx context.Context, sess *Session) error {
@@ -173,12 +173,9 @@ func (s *SnapshotStore) Save(ctx context.Context, sess *Session) error {
 	if sess.LastSeq == 0 {
 		return fmt.Errorf("save snapshot %s/%s: the state covers no stream sequence", sess.Tenant, sess.Session)
 	}
-	body, err := encodeSnapshot(sess, time.Now().UTC())
+	body, err := EncodeSnapshot(sess, time.Now().UTC())
 	if err != nil {
 		return fmt.Errorf("save snapshot %s/%s: encode: %w", sess.Tenant, sess.Session, err)
-	}
-	if len(body) > MaxSnapshotBytes {
-		return fmt.Errorf("save snapshot %s/%s: %w: %d bytes, the limit is %d", sess.Tenant, sess.Session, ErrSnapshotTooLarge, len(body), MaxSnapshotBytes)
 	}
 	m := nats.NewMsg(events.SnapshotSubject(sess.Tenant, sess.Session))
 	m.Data = body
@@ -189,11 +186,6 @@ func (s *SnapshotStore) Save(ctx context.Context, sess *Session) error {
 		return fmt.Errorf("save snapshot %s/%s: %w: %w", sess.Tenant, sess.Session, ErrSnapshotsUnavailable, err)
 	}
 	return nil
-}
-
-// encodeSnapshot returns the body of a snapshot of sess taken at takenAt.
-func encodeSnapshot(sess *Session, takenAt time.Time) ([]byte, error) {
-	return json.Marshal(Snapshot{Version: Version, CoversSeq: sess.LastSeq, TakenAt: takenAt, State: sess})
 }
 
 // Latest returns the session's latest snapshot. Errors: ErrNoSnapshot
@@ -222,7 +214,7 @@ func (s *SnapshotStore) Latest(ctx context.Context, tenant, session string) (*Sn
 	if err != nil {
 		return nil, fmt.Errorf("load snapshot %s/%s: %w: %w", tenant, session, ErrSnapshotsUnavailable, err)
 	}
-	snap, err := decodeSnapshot(msg.Data)
+	snap, err := DecodeSnapshot(msg.Data)
 	if err != nil {
 		return nil, fmt.Errorf("load snapshot %s/%s (stream sequence %d): %w", tenant, session, msg.Sequence, err)
 	}
@@ -242,31 +234,6 @@ func (s *SnapshotStore) Load(ctx context.Context, tenant, session string) (*Sess
 		return nil, err
 	}
 	return snap.State, nil
-}
-
-// decodeSnapshot decodes a snapshot body, checking its version before it
-// decodes the state (whose shape may differ in other versions).
-func decodeSnapshot(body []byte) (*Snapshot, error) {
-	var head struct {
-		Version   int             `json:"version"`
-		CoversSeq uint64          `json:"covers_seq"`
-		TakenAt   time.Time       `json:"taken_at"`
-		State     json.RawMessage `json:"state"`
-	}
-	if err := json.Unmarshal(body, &head); err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrSnapshotCorrupt, err)
-	}
-	if head.Version != Version {
-		return nil, fmt.Errorf("%w: version %d, this build folds version %d", ErrSnapshotVersion, head.Version, Version)
-	}
-	state := &Session{}
-	if err := json.Unmarshal(head.State, state); err != nil {
-		return nil, fmt.Errorf("%w: state: %v", ErrSnapshotCorrupt, err)
-	}
-	if state.LastSeq != head.CoversSeq {
-		return nil, fmt.Errorf("%w: covers_seq %d but the state's last_seq is %d", ErrSnapshotCorrupt, head.CoversSeq, state.LastSeq)
-	}
-	return &Snapshot{Version: head.Version, CoversSeq: head.CoversSeq, TakenAt: head.TakenAt, State: state}, nil
 }
 
 // snapshots returns the stream handle, looking it up once.

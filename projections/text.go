@@ -3,10 +3,11 @@ package projections
 import (
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"strings"
 	"unicode/utf8"
 
+	"github.com/go-json-experiment/json"
+	"github.com/go-json-experiment/json/jsontext"
 	"github.com/turnstone-dev/turnstone/events"
 )
 
@@ -30,16 +31,30 @@ func detail(s string) string { return clip(s, DetailRunes, DetailBytes) }
 func clip(s string, runes, maxJSON int) string {
 	s = validKey(s)
 	n, size := 0, 0
-	for j, r := range s {
-		c := jsonRuneLen(r)
+	for j := 0; j < len(s); {
+		w, c := 1, int(asciiJSONLen[s[j]&0x7f])
+		if s[j] >= utf8.RuneSelf {
+			var r rune
+			r, w = utf8.DecodeRuneInString(s[j:])
+			c = jsonRuneLen(r)
+		}
 		if n == runes || size+c > maxJSON {
 			return s[:j] + "…"
 		}
 		n++
 		size += c
+		j += w
 	}
 	return s
 }
+
+// asciiJSONLen is jsonRuneLen of each ASCII character.
+var asciiJSONLen = func() (t [utf8.RuneSelf]uint8) {
+	for r := range t {
+		t[r] = uint8(jsonRuneLen(rune(r)))
+	}
+	return t
+}()
 
 // jsonRuneLen is how many bytes encoding/json writes for r inside a
 // string.
@@ -178,6 +193,7 @@ func digest(cb *events.ContentBlock, seq uint64) Block {
 // with the white space outside strings removed, without reading further.
 func compactPrefix(raw []byte, max int) string {
 	var b strings.Builder
+	b.Grow(min(len(raw), max+1))
 	inString, escaped := false, false
 	for _, c := range raw {
 		if b.Len() >= max {
@@ -204,23 +220,22 @@ func compactPrefix(raw []byte, max int) string {
 }
 
 // compactJSON returns raw with the white space outside strings removed.
-func compactJSON(raw json.RawMessage) string { return compactPrefix(raw, len(raw)) }
+func compactJSON(raw []byte) string { return compactPrefix(raw, len(raw)) }
 
 // resultText returns the start of a tool_result's content as text: the
 // string, or the text blocks of an array joined by newlines. Only the
 // first rawPrefix bytes of a string are decoded.
-func resultText(raw json.RawMessage) string {
+func resultText(raw []byte) string {
 	raw = trimSpace(raw)
 	if len(raw) == 0 {
 		return ""
 	}
 	switch raw[0] {
 	case '"':
-		var s string
-		if err := json.Unmarshal(stringPrefix(raw, rawPrefix), &s); err != nil {
-			return ""
-		}
-		return s
+		// A cut string ends in a valid rune; should it not, the invalid
+		// bytes read as U+FFFD, which the preview never reaches.
+		s, _ := jsontext.AppendUnquote(nil, stringPrefix(raw, rawPrefix))
+		return string(s)
 	case '[':
 		var blocks []struct {
 			Type string `json:"type"`
@@ -251,6 +266,9 @@ func stringPrefix(raw []byte, max int) []byte {
 		switch {
 		case raw[i] == '\\' && i+1 < len(raw) && raw[i+1] == 'u':
 			i += 6
+			if highSurrogate(raw[i-4 : min(i, len(raw))]) {
+				i += 6 // and the low one after it
+			}
 		case raw[i] == '\\':
 			i += 2
 		default:
@@ -260,9 +278,18 @@ func stringPrefix(raw []byte, max int) []byte {
 	if i > len(raw)-1 {
 		return raw
 	}
+	for i > 1 && raw[i]&0xC0 == 0x80 {
+		i-- // not inside a rune's UTF-8 bytes
+	}
 	out := make([]byte, 0, i+1)
 	out = append(out, raw[:i]...)
 	return append(out, '"')
+}
+
+// highSurrogate reports whether hex, the four digits of a \u escape, is a
+// UTF-16 high surrogate (D800-DBFF), the first of a pair.
+func highSurrogate(hex []byte) bool {
+	return len(hex) == 4 && (hex[0] == 'd' || hex[0] == 'D') && strings.IndexByte("89abAB", hex[1]) >= 0
 }
 
 func trimSpace(b []byte) []byte {

@@ -53,32 +53,32 @@ type Message struct {
 	// Seqs are the sequences of the records merged into it, in order: the
 	// first MaxMessageSeqs; SeqsDropped counts the later ones.
 	Seqs        []uint64 `json:"seqs"`
-	SeqsDropped int      `json:"seqs_dropped,omitempty"`
+	SeqsDropped int      `json:"seqs_dropped,omitzero"`
 	// Turn is the turn of its first record.
 	Turn string `json:"turn,omitempty"`
 	// Blocks digest its content blocks, in order: the first
 	// MaxMessageBlocks; BlocksDropped counts the later ones (each Block
 	// names the record that holds it in full).
 	Blocks        []Block `json:"blocks"`
-	BlocksDropped int     `json:"blocks_dropped,omitempty"`
+	BlocksDropped int     `json:"blocks_dropped,omitzero"`
 	// ToolUses counts its tool_use blocks; the state tracks the first
 	// MaxToolUsesPerMessage (see ToolCall) and counts the others in
 	// UntrackedToolUses.
-	ToolUses          int `json:"tool_uses,omitempty"`
-	UntrackedToolUses int `json:"untracked_tool_uses,omitempty"`
+	ToolUses          int `json:"tool_uses,omitzero"`
+	UntrackedToolUses int `json:"untracked_tool_uses,omitzero"`
 	// NonResult is set once a user message holds a block other than
 	// tool_result; ResultsNotFirst once a tool_result came after such a
 	// block (results_not_first, flagged once per message). The rule reads
 	// them, not Blocks, which keeps only the first blocks.
-	NonResult       bool `json:"non_result,omitempty"`
-	ResultsNotFirst bool `json:"results_not_first,omitempty"`
+	NonResult       bool `json:"non_result,omitzero"`
+	ResultsNotFirst bool `json:"results_not_first,omitzero"`
 	// StopReason is the latest record's stop_reason (assistant messages).
 	StopReason string `json:"stop_reason,omitempty"`
 	// Meta is true when a record of it was added by the runtime (command
 	// output, a compaction summary); Synthetic when one was written by
 	// Turnstone (a repaired tool_result).
-	Meta      bool `json:"meta,omitempty"`
-	Synthetic bool `json:"synthetic,omitempty"`
+	Meta      bool `json:"meta,omitzero"`
+	Synthetic bool `json:"synthetic,omitzero"`
 	// Hash is an assistant message's output hash: OutputHash of the
 	// content blocks of all its records, in order; for a user message, the
 	// hash of what it says, exactly (its blocks chained with chainInput,
@@ -92,13 +92,13 @@ type Block struct {
 	// Type is the block's type ("text", "tool_use", "tool_result", ...).
 	Type string `json:"type"`
 	// Seq is the sequence of the record that holds the block in full.
-	Seq uint64 `json:"seq,omitempty"`
+	Seq uint64 `json:"seq,omitzero"`
 	// ID and Name are a tool_use block's id and tool name (IDKey).
 	ID   string `json:"id,omitempty"`
 	Name string `json:"name,omitempty"`
 	// ToolUseID (IDKey) and IsError are a tool_result block's.
 	ToolUseID string `json:"tool_use_id,omitempty"`
-	IsError   bool   `json:"is_error,omitempty"`
+	IsError   bool   `json:"is_error,omitzero"`
 	// Text is a preview (PreviewRunes runes) of the text, the thinking,
 	// the tool_result's text content, or the tool_use's input as compact
 	// JSON.
@@ -151,18 +151,18 @@ type ToolCall struct {
 	// UseSeq is the sequence of the record holding the tool_use; ResultSeq
 	// the one holding its tool_result (0 until answered).
 	UseSeq    uint64 `json:"use_seq"`
-	ResultSeq uint64 `json:"result_seq,omitempty"`
+	ResultSeq uint64 `json:"result_seq,omitzero"`
 	// IsError is true when the tool_result or tool_call.completed reported
 	// a failure.
-	IsError bool `json:"is_error,omitempty"`
+	IsError bool `json:"is_error,omitzero"`
 	// Status is pending, answered, orphaned, repaired, or CallOnly.
 	Status ToolStatus `json:"status"`
 	// StartedSeq, CompletedSeq and DurationMS (milliseconds) come from
 	// tool_call.started and tool_call.completed, when the runtime sends
 	// them.
-	StartedSeq   uint64 `json:"started_seq,omitempty"`
-	CompletedSeq uint64 `json:"completed_seq,omitempty"`
-	DurationMS   int64  `json:"duration_ms,omitempty"`
+	StartedSeq   uint64 `json:"started_seq,omitzero"`
+	CompletedSeq uint64 `json:"completed_seq,omitzero"`
+	DurationMS   int64  `json:"duration_ms,omitzero"`
 }
 
 // Orphan is a tool_use judged to have no tool_result: the user message
@@ -183,12 +183,12 @@ type Orphan struct {
 	// LateResultSeq is the sequence of a tool_result that arrived after
 	// the orphan was declared and could not repair it (the orphan is kept;
 	// the result is unmatched).
-	LateResultSeq uint64 `json:"late_result_seq,omitempty"`
+	LateResultSeq uint64 `json:"late_result_seq,omitzero"`
 	// Repaired is set when a synthetic tool_result repaired it (see
 	// ToolRepaired); RepairedSeq is the sequence of the record holding it.
 	// A repaired orphan leaves OrphanedToolUseIDs.
-	Repaired    bool   `json:"repaired,omitempty"`
-	RepairedSeq uint64 `json:"repaired_seq,omitempty"`
+	Repaired    bool   `json:"repaired,omitzero"`
+	RepairedSeq uint64 `json:"repaired_seq,omitzero"`
 }
 
 // The reasons of an UnmatchedResult.

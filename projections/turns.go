@@ -38,11 +38,11 @@ type Turn struct {
 	Trigger string `json:"trigger,omitempty"`
 	// DeadlineMS is how long the turn may run, in milliseconds (0: no
 	// deadline was given).
-	DeadlineMS int64 `json:"deadline_ms,omitempty"`
+	DeadlineMS int64 `json:"deadline_ms,omitzero"`
 	// StartedSeq and EndedSeq are the sequences of turn.started and of the
 	// event that ended the turn (0 while in flight).
 	StartedSeq uint64 `json:"started_seq"`
-	EndedSeq   uint64 `json:"ended_seq,omitempty"`
+	EndedSeq   uint64 `json:"ended_seq,omitzero"`
 	// StartedAt and EndedAt are those events' times.
 	StartedAt time.Time `json:"started_at,omitzero"`
 	// SeenAt is when the log stored turn.started (Event.Stored, the
@@ -66,7 +66,7 @@ type Turn struct {
 	Error       *events.ErrorInfo `json:"error,omitempty"`
 	// DurationMS is the turn's wall time in milliseconds: turn.completed's
 	// duration_ms when given, else EndedAt - StartedAt.
-	DurationMS int64 `json:"duration_ms,omitempty"`
+	DurationMS int64 `json:"duration_ms,omitzero"`
 	// FailedAttempts is the implementation budget the turn has spent
 	// (invariant 4): the most attempts at one of its steps that failed in
 	// a row, with no success of that step between them (see Step: the
@@ -82,7 +82,7 @@ type Turn struct {
 	// not there has spent nothing lasting. The turn.failed that ends a
 	// turn is its outcome, not an attempt. The limit is the reconciler's
 	// policy (budget.implementation_attempts).
-	FailedAttempts int `json:"failed_attempts,omitempty"`
+	FailedAttempts int `json:"failed_attempts,omitzero"`
 }
 
 // Ended reports whether the turn has ended (completed, failed or

@@ -188,7 +188,7 @@ type ViewAnomaly struct {
 	What string `json:"what"`
 	// Seq and Time are the sequence and the time of the event where it
 	// arose (zero when unknown).
-	Seq  uint64    `json:"seq,omitempty"`
+	Seq  uint64    `json:"seq,omitzero"`
 	Time time.Time `json:"time,omitzero"`
 	// Detail says what went wrong, for people.
 	Detail string `json:"detail"`
@@ -200,7 +200,7 @@ type ViewAnomaly struct {
 	// empty for the other kinds); ResolvedSeq the sequence of the event
 	// that resolved it.
 	State       string `json:"state,omitempty"`
-	ResolvedSeq uint64 `json:"resolved_seq,omitempty"`
+	ResolvedSeq uint64 `json:"resolved_seq,omitzero"`
 }
 
 // View returns the session's read model (see View). It does not change

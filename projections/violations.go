@@ -101,8 +101,8 @@ type Violation struct {
 	// orphan a tool_use_without_result names. ResolvedSeq is that event's
 	// sequence. A resolved violation stays in the list but no longer
 	// counts for Status or for a distillation's history check.
-	Resolved    bool   `json:"resolved,omitempty"`
-	ResolvedSeq uint64 `json:"resolved_seq,omitempty"`
+	Resolved    bool   `json:"resolved,omitzero"`
+	ResolvedSeq uint64 `json:"resolved_seq,omitzero"`
 	// Time is the time attribute of the event where it arose (zero when
 	// the event had none).
 	Time time.Time `json:"time,omitzero"`

@@ -104,12 +104,12 @@ type Reconciler struct {
 	l    zerolog.Logger
 
 	mu        sync.Mutex
-	done      map[string]bool      // action keys carried out (or dropped as done)
-	queued    map[string]bool      // action keys waiting
-	watch     map[string]time.Time // sessions with turns in flight or pending requests: key -> since
-	reqSeen   map[string]time.Time // "<session key>/<requested seq>" -> first seen
-	turnSeen  map[string]time.Time // "<session key>/<turn>" -> first seen in flight
-	failWrite bool                 // failErr came from a write, not the probe
+	done      map[string]bool                 // action keys carried out (or dropped as done)
+	queued    map[string]bool                 // action keys waiting
+	watch     map[string]time.Time            // sessions with turns in flight or pending requests: key -> since
+	reqSeen   map[string]time.Time            // "<session key>/<requested seq>" -> first seen
+	turnSeen  map[string]map[string]time.Time // session key -> turn in flight -> first seen in flight
+	failWrite bool                            // failErr came from a write, not the probe
 	probeKV   jetstream.KeyValue
 	failErr   error
 	rescan    []int // partitions whose scan is to be done again
@@ -141,7 +141,7 @@ func New(log *events.Log, proj *projections.Projector, cfg Config, logger *zerol
 	cfg.setDefaults()
 	r := &Reconciler{
 		log: log, js: log.JetStream(), proj: proj, cfg: cfg, l: zerolog.Nop(),
-		done: map[string]bool{}, queued: map[string]bool{}, watch: map[string]time.Time{}, reqSeen: map[string]time.Time{}, turnSeen: map[string]time.Time{},
+		done: map[string]bool{}, queued: map[string]bool{}, watch: map[string]time.Time{}, reqSeen: map[string]time.Time{}, turnSeen: map[string]map[string]time.Time{},
 		queue: make(chan queued, cfg.QueueSize),
 	}
 	if logger != nil {
@@ -334,13 +334,29 @@ func (r *Reconciler) judge(s *projections.Session, since uint64) {
 	} else {
 		delete(r.watch, k)
 	}
-	for _, id := range s.InFlight {
-		tk := k + "/" + id
-		if _, ok := r.turnSeen[tk]; !ok {
+	// The turns in flight, each from when it was first seen in flight;
+	// a turn that ended is forgotten, and so is a session with none (an
+	// idle session costs the reconciler nothing).
+	if len(s.InFlight) == 0 {
+		delete(r.turnSeen, k)
+	} else {
+		seen := r.turnSeen[k]
+		if seen == nil {
 			if len(r.turnSeen) >= maxRemembered {
 				clear(r.turnSeen) // at worst a turn's deadline starts again
 			}
-			r.turnSeen[tk] = now
+			seen = make(map[string]time.Time, len(s.InFlight))
+			r.turnSeen[k] = seen
+		}
+		for id := range seen {
+			if !slices.Contains(s.InFlight, id) {
+				delete(seen, id)
+			}
+		}
+		for _, id := range s.InFlight {
+			if _, ok := seen[id]; !ok {
+				seen[id] = now
+			}
 		}
 	}
 	if d := s.PendingDistillation(); d != nil {
@@ -363,7 +379,7 @@ func (r *Reconciler) judge(s *projections.Session, since uint64) {
 		TurnSeenAt: func(turn string) time.Time {
 			r.mu.Lock()
 			defer r.mu.Unlock()
-			return r.turnSeen[k+"/"+turn]
+			return r.turnSeen[k][turn]
 		},
 	})
 	r.enqueue(actions, since)

@@ -101,8 +101,8 @@ type Params struct {
 	Chain          []string `json:"chain,omitempty"`
 	Recommendation string   `json:"recommendation,omitempty"`
 	ToolUseIDs     []string `json:"tool_use_ids,omitempty"`
-	ToSeq          uint64   `json:"to_seq,omitempty"`
-	AtSeq          uint64   `json:"at_seq,omitempty"`
+	ToSeq          uint64   `json:"to_seq,omitzero"`
+	AtSeq          uint64   `json:"at_seq,omitzero"`
 	ForkSession    string   `json:"fork_session,omitempty"`
 	Provider       string   `json:"provider,omitempty"`
 	ToProvider     string   `json:"to_provider,omitempty"`

@@ -2,12 +2,12 @@ package recovery
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
 	"time"
 
+	"github.com/go-json-experiment/json"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/turnstone-dev/turnstone/events"
 )
@@ -174,7 +174,7 @@ func Issue(ctx context.Context, js jetstream.JetStream, cmd Command) (seq uint64
 		return 0, false, fmt.Errorf("issue command: %w", err)
 	}
 	cmd = cmd.Masked()
-	body, err := json.Marshal(cmd)
+	body, err := json.Marshal(cmd, json.Deterministic(true))
 	if err != nil {
 		return 0, false, fmt.Errorf("issue command %s: %w", cmd.ID, err)
 	}
@@ -231,7 +231,7 @@ type Status struct {
 	Seq       uint64         `json:"seq"`
 	State     State          `json:"state"`
 	Outcome   events.Outcome `json:"outcome,omitempty"`
-	Attempts  int            `json:"attempts,omitempty"`
+	Attempts  int            `json:"attempts,omitzero"`
 	Worker    string         `json:"worker,omitempty"`
 	Reason    string         `json:"reason,omitempty"`
 	UpdatedAt time.Time      `json:"updated_at"`

@@ -2,7 +2,6 @@ package recovery
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -12,6 +11,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/go-json-experiment/json"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
@@ -547,7 +547,7 @@ func (w *Worker) setStatus(ctx context.Context, cmd Command, meta *jetstream.Msg
 	if meta != nil {
 		st.Seq = meta.Sequence.Stream
 	}
-	b, _ := json.Marshal(st)
+	b, _ := json.Marshal(st, json.Deterministic(true))
 	if !w.gate.Enter(cmd.Tenant, cmd.Session, epochOf(ctx)) {
 		return fmt.Errorf("status of %s: %w", cmd.ID, erasure.ErrErasing)
 	}

@@ -62,7 +62,7 @@ func TestRunProducesEveryFigure(t *testing.T) {
 	if err != nil {
 		t.Fatalf("run: %v\n%s", err, stderr.String())
 	}
-	want := map[string]int{"append": 1, "fold": 1, "restore": 2, "inspect": 1, "incident": 2, "memory": 2, "import": 1, "sync": 1, "durability": 5,
+	want := map[string]int{"append": 1, "fold": 1, "restore": 3, "inspect": 1, "incident": 2, "memory": 2, "import": 1, "sync": 1, "durability": 5,
 		"scale": 1, "newsessions": 1, "fleet": 2}
 	got := map[string]int{}
 	for _, row := range rep.Rows {
