@@ -98,7 +98,7 @@ func TestScaleOutOnAThreeNodeCluster(t *testing.T) {
 	// Every engine and every worker owns a share of the partitions.
 	owners := waitOwners(t, js, 30*time.Second, func(o map[string]map[string][]int) bool {
 		return owns(o[engine.Group], "e1", "e2", "e3") && owns(o[recovery.WorkerGroup], "w1", "w2", "w3") &&
-			covers(o[engine.Group]) && covers(o[recovery.WorkerGroup])
+			covers(o[engine.Group], clusterPartitions) && covers(o[recovery.WorkerGroup], clusterPartitions)
 	})
 	t.Logf("members after %s: %v", time.Since(start).Round(time.Millisecond), owners)
 	rep := membersJSON(t, url)
@@ -150,7 +150,7 @@ func TestScaleOutOnAThreeNodeCluster(t *testing.T) {
 	waitOwners(t, js, 10*time.Second, func(o map[string]map[string][]int) bool {
 		_, e1 := o[engine.Group]["e1"]
 		_, w1 := o[recovery.WorkerGroup]["w1"]
-		return !e1 && !w1 && covers(o[engine.Group]) && covers(o[recovery.WorkerGroup])
+		return !e1 && !w1 && covers(o[engine.Group], clusterPartitions) && covers(o[recovery.WorkerGroup], clusterPartitions)
 	})
 	handover := time.Since(killed)
 	t.Logf("engine e1 and worker w1 killed at %d events; the survivors own all %d partitions %s later", streamMsgs(js), clusterPartitions, handover.Round(time.Millisecond))
@@ -179,7 +179,7 @@ func TestScaleOutOnAThreeNodeCluster(t *testing.T) {
 	// after it joined run once each, like every other.
 	workers["w4"], workerOut["w4"] = startWorker(t, live, "w4")
 	waitOwners(t, js, 20*time.Second, func(o map[string]map[string][]int) bool {
-		return owns(o[recovery.WorkerGroup], "w2", "w3", "w4") && covers(o[recovery.WorkerGroup])
+		return owns(o[recovery.WorkerGroup], "w2", "w3", "w4") && covers(o[recovery.WorkerGroup], clusterPartitions)
 	})
 	issueCommands(t, js, log, "ops", "d", 24, 2, issued)
 	waitCommandsDone(t, js, issued, 45*time.Second)
@@ -218,7 +218,7 @@ func TestScaleOutOnAThreeNodeCluster(t *testing.T) {
 	if len(printed) != 220 || len(got) != 220 {
 		t.Fatalf("runtimes printed %d sessions, the log has %d; want 220", len(printed), len(got))
 	}
-	waitIndexCurrent(t, js, "cl", got, 30*time.Second)
+	waitIndexCurrent(t, js, "cl", got, 90*time.Second)
 	checkProjectionsEqualReplay(t, live, log, "cl", got)
 	t.Logf("done after %s", time.Since(start).Round(time.Millisecond))
 }
@@ -295,20 +295,21 @@ func waitOwners(t *testing.T, js jetstream.JetStream, d time.Duration, ok func(m
 	}
 }
 
-// covers reports whether the members own every partition exactly once.
-func covers(members map[string][]int) bool {
+// covers reports whether the members own every one of n partitions
+// exactly once.
+func covers(members map[string][]int, n int) bool {
 	seen := map[int]int{}
 	for _, ps := range members {
 		for _, p := range ps {
 			seen[p]++
 		}
 	}
-	for p := range clusterPartitions {
+	for p := range n {
 		if seen[p] != 1 {
 			return false
 		}
 	}
-	return len(seen) == clusterPartitions
+	return len(seen) == n
 }
 
 // issueCommands starts sessions <prefix>NN of tenant and issues perSession

@@ -14,6 +14,7 @@ import (
 	"regexp"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -484,6 +485,16 @@ func TestDockerComposeRunsWithAuthAndTLS(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The partition count setup gives the streams.
+	partitions := 0
+	for _, svc := range f.Services {
+		if len(svc.Command) > 0 && svc.Command[0] == "setup" {
+			partitions, _ = strconv.Atoi(flagArg(svc.Command, "--partitions"))
+		}
+	}
+	if partitions == 0 {
+		t.Fatal("the setup service names no --partitions")
+	}
 	var engines, workers []string
 	for _, svc := range long {
 		switch s := f.Services[svc]; {
@@ -504,7 +515,7 @@ func TestDockerComposeRunsWithAuthAndTLS(t *testing.T) {
 				return false
 			}
 		}
-		return covers(o[engine.Group]) && covers(o[recovery.WorkerGroup])
+		return covers(o[engine.Group], partitions) && covers(o[recovery.WorkerGroup], partitions)
 	})
 	t.Logf("members after %s: %v", time.Since(start).Round(time.Millisecond), owners)
 
