@@ -794,39 +794,70 @@ func (p *Projector) indexLoop(ctx context.Context) {
 		since := gate.Epoch()
 		p.mu.Lock()
 		var due []indexRow
-		for _, t := range p.sessions {
+		var keys []string // the sessions' keys in p.sessions, by due's index
+		for key, t := range p.sessions {
 			// A state held in compact form is never dirty (compactIdle
 			// leaves dirty states whole).
 			if t.dirty && t.state != nil {
 				due = append(due, t.summary(t.state))
+				keys = append(keys, key)
 				t.dirty = false
 			}
 		}
 		p.mu.Unlock()
+		// A row not stored (not sent, refused, or no ack in time: a
+		// stream electing a leader after a node is lost) is written again
+		// on the next tick; nothing else would write it until the
+		// session changes.
+		redo := func(key string) {
+			p.mu.Lock()
+			if t, ok := p.sessions[key]; ok {
+				t.dirty = true
+			}
+			p.mu.Unlock()
+		}
 		var sent []Summary
+		var sentKeys []string
 		var futs []jetstream.PubAckFuture
-		for _, r := range due {
+		for i, r := range due {
 			m := r.sum
 			if !gate.Enter(m.Tenant, m.Session, since) {
 				continue // erased since the summary was taken
 			}
 			if fut := p.putSummary(r); fut != nil {
-				sent, futs = append(sent, m), append(futs, fut)
+				sent, sentKeys, futs = append(sent, m), append(sentKeys, keys[i]), append(futs, fut)
 			} else {
 				gate.Leave(m.Tenant, m.Session)
+				redo(keys[i])
 			}
 		}
 		// Hold the gate until each write is stored, so that an erase
 		// purges after it.
 		timer := time.NewTimer(p.cfg.AckWait / 2)
+		expired := false
 		for i, fut := range futs {
-			select {
-			case <-fut.Ok():
-			case <-fut.Err():
-			case <-timer.C:
-			case <-ctx.Done():
+			stored := false
+			if !expired {
+				select {
+				case <-fut.Ok():
+					stored = true
+				case <-fut.Err():
+				case <-timer.C:
+					expired = true
+				case <-ctx.Done():
+					expired = true
+				}
+			} else {
+				select {
+				case <-fut.Ok():
+					stored = true
+				default:
+				}
 			}
 			gate.Leave(sent[i].Tenant, sent[i].Session)
+			if !stored {
+				redo(sentKeys[i])
+			}
 		}
 		timer.Stop()
 	}
