@@ -25,15 +25,14 @@ import (
 	"fmt"
 	"html/template"
 	"io/fs"
-	"net"
 	"net/http"
-	"sync"
 	"time"
 
 	"github.com/rs/zerolog"
 	"github.com/turnstone-dev/turnstone/correlate"
 	"github.com/turnstone-dev/turnstone/events"
 	"github.com/turnstone-dev/turnstone/forensics"
+	"github.com/turnstone-dev/turnstone/internal/httpserve"
 	"github.com/turnstone-dev/turnstone/projections"
 )
 
@@ -110,12 +109,7 @@ type Server struct {
 	tmpl *template.Template
 	mux  *http.ServeMux
 	srv  *http.Server
-
-	mu      sync.Mutex
-	ln      net.Listener
-	started bool
-	closed  bool
-	done    chan struct{}
+	run  *httpserve.Server
 }
 
 // New returns the web view for cfg. logger may be nil. Errors: cfg's
@@ -129,7 +123,7 @@ func New(cfg Config, logger *zerolog.Logger) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("web: templates: %w", err)
 	}
-	s := &Server{cfg: cfg, l: zerolog.Nop(), tmpl: t, mux: http.NewServeMux(), done: make(chan struct{})}
+	s := &Server{cfg: cfg, l: zerolog.Nop(), tmpl: t, mux: http.NewServeMux()}
 	if logger != nil {
 		s.l = logger.With().Str("component", "web").Logger()
 	}
@@ -152,6 +146,7 @@ func New(cfg Config, logger *zerolog.Logger) (*Server, error) {
 		WriteTimeout:      cfg.RequestTimeout + 10*time.Second,
 		IdleTimeout:       time.Minute,
 	}
+	s.run = httpserve.New("web server", s.srv, s.l, ErrServerStarted, ErrServerClosed)
 	return s, nil
 }
 
@@ -162,59 +157,16 @@ func (s *Server) Handler() http.Handler { return s.srv.Handler }
 // Start listens on Config.Addr and serves until Close. Errors: wrapping
 // ErrServerStarted or ErrServerClosed when called twice or after Close;
 // the listener's when the address cannot be bound.
-func (s *Server) Start() error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	switch {
-	case s.closed:
-		return fmt.Errorf("start web server: %w", ErrServerClosed)
-	case s.started:
-		return fmt.Errorf("start web server: %w", ErrServerStarted)
-	}
-	ln, err := net.Listen("tcp", s.cfg.Addr)
-	if err != nil {
-		return fmt.Errorf("start web server: %w", err)
-	}
-	s.ln, s.started = ln, true
-	go func() {
-		defer close(s.done)
-		if err := s.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			s.l.Error().Err(err).Msg("web server stopped")
-		}
-	}()
-	return nil
-}
+func (s *Server) Start() error { return s.run.Start(s.cfg.Addr) }
 
 // Addr is the address the server listens on (with the port picked when
 // Config.Addr asked for port 0), or "" before Start.
-func (s *Server) Addr() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.ln == nil {
-		return ""
-	}
-	return s.ln.Addr().String()
-}
+func (s *Server) Addr() string { return s.run.Addr() }
 
 // Close stops accepting connections and waits for the requests in
 // progress, or for ctx to end (then it closes them and returns an error
 // wrapping ctx's). Close on a server never started, or closed, returns nil.
-func (s *Server) Close(ctx context.Context) error {
-	s.mu.Lock()
-	wasClosed, started := s.closed, s.started
-	s.closed = true
-	s.mu.Unlock()
-	if wasClosed || !started {
-		return nil
-	}
-	err := s.srv.Shutdown(ctx)
-	if err != nil {
-		_ = s.srv.Close()
-		err = fmt.Errorf("close web server: %w", err)
-	}
-	<-s.done
-	return err
-}
+func (s *Server) Close(ctx context.Context) error { return s.run.Close(ctx) }
 
 // csp allows the engine's own origin only: no inline script or style, no
 // other host for anything.
