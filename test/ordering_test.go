@@ -219,30 +219,11 @@ func TestCommandsRunInPublishOrderAcrossWorkerDeath(t *testing.T) {
 	}
 }
 
-// busiestWorker returns the index of the worker (named w<i>) with the most
-// commands in the status bucket, and the counts.
+// busiestWorker returns the index of the worker (named w<i>) that
+// completed the most commands so far (commandsByWorker), and the counts.
 func busiestWorker(t *testing.T, js jetstream.JetStream) (int, map[string]int) {
 	t.Helper()
-	ctx := context.Background()
-	kv, err := js.KeyValue(ctx, recovery.StatusBucket)
-	if err != nil {
-		t.Fatal(err)
-	}
-	w, err := kv.WatchAll(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer w.Stop()
-	counts := map[string]int{}
-	for e := range w.Updates() {
-		if e == nil {
-			break
-		}
-		var st recovery.Status
-		if json.Unmarshal(e.Value(), &st) == nil {
-			counts[st.Worker]++
-		}
-	}
+	counts := commandsByWorker(t, js)
 	best, bestN := 0, -1
 	for i := 0; i < 3; i++ {
 		if n := counts[fmt.Sprintf("w%d", i)]; n > bestN {

@@ -1,12 +1,10 @@
 package main
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
 	"text/tabwriter"
-	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/spf13/cobra"
@@ -51,9 +49,7 @@ records; see README.`,
 				recs = []audit.Record{}
 			}
 			if asJSON {
-				enc := json.NewEncoder(g.stdout)
-				enc.SetIndent("", "  ")
-				return enc.Encode(recs)
+				return writeJSON(g.stdout, recs)
 			}
 			if len(recs) == 0 {
 				fmt.Fprintln(g.stdout, "no audit record")
@@ -82,7 +78,7 @@ records; see README.`,
 				if r.Error != "" {
 					outcome += ": " + r.Error
 				}
-				fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.Seq, r.At.UTC().Format(time.DateTime), r.Action,
+				fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.Seq, tableTime(r.At), r.Action,
 					printable(r.Who, 60), printable(scope, 80), printable(r.Reason, 80), printable(outcome, 80), printable(what, 160))
 			}
 			return tw.Flush()

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
 	"io"
 	"strings"
@@ -51,9 +50,7 @@ SESSION is a session token, a unique prefix of one, or TENANT/SESSION.`,
 				return err
 			}
 			if asJSON {
-				enc := json.NewEncoder(g.stdout)
-				enc.SetIndent("", "  ")
-				return enc.Encode(d)
+				return writeJSON(g.stdout, d)
 			}
 			return printDiff(g.stdout, d)
 		},

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -79,9 +78,7 @@ their own: erase them too (the command names those the index knows).`,
 				return err
 			}
 			if asJSON {
-				enc := json.NewEncoder(g.stdout)
-				enc.SetIndent("", "  ")
-				if eerr := enc.Encode(rec); eerr != nil {
+				if eerr := writeJSON(g.stdout, rec); eerr != nil {
 					return eerr
 				}
 				return err

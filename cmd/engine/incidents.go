@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -79,9 +78,7 @@ duration, by event time.`,
 					if incs == nil {
 						incs = []correlate.Incident{}
 					}
-					enc := json.NewEncoder(g.stdout)
-					enc.SetIndent("", "  ")
-					return enc.Encode(incs)
+					return writeJSON(g.stdout, incs)
 				}
 				return printIncidents(g.stdout, incs, limit)
 			}

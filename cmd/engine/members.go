@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
 	"io"
 	"sort"
@@ -109,9 +108,7 @@ recovery commands waiting.`,
 // renderMembers prints the report as two tables, or as JSON.
 func renderMembers(w io.Writer, rep membersReport, asJSON bool) error {
 	if asJSON {
-		enc := json.NewEncoder(w)
-		enc.SetIndent("", "  ")
-		return enc.Encode(rep)
+		return writeJSON(w, rep)
 	}
 	sort.Slice(rep.Members, func(i, j int) bool {
 		if rep.Members[i].Group != rep.Members[j].Group {
@@ -126,7 +123,7 @@ func renderMembers(w io.Writer, rep membersReport, asJSON bool) error {
 		for i, p := range m.Partitions {
 			ps[i] = fmt.Sprint(p)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", m.Group, m.Member, strings.Join(ps, ","), m.Beat.UTC().Format(time.TimeOnly))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", m.Group, m.Member, strings.Join(ps, ","), tableTime(m.Beat))
 	}
 	if err := tw.Flush(); err != nil {
 		return err

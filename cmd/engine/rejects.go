@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -77,9 +76,7 @@ stored) and cut to --body-bytes. --json prints a JSON array; see README.`,
 					Body: body, BodyBytes: len(r.Body), BodyCut: cut})
 			}
 			if asJSON {
-				enc := json.NewEncoder(g.stdout)
-				enc.SetIndent("", "  ")
-				return enc.Encode(lines)
+				return writeJSON(g.stdout, lines)
 			}
 			if len(lines) == 0 {
 				fmt.Fprintln(g.stdout, "no event refused")
@@ -88,7 +85,7 @@ stored) and cut to --body-bytes. --json prints a JSON array; see README.`,
 			tw := tabwriter.NewWriter(g.stdout, 0, 4, 2, ' ', 0)
 			fmt.Fprintln(tw, "SEQ\tAT\tSUBJECT\tPUBLISHER\tCODE\tREASON\tBODY")
 			for _, l := range lines {
-				fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%d\t%s\t%s\n", l.Seq, l.At.UTC().Format(time.DateTime), printable(l.Subject, 80),
+				fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%d\t%s\t%s\n", l.Seq, tableTime(l.At), printable(l.Subject, 80),
 					printable(l.Publisher, 40), l.Code, printable(l.Reason, 100), printable(l.Body, 80))
 			}
 			return tw.Flush()

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
 	"io"
 	"text/tabwriter"
@@ -58,9 +57,7 @@ func renderRuntimes(w io.Writer, rs []presence.Runtime, asJSON bool) error {
 		if rs == nil {
 			rs = []presence.Runtime{}
 		}
-		enc := json.NewEncoder(w)
-		enc.SetIndent("", "  ")
-		return enc.Encode(rs)
+		return writeJSON(w, rs)
 	}
 	if len(rs) == 0 {
 		_, err := fmt.Fprintln(w, "no runtime present (a runtime announces itself as the micro service \"turnstone-runtime\"; see docs/control.md)")
