@@ -115,6 +115,12 @@ func runServe(ctx context.Context, g *globals, f serveFlags, external bool) erro
 			return err // names the file and every rule it breaks
 		}
 		f.tenants = spec.Tenants
+		// Retention erases with the engine's permissions, which the spec
+		// grants only when asked (auth.RetentionGrants): refuse now rather
+		// than fail every sweep.
+		if policy.Retains() && !spec.Retention {
+			return fmt.Errorf("--policy %s sets retention.max_age, but --auth %s does not give the engines the rights to erase: add `retention: true` to it (docs/security.md)", f.policy, f.auth)
+		}
 	}
 	// A busy port is reported at once, naming the flag, before the
 	// embedded server spends its start-up wait on it.

@@ -5,6 +5,9 @@ import (
 	"context"
 	"errors"
 	"net"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -42,5 +45,28 @@ func TestServeRefusesExposedWithoutAuth(t *testing.T) {
 		if (err != nil) != tc.wantErr || bytes.Contains(out.Bytes(), []byte("INSECURE")) != tc.wantWarn {
 			t.Errorf("host %q auth %v insecure %v: err %v, output %q", tc.host, tc.auth, tc.insecure, err, out.String())
 		}
+	}
+}
+
+// TestServeRefusesRetentionWithoutTheRights: a policy with a retention and
+// an auth spec that does not grant the engines the rights to erase is
+// refused at start, naming the line to add, instead of failing every
+// sweep.
+func TestServeRefusesRetentionWithoutTheRights(t *testing.T) {
+	dir := t.TempDir()
+	policy := filepath.Join(dir, "policy.yaml")
+	spec := filepath.Join(dir, "auth.yaml")
+	if err := os.WriteFile(policy, []byte("retention:\n  max_age: 720h\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(spec, []byte("tenants: [acme]\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var stdout, stderr bytes.Buffer
+	root := newRootCommand(&stdout, &stderr)
+	root.SetArgs([]string{"serve", "--auth", spec, "--policy", policy, "--data", filepath.Join(dir, "data"), "--telemetry-listen", ""})
+	err := root.ExecuteContext(context.Background())
+	if err == nil || !strings.Contains(err.Error(), "retention: true") {
+		t.Fatalf("want the refusal naming `retention: true`, got %v", err)
 	}
 }
