@@ -111,8 +111,36 @@ func (c *content) UnmarshalJSON(b []byte) error {
 // usage is the token accounting of an assistant message, in tokens.
 type usage struct {
 	InputTokens              float64 `json:"input_tokens"`
+	OutputTokens             float64 `json:"output_tokens"`
 	CacheCreationInputTokens float64 `json:"cache_creation_input_tokens"`
 	CacheReadInputTokens     float64 `json:"cache_read_input_tokens"`
+}
+
+// tokens converts a count read as a JSON number to an int64, or 0 when it
+// is negative, fractional noise aside, or implausibly large.
+func tokens(n float64) int64 {
+	if n < 0 || n > 1e15 {
+		return 0
+	}
+	return int64(n)
+}
+
+// event is the usage as the event model stores it, or nil when every
+// count is zero (Claude Code writes zeros on synthetic and error records).
+func (u *usage) event() *events.Usage {
+	if u == nil {
+		return nil
+	}
+	e := &events.Usage{
+		InputTokens:      tokens(u.InputTokens),
+		OutputTokens:     tokens(u.OutputTokens),
+		CacheReadTokens:  tokens(u.CacheReadInputTokens),
+		CacheWriteTokens: tokens(u.CacheCreationInputTokens),
+	}
+	if *e == (events.Usage{}) {
+		return nil
+	}
+	return e
 }
 
 // contextTokens is the size of the context the message was generated from.

@@ -50,6 +50,7 @@ type pendingMessage struct {
 	msgID      string
 	model      string
 	stopReason string
+	usage      *events.Usage
 	blocks     []events.ContentBlock
 	calls      []toolCall
 	records    int
@@ -351,6 +352,11 @@ func (sc *sessionConv) assistant(r *record) {
 	if r.stopReason != "" {
 		p.stopReason = r.stopReason
 	}
+	// Every record of one response repeats its usage; the last one written
+	// holds the final output count.
+	if u := r.usage.event(); u != nil {
+		p.usage = u
+	}
 	for _, b := range r.blocks {
 		p.blocks = append(p.blocks, b)
 		if b.Type == events.BlockToolUse {
@@ -373,6 +379,7 @@ func (sc *sessionConv) flush() {
 		sc.emit(p.first.time, p.first.uuid+"/message", sc.turn, &events.MessageAppended{
 			Role: events.RoleAssistant, Content: p.blocks,
 			MessageID: p.msgID, Model: p.model, StopReason: p.stopReason,
+			Usage: p.usage,
 		}, p.first.line)
 	}
 	sc.unanswered = sc.unanswered[:0]

@@ -336,6 +336,23 @@ type MessageAppended struct {
 	StopReason string         `json:"stop_reason,omitempty"`
 	Meta       bool           `json:"meta,omitzero"`
 	Synthetic  bool           `json:"synthetic,omitzero"`
+	Usage      *Usage         `json:"usage,omitempty"`
+}
+
+// Usage is the token accounting of the model call (one API response) that
+// wrote an assistant message, in tokens. Field names follow the Anthropic
+// Messages API's usage object (input_tokens, output_tokens,
+// cache_read_input_tokens, cache_creation_input_tokens); ReasoningTokens is
+// OpenAI's reasoning_output_tokens (a part of OutputTokens, as Codex counts
+// them). InputTokens excludes the cached tokens, as Anthropic's does; a
+// runtime whose provider counts cached tokens inside its input (OpenAI)
+// subtracts them. Every count is zero or more; zero fields are omitted.
+type Usage struct {
+	InputTokens      int64 `json:"input_tokens,omitzero"`
+	OutputTokens     int64 `json:"output_tokens,omitzero"`
+	CacheReadTokens  int64 `json:"cache_read_input_tokens,omitzero"`
+	CacheWriteTokens int64 `json:"cache_creation_input_tokens,omitzero"`
+	ReasoningTokens  int64 `json:"reasoning_output_tokens,omitzero"`
 }
 
 // ToolCallStarted records that the runtime began executing a tool_use block.

@@ -227,6 +227,25 @@ func (p *MessageAppended) validate(v *validator) {
 	for i := range p.Content {
 		validateBlock(v, "content["+strconv.Itoa(i)+"]", &p.Content[i], p.Role)
 	}
+	if u := p.Usage; u != nil {
+		if p.Role != RoleAssistant {
+			v.add("usage", "belongs to assistant messages", string(p.Role))
+		}
+		for _, f := range [...]struct {
+			name string
+			n    int64
+		}{
+			{"usage.input_tokens", u.InputTokens},
+			{"usage.output_tokens", u.OutputTokens},
+			{"usage.cache_read_input_tokens", u.CacheReadTokens},
+			{"usage.cache_creation_input_tokens", u.CacheWriteTokens},
+			{"usage.reasoning_output_tokens", u.ReasoningTokens},
+		} {
+			if f.n < 0 {
+				v.add(f.name, "must be zero or more", strconv.FormatInt(f.n, 10))
+			}
+		}
+	}
 }
 
 func validateBlock(v *validator, field string, b *ContentBlock, role Role) {
