@@ -2,7 +2,6 @@ package claudecode
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -10,77 +9,34 @@ import (
 	"strings"
 
 	"github.com/turnstone-dev/turnstone/events"
+	"github.com/turnstone-dev/turnstone/internal/importer"
 )
 
 // DefaultTenant is the tenant Options uses when none is set.
-const DefaultTenant = "default"
+const DefaultTenant = importer.DefaultTenant
 
 // DefaultMaxLineBytes is the longest transcript line read, in bytes (64
 // MiB). Claude Code writes a tool result of hundreds of KiB on one line.
-const DefaultMaxLineBytes = 64 << 20
+const DefaultMaxLineBytes = importer.DefaultMaxLineBytes
 
 // SourcePrefix starts the envelope source of converted events when
 // Options.Source is empty: "urn:claude-code:<session token>".
 const SourcePrefix = "urn:claude-code:"
 
-// Options sets how transcripts are converted. The zero value is ready to
-// use: tenant "default", source per session, 64 MiB lines.
-type Options struct {
-	// Tenant is the tenant token every event is stored under (see
-	// events.ValidToken). Default DefaultTenant.
-	Tenant string
-	// Source, when set, is the envelope source of every event (a
-	// URI-reference); by default each session gets SourcePrefix + its
-	// session token.
-	Source string
-	// MaxLineBytes bounds one transcript line, in bytes; a longer line is
-	// skipped with a Diagnostic wrapping ErrLineTooLong. Default
-	// DefaultMaxLineBytes.
-	MaxLineBytes int
-	// Live says the transcripts are being written as they are read
-	// (`engine import --follow`): the sessions are live
-	// (events.SessionStarted.History false), and only what later lines
-	// cannot change is converted (see "Live transcripts" in the package
-	// documentation). By default a transcript is history: its sessions are
-	// marked so, and the end of the file ends its last turn when the
-	// transcript says how the turn ended.
-	Live bool
-}
-
-func (o *Options) setDefaults() {
-	if o.Tenant == "" {
-		o.Tenant = DefaultTenant
-	}
-	if o.MaxLineBytes == 0 {
-		o.MaxLineBytes = DefaultMaxLineBytes
-	}
-}
-
-// Validate reports every problem with the options (after defaults), each
-// wrapping ErrInvalidOptions, joined; nil when they are usable.
-func (o Options) Validate() error {
-	o.setDefaults()
-	var errs []error
-	if !events.ValidToken(o.Tenant) {
-		errs = append(errs, fmt.Errorf("%w: tenant %q must be 1-%d characters of [A-Za-z0-9_-]", ErrInvalidOptions, o.Tenant, events.MaxTokenLen))
-	}
-	if o.MaxLineBytes < 0 {
-		errs = append(errs, fmt.Errorf("%w: max line bytes must not be negative, got %d", ErrInvalidOptions, o.MaxLineBytes))
-	}
-	return errors.Join(errs...)
-}
+// Options sets how transcripts are converted (tenant, source, line
+// limit): the importers' shared importer.Options.
+type Options = importer.Options
 
 // Session kinds, as in events.SessionStarted.Kind.
 const (
-	KindMain       = "main"
-	KindSubagent   = "subagent"
-	KindCompaction = "compaction"
+	KindMain       = importer.KindMain
+	KindSubagent   = importer.KindSubagent
+	KindCompaction = importer.KindCompaction
 )
 
 // Session is one converted session: the events of one transcript file, or
 // of one subagent whose records an older Claude Code (1.0.x) wrote inline in
-// its parent's file. Events are in log order and each passes
-// events.Validate; the first is session.started.
+// its parent's file (see importer.Session).
 //
 // Session is the session token: the records' sessionId for a main
 // transcript, "<parent>_agent-<agentId>" for a subagent or compaction
@@ -89,36 +45,14 @@ const (
 // record). Kind is KindMain, KindSubagent or KindCompaction; Parent and
 // ParentToolUseID link a sidechain to its parent session and the Task
 // tool_use that started it (empty when unknown).
-type Session struct {
-	Tenant          string
-	Session         string
-	File            string
-	Kind            string
-	Parent          string
-	ParentToolUseID string
-	Events          []events.Event
-}
+type Session = importer.Session
 
 // Result is what converting one transcript file produced: its sessions
 // (the main or sidechain session first, then subagents written inline),
 // the problems found (each line skipped), the number of records read
 // (lines that parsed), and the records that produce no event, counted by
 // type ("progress", "file-history-snapshot", "system/turn_duration", ...).
-type Result struct {
-	Sessions    []Session
-	Diagnostics []Diagnostic
-	Records     int
-	Skipped     map[string]int
-}
-
-// EventCount is the number of events in all sessions of r.
-func (r *Result) EventCount() int {
-	n := 0
-	for i := range r.Sessions {
-		n += len(r.Sessions[i].Events)
-	}
-	return n
-}
+type Result = importer.Result
 
 // Converter converts Claude Code transcripts to Turnstone events. It
 // remembers, from each main transcript it converts, which Task tool call
@@ -172,13 +106,15 @@ func NewConverter(opts Options) (*Converter, error) {
 	if err := opts.Validate(); err != nil {
 		return nil, err
 	}
-	opts.setDefaults()
+	opts.SetDefaults()
 	return &Converter{opts: opts, links: map[string]*parentLinks{}}, nil
 }
 
-// ConvertFile converts the transcript at path with a new Converter (so a
-// subagent transcript is not linked to its parent's tool call; see
-// Converter). See Converter.ConvertFile.
+var _ importer.Converter = (*Converter)(nil)
+
+// ConvertFile converts the transcript at path, as history, with a new
+// Converter (so a subagent transcript is not linked to its parent's tool
+// call; see Converter). See Converter.ConvertFile.
 func ConvertFile(path string, opts Options) (*Result, error) {
 	c, err := NewConverter(opts)
 	if err != nil {
@@ -187,32 +123,28 @@ func ConvertFile(path string, opts Options) (*Result, error) {
 	return c.ConvertFile(path)
 }
 
-// Convert converts the transcript read from r with a new Converter. See
-// Converter.Convert.
+// Convert converts the transcript read from r, as history, with a new
+// Converter. See Converter.Convert.
 func Convert(r io.Reader, name string, opts Options) (*Result, error) {
 	c, err := NewConverter(opts)
 	if err != nil {
 		return nil, err
 	}
-	return c.Convert(r, name)
+	return c.Convert(r, name, importer.Input{})
 }
 
 // ConvertFile converts the transcript at path (one file; its subagents'
-// files are converted separately, see Expand). It returns an error only
-// when the file cannot be opened or read; problems with its content are
-// Diagnostics in the Result.
-//
-// For a subagent transcript agent-<id>.jsonl, the agent-<id>.meta.json
-// Claude Code 2.1 writes beside it gives the subagent_type label (its
-// agentType) when the Task call did not; a meta file that is missing or
-// unreadable is ignored.
+// files are converted separately, see Expand) as history, with nothing
+// stored before. It returns an error only when the file cannot be opened
+// or read; problems with its content are Diagnostics in the Result. See
+// Convert for the agent meta file.
 func (c *Converter) ConvertFile(path string) (*Result, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("convert transcript: %w", err)
 	}
 	defer f.Close()
-	return c.convert(f, path, readAgentMeta(path))
+	return c.Convert(f, path, importer.Input{})
 }
 
 // agentMeta is what a subagent's .meta.json says (Claude Code 2.1).
@@ -235,36 +167,40 @@ func readAgentMeta(path string) agentMeta {
 	return m
 }
 
-// Convert converts one transcript read from r. name is the transcript's
-// file name or path: diagnostics carry it, and a base name agent-*.jsonl
-// marks a subagent (sidechain) transcript, as do records with isSidechain
-// and agentId. It returns an error only when reading r fails; a malformed
+// Convert converts one transcript read from r (importer.Converter). path
+// is the transcript's file name or path: diagnostics carry it, a base name
+// agent-*.jsonl marks a subagent (sidechain) transcript, as do records
+// with isSidechain and agentId, and for a subagent transcript
+// agent-<id>.jsonl the agent-<id>.meta.json Claude Code 2.1 writes beside
+// it gives the subagent_type label (its agentType) when the Task call did
+// not (a meta file that is missing or unreadable is ignored). in.Live reads
+// the file as one Claude Code is still writing (see "Live transcripts" in
+// the package documentation); in.Stored lets a response recorded in pieces
+// before continue.
+//
+// It returns an error only when reading r or in.Stored fails; a malformed
 // or too long line is a Diagnostic and is skipped, and every other record
 // is converted. It never panics on any input.
-func (c *Converter) Convert(r io.Reader, name string) (*Result, error) {
-	return c.convert(r, name, agentMeta{})
-}
-
-func (c *Converter) convert(r io.Reader, name string, meta agentMeta) (*Result, error) {
-	res := &Result{Skipped: map[string]int{}}
+func (c *Converter) Convert(r io.Reader, path string, in importer.Input) (*Result, error) {
+	res := importer.NewResult()
 	var recs []*record
-	lr := newLineReader(r, c.opts.MaxLineBytes)
+	lr := importer.NewLineReader(r, c.opts.MaxLineBytes)
 	for n := 1; ; n++ {
-		line, tooLong, ok, err := lr.next()
+		line, tooLong, ok, err := lr.Next()
 		if err != nil {
-			return nil, fmt.Errorf("convert transcript %s: read line %d: %w", name, n, err)
+			return nil, fmt.Errorf("convert transcript %s: read line %d: %w", path, n, err)
 		}
 		if !ok {
 			break
 		}
 		if tooLong {
-			res.Diagnostics = append(res.Diagnostics, Diagnostic{File: name, Line: n,
+			res.Diagnostics = append(res.Diagnostics, Diagnostic{File: path, Line: n,
 				Err: fmt.Errorf("%w: more than %d bytes", ErrLineTooLong, c.opts.MaxLineBytes)})
 			continue
 		}
 		rec, err := parseRecord(line)
 		if err != nil {
-			res.Diagnostics = append(res.Diagnostics, Diagnostic{File: name, Line: n, Err: err})
+			res.Diagnostics = append(res.Diagnostics, Diagnostic{File: path, Line: n, Err: err})
 			continue
 		}
 		rec.line = n
@@ -274,7 +210,9 @@ func (c *Converter) convert(r io.Reader, name string, meta agentMeta) (*Result, 
 		}
 		recs = append(recs, rec)
 	}
-	c.convertRecords(name, recs, res, meta)
+	if err := c.convertRecords(path, recs, res, readAgentMeta(path), in); err != nil {
+		return nil, fmt.Errorf("convert transcript %s: %w", path, err)
+	}
 	return res, nil
 }
 
@@ -285,7 +223,7 @@ type bucket struct {
 }
 
 // convertRecords splits a file's records into sessions and converts each.
-func (c *Converter) convertRecords(name string, recs []*record, res *Result, meta agentMeta) {
+func (c *Converter) convertRecords(name string, recs []*record, res *Result, meta agentMeta, in importer.Input) error {
 	var hist []*record
 	for _, r := range recs {
 		if r.history() {
@@ -381,13 +319,17 @@ func (c *Converter) convertRecords(name string, recs []*record, res *Result, met
 		if b.kind == KindSubagent && labels["subagent_type"] == "" && meta.AgentType != "" {
 			labels["subagent_type"] = meta.AgentType
 		}
-		sc := newSessionConv(c, &s, b.recs, res)
+		sc := newSessionConv(c, &s, b.recs, res, in)
 		sc.taskPrompt = taskPrompt
 		sc.run(labels)
+		if err := sc.em.Err(); err != nil {
+			return err
+		}
 		if len(s.Events) > 0 {
 			res.Sessions = append(res.Sessions, s)
 		}
 	}
+	return nil
 }
 
 // sidechainFile reports whether a file holds one subagent's transcript
@@ -466,23 +408,5 @@ func sidechainToken(parent, agentID string) string {
 	return token(parent + "_agent-" + agentID)
 }
 
-// token makes s a valid subject token (events.ValidToken): characters
-// outside [A-Za-z0-9_-] become '-', and it is cut to events.MaxTokenLen
-// bytes; an empty s becomes "unknown".
-func token(s string) string {
-	b := []byte(s)
-	for i, c := range b {
-		switch {
-		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9', c == '_', c == '-':
-		default:
-			b[i] = '-'
-		}
-	}
-	if len(b) > events.MaxTokenLen {
-		b = b[:events.MaxTokenLen]
-	}
-	if len(b) == 0 {
-		return "unknown"
-	}
-	return string(b)
-}
+// token makes s a valid subject token (importer.Token).
+func token(s string) string { return importer.Token(s) }

@@ -807,8 +807,10 @@ func TestAPIErrorsFailTheTurn(t *testing.T) {
 	}
 	want := []string{
 		"session.started",
-		"turn.started@p1", "message.appended@p1", "error.recorded@p1", "error.recorded@p1", "turn.failed@p1",
-		"turn.started@p2", "message.appended@p2", "error.recorded@p2", "message.appended@p2", "error.recorded@p2", "turn.failed@p2",
+		"turn.started@p1", "message.appended@p1", "turn.stage_completed@p1", "turn.stage_completed@p1", // the model was called
+		"error.recorded@p1", "error.recorded@p1", "turn.failed@p1",
+		"turn.started@p2", "message.appended@p2", "turn.stage_completed@p2", "turn.stage_completed@p2",
+		"error.recorded@p2", "message.appended@p2", "error.recorded@p2", "turn.failed@p2",
 	}
 	if got := types(s.Events); !reflect.DeepEqual(got, want) {
 		t.Fatalf("events\n%v\nwant\n%v", got, want)
@@ -826,11 +828,11 @@ func TestAPIErrorsFailTheTurn(t *testing.T) {
 	if !reflect.DeepEqual(consec, []int{1, 2, 3, 1}) {
 		t.Errorf("consecutive counts %v, want [1 2 3 1]", consec)
 	}
-	f1 := payload[events.TurnFailed](t, s.Events[5])
+	f1 := payload[events.TurnFailed](t, s.Events[7])
 	if f1.Stage != events.StageExecute || f1.Error.HTTPStatus != 529 || f1.Error.Code != "overloaded_error" || f1.Error.Kind != events.KindTransient {
 		t.Errorf("turn.failed %+v", f1)
 	}
-	f2 := payload[events.TurnFailed](t, s.Events[11])
+	f2 := payload[events.TurnFailed](t, s.Events[15])
 	if f2.Error.HTTPStatus != 401 || f2.Error.Kind != events.KindLogic || f2.Error.Code != "authentication_error" {
 		t.Errorf("turn.failed %+v", f2)
 	}
@@ -863,8 +865,10 @@ func TestAPIErrorsFailTheTurn(t *testing.T) {
 	s = res.Sessions[0]
 	want = []string{
 		"session.started",
-		"turn.started@p1", "message.appended@p1", "error.recorded@p1", "error.recorded@p1", "message.appended@p1", "turn.completed@p1",
-		"turn.started@p2", "message.appended@p2", "error.recorded@p2", "error.recorded@p2", "turn.failed@p2",
+		"turn.started@p1", "message.appended@p1", "turn.stage_completed@p1", "turn.stage_completed@p1",
+		"error.recorded@p1", "error.recorded@p1", "message.appended@p1", "turn.completed@p1",
+		"turn.started@p2", "message.appended@p2", "turn.stage_completed@p2", "turn.stage_completed@p2",
+		"error.recorded@p2", "error.recorded@p2", "turn.failed@p2",
 	}
 	if got := types(s.Events); !reflect.DeepEqual(got, want) || len(res.Diagnostics) > 0 {
 		t.Fatalf("events\n%v\nwant\n%v\n%v", got, want, res.Diagnostics)
@@ -882,7 +886,7 @@ func TestAPIErrorsFailTheTurn(t *testing.T) {
 	if !reflect.DeepEqual(consec, []int{1, 2, 1, 2}) {
 		t.Errorf("consecutive counts %v, want [1 2 1 2]", consec)
 	}
-	if m := payload[events.ErrorRecorded](t, s.Events[3]).Message; m != "Overloaded (retry 1 of 10)" {
+	if m := payload[events.ErrorRecorded](t, s.Events[5]).Message; m != "Overloaded (retry 1 of 10)" {
 		t.Errorf("retry message %q", m)
 	}
 }
@@ -921,6 +925,7 @@ func TestCommandsAndMergedMessages(t *testing.T) {
 	want := []string{
 		"session.started",
 		"turn.started@c1", "message.appended@c1", "message.appended@c1",
+		"turn.stage_completed@c1", "turn.stage_completed@c1", // the model answered: execute
 		"message.appended@c1",                                                   // a1..a3 merged: thinking, tool_use A, tool_use B
 		"tool_call.started@c1", "tool_call.completed@c1", "message.appended@c1", // A and its result, held back
 		"tool_call.started@c1", "tool_call.completed@c1", "message.appended@c1", // B
@@ -940,22 +945,25 @@ func TestCommandsAndMergedMessages(t *testing.T) {
 	if m := payload[events.MessageAppended](t, s.Events[3]); !m.Meta {
 		t.Error("the command's expansion is not meta")
 	}
-	merged := payload[events.MessageAppended](t, s.Events[4])
+	if st := payload[events.TurnStageCompleted](t, s.Events[5]); st.Stage != events.StageHistory || s.Events[5].Time != s.Events[6].Time {
+		t.Errorf("the turn's stage before the model's first answer: %+v at %v", st, s.Events[5].Time)
+	}
+	merged := payload[events.MessageAppended](t, s.Events[6])
 	if merged.MessageID != "msg_1" || len(merged.Content) != 3 || merged.Content[1].ID != "toolu_A" || merged.Content[2].ID != "toolu_B" {
 		t.Errorf("merged message %+v", merged)
 	}
-	if s.Events[4].Time != s.Events[2].Time.Add(1e9) {
-		t.Errorf("merged message time %v, want the first record's", s.Events[4].Time)
+	if s.Events[6].Time != s.Events[2].Time.Add(1e9) {
+		t.Errorf("merged message time %v, want the first record's", s.Events[6].Time)
 	}
-	a := payload[events.ToolCallCompleted](t, s.Events[6])
-	b := payload[events.ToolCallCompleted](t, s.Events[9])
+	a := payload[events.ToolCallCompleted](t, s.Events[8])
+	b := payload[events.ToolCallCompleted](t, s.Events[11])
 	if a.DurationMS != 7 || a.IsError || b.DurationMS != 2000 || !b.IsError || b.Name != "Bash" {
 		t.Errorf("tool calls %+v %+v", a, b)
 	}
-	if m := payload[events.MessageAppended](t, s.Events[13]); !m.Meta {
+	if m := payload[events.MessageAppended](t, s.Events[15]); !m.Meta {
 		t.Error("caveat not meta")
 	}
-	if m := payload[events.MessageAppended](t, s.Events[15]); !m.Meta {
+	if m := payload[events.MessageAppended](t, s.Events[17]); !m.Meta {
 		t.Error("command output not meta")
 	}
 	if res.Skipped["file-history-snapshot"] != 1 || res.Skipped["progress"] != 1 || res.Skipped["system/stop_hook_summary"] != 1 {

@@ -3,6 +3,7 @@ package claudecode_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -14,6 +15,7 @@ import (
 	"github.com/turnstone-dev/turnstone/claudecode"
 	"github.com/turnstone-dev/turnstone/embedded/embeddedtest"
 	"github.com/turnstone-dev/turnstone/events"
+	"github.com/turnstone-dev/turnstone/internal/importer/importertest"
 	"github.com/turnstone-dev/turnstone/projections"
 )
 
@@ -97,20 +99,18 @@ func (f *following) waitFor(t *testing.T, what, tenant, session string, cond fun
 	}
 }
 
-// liveIDs are the ids of the events a live conversion of data gives.
-func liveIDs(t *testing.T, data []byte, name string) []string {
+// liveWhole is the projection a live conversion of the whole of data
+// gives (importertest.Normal), and its session's token.
+func liveWhole(t *testing.T, data []byte, name string) any {
 	t.Helper()
-	res, err := claudecode.Convert(strings.NewReader(string(data)), name, claudecode.Options{Live: true})
+	c, err := claudecode.NewConverter(claudecode.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	var ids []string
-	for _, s := range res.Sessions {
-		for _, ev := range s.Events {
-			ids = append(ids, ev.ID)
-		}
-	}
-	return ids
+	log := importertest.NewMemLog()
+	res := importertest.Import(t, c, log, data, name, true)
+	evs, _ := log.Events(context.Background(), res.Sessions[0].Tenant, res.Sessions[0].Session)
+	return importertest.Normal(importertest.Fold(evs))
 }
 
 func ids(evs []events.Event) []string {
@@ -123,9 +123,9 @@ func ids(evs []events.Event) []string {
 
 // TestFollowRecordsAFileAsItIsWritten writes a real transcript into a
 // followed directory the way Claude Code does, line by line, with some
-// lines written in two pieces and a pause mid-turn: the log ends up
-// holding what the whole file gives, in order, the session is live, and
-// nothing is flagged.
+// lines written in two pieces and a pause mid-turn: the log ends up with
+// the projection the whole file gives, the session is live, and nothing
+// is flagged.
 func TestFollowRecordsAFileAsItIsWritten(t *testing.T) {
 	dir := t.TempDir()
 	project := filepath.Join(dir, "-home-user-repo")
@@ -171,11 +171,10 @@ func TestFollowRecordsAFileAsItIsWritten(t *testing.T) {
 			}
 		}
 	}
-	want := liveIDs(t, data, path)
-	evs := f.waitFor(t, "the whole file recorded", claudecode.DefaultTenant, session, func(evs []events.Event) bool { return len(evs) >= len(want) })
-	if !slices.Equal(ids(evs), want) {
-		t.Fatalf("the log's events differ from the whole file's:\n%v\n%v", ids(evs), want)
-	}
+	want := liveWhole(t, data, path)
+	evs := f.waitFor(t, "the whole file recorded", claudecode.DefaultTenant, session, func(evs []events.Event) bool {
+		return len(importertest.Diff(want, importertest.Normal(fold(evs)), 1)) == 0
+	})
 	st := fold(evs)
 	if st.History || st.Totals.Violations != 0 || len(st.InFlight) != 0 || st.Totals.Turns != 2 {
 		t.Fatalf("followed session: history %v, violations %+v, in flight %v, %d turns", st.History, st.Violations, st.InFlight, st.Totals.Turns)
@@ -267,5 +266,89 @@ func TestFollowMissingPath(t *testing.T) {
 	}
 	if err := fl.Run(context.Background(), []string{filepath.Join(t.TempDir(), "nope")}); !errors.Is(err, fs.ErrNotExist) {
 		t.Fatalf("Run = %v, want a not-exist error", err)
+	}
+}
+
+// TestFollowRecordsParallelToolUsesBeforeSilence writes, at Claude Code's
+// pace, a prompt and one API response whose two parallel tool_use blocks
+// come as two records (with the thinking before them), then nothing: the
+// runtime died while its tools ran. Both tool_use blocks are in the log
+// well within a second, pending in a turn in flight, so that the engine's
+// deadline can abandon the turn and make both orphans; a third record of
+// the same response written later (the runtime was only slow) continues
+// the message, and the results then answer both.
+func TestFollowRecordsParallelToolUsesBeforeSilence(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	f := follow(t, claudecode.FollowConfig{}, dir) // the default settle time
+	path := filepath.Join(dir, "sess-par.jsonl")
+	fh, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fh.Close()
+	now := time.Now().UTC()
+	at := func(d time.Duration) string { return now.Add(d).Format(time.RFC3339Nano) }
+	rec := func(uuid, typ string, d time.Duration, msg string) string {
+		return fmt.Sprintf(`{"type":%q,"uuid":%q,"parentUuid":null,"sessionId":"sess-par","timestamp":%q,"version":"2.1.39","message":%s}`+"\n", typ, uuid, at(d), msg)
+	}
+	asst := func(content string) string {
+		return `{"id":"msg_par","model":"claude-opus-4-6","role":"assistant","type":"message","stop_reason":null,"content":[` + content + `]}`
+	}
+	lines := []string{
+		rec("p1", "user", 0, `{"role":"user","content":"run both"}`),
+		rec("a1", "assistant", 900*time.Millisecond, asst(`{"type":"thinking","thinking":"both at once","signature":"s"}`)),
+		rec("a2", "assistant", 1200*time.Millisecond, asst(`{"type":"tool_use","id":"toolu_P1","name":"Bash","input":{"command":"sleep 60"}}`)),
+		rec("a3", "assistant", 1350*time.Millisecond, asst(`{"type":"tool_use","id":"toolu_P2","name":"Bash","input":{"command":"sleep 61"}}`)),
+	}
+	pace := []time.Duration{0, 300 * time.Millisecond, 150 * time.Millisecond, 150 * time.Millisecond}
+	for i, l := range lines {
+		time.Sleep(pace[i])
+		if _, err := fh.WriteString(l); err != nil {
+			t.Fatal(err)
+		}
+	}
+	wrote := time.Now()
+	evs := f.waitFor(t, "both tool_use blocks recorded", claudecode.DefaultTenant, "sess-par", func(evs []events.Event) bool {
+		return len(fold(evs).Pending) == 2
+	})
+	if took := time.Since(wrote); took > 2*time.Second {
+		t.Errorf("the tool_use blocks took %v to reach the log after the last write", took)
+	}
+	st := fold(evs)
+	if len(st.InFlight) != 1 || st.History || st.Totals.Violations != 0 || len(st.Messages) != 2 || st.Messages[1].ToolUses != 2 {
+		t.Fatalf("after the silence: in flight %v, history %v, violations %+v, messages %+v", st.InFlight, st.History, st.Violations, st.Messages)
+	}
+	if tn := st.Turn(st.InFlight[0]); tn == nil || tn.Stage != events.StageExecute {
+		t.Fatalf("the turn running its tools is not in execute: %+v", tn)
+	}
+	// What the engine's deadline then writes makes both orphans.
+	abandoned, err := events.New(claudecode.DefaultTenant, "sess-par", st.InFlight[0], &events.TurnAbandoned{Reason: "deadline", Stage: events.StageExecute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	abandoned.Seq = evs[len(evs)-1].Seq + 1
+	if st := fold(append(slices.Clone(evs), abandoned)); st.Totals.Orphans != 2 {
+		t.Fatalf("abandoned: %d orphans, want both tool_use blocks (%+v)", st.Totals.Orphans, st.Orphans)
+	}
+
+	// The runtime was slow, not dead: the response goes on, then the
+	// results come.
+	more := []string{
+		rec("a4", "assistant", 2*time.Second, asst(`{"type":"text","text":"Waiting for both."}`)),
+		rec("r1", "user", 62*time.Second, `{"role":"user","content":[{"type":"tool_result","tool_use_id":"toolu_P1","content":"ok"}]}`),
+		rec("r2", "user", 63*time.Second, `{"role":"user","content":[{"type":"tool_result","tool_use_id":"toolu_P2","content":"ok"}]}`),
+	}
+	for _, l := range more {
+		if _, err := fh.WriteString(l); err != nil {
+			t.Fatal(err)
+		}
+	}
+	evs = f.waitFor(t, "both answered", claudecode.DefaultTenant, "sess-par", func(evs []events.Event) bool {
+		st := fold(evs)
+		return len(st.Pending) == 0 && len(st.Messages) == 3
+	})
+	if st := fold(evs); st.Totals.Violations != 0 || st.Messages[1].ToolUses != 2 || len(st.Messages[1].Blocks) != 4 {
+		t.Fatalf("grown: violations %+v, messages %+v", st.Violations, st.Messages)
 	}
 }

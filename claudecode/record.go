@@ -1,12 +1,10 @@
 package claudecode
 
 import (
-	"bufio"
 	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"strings"
 	"time"
 
@@ -567,58 +565,4 @@ func jsonProblem(err error) string {
 		return fmt.Sprintf("bad JSON at byte %d: %v", se.Offset, se)
 	}
 	return err.Error()
-}
-
-// lineReader reads a transcript one line at a time, with no limit below
-// max on a line's length; a longer line is consumed and reported as too
-// long instead of failing the read.
-type lineReader struct {
-	br  *bufio.Reader
-	max int
-	buf []byte
-}
-
-func newLineReader(r io.Reader, max int) *lineReader {
-	return &lineReader{br: bufio.NewReaderSize(r, 64<<10), max: max}
-}
-
-// next returns the next line without its line ending. ok is false at the
-// end of the input; err is an I/O error other than io.EOF. tooLong reports
-// a line longer than max (line is then nil).
-func (lr *lineReader) next() (line []byte, tooLong, ok bool, err error) {
-	lr.buf = lr.buf[:0]
-	read := false
-	for {
-		frag, rerr := lr.br.ReadSlice('\n')
-		if len(frag) > 0 {
-			read = true
-		}
-		if !tooLong {
-			if len(lr.buf)+len(frag) > lr.max+2 { // room for "\r\n"
-				tooLong = true
-				lr.buf = lr.buf[:0]
-			} else {
-				lr.buf = append(lr.buf, frag...)
-			}
-		}
-		switch {
-		case rerr == bufio.ErrBufferFull:
-			continue
-		case rerr == io.EOF:
-			if !read {
-				return nil, false, false, nil
-			}
-		case rerr != nil:
-			return nil, false, false, rerr
-		}
-		if tooLong {
-			return nil, true, true, nil
-		}
-		l := bytes.TrimSuffix(lr.buf, []byte("\n"))
-		l = bytes.TrimSuffix(l, []byte("\r"))
-		if len(l) > lr.max {
-			return nil, true, true, nil
-		}
-		return l, false, true, nil
-	}
 }

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/turnstone-dev/turnstone/events"
+	"github.com/turnstone-dev/turnstone/internal/importer"
 )
 
 // promptPreviewRunes is how much of a prompt turn.started carries.
@@ -46,15 +47,39 @@ type toolCall struct {
 // Claude Code writes one per content block, with the tool results that
 // arrived between those records held back until the message is complete.
 type pendingMessage struct {
-	first      *record
-	msgID      string
-	model      string
-	stopReason string
-	usage      *events.Usage
+	first    *record
+	msgID    string
+	model    string
+	usage    *events.Usage
+	recs     []pieceRecord
+	calls    []toolCall
+	deferred []*record
+}
+
+// pieceRecord is one record of a pending message: the blocks it added
+// and its stop_reason, so that the message can be recorded in pieces
+// (importer.PieceKey) when the file ends inside it.
+type pieceRecord struct {
+	uuid       string
+	time       time.Time
+	line       int
 	blocks     []events.ContentBlock
-	calls      []toolCall
-	records    int
-	deferred   []*record
+	stopReason string
+	usage      *events.Usage // the response's usage as of this record
+}
+
+// blocks returns the content blocks of records from..to, the latest
+// stop_reason they set, and the usage as of record to.
+func (p *pendingMessage) blocks(from, to int) ([]events.ContentBlock, string, *events.Usage) {
+	var out []events.ContentBlock
+	stop := ""
+	for _, r := range p.recs[from : to+1] {
+		out = append(out, r.blocks...)
+		if r.stopReason != "" {
+			stop = r.stopReason
+		}
+	}
+	return out, stop, p.recs[to].usage
 }
 
 // answers reports whether every tool_result of r answers a tool_use of p.
@@ -88,10 +113,10 @@ type sessionConv struct {
 	recs []*record
 	res  *Result
 	seen map[string]bool // record uuids converted
+	em   *importer.Emitter
+	live bool // the file is still being written (importer.Input.Live)
 
-	source  string
-	prefix  string // of every event id key: tenant/session/
-	stopped bool   // live mode: the conversion stopped before a record the next ones decide
+	stopped bool // live mode: the conversion stopped before a record the next ones decide
 
 	turn      string
 	turnStart time.Time
@@ -113,14 +138,14 @@ type sessionConv struct {
 	errKey    string
 }
 
-func newSessionConv(c *Converter, s *Session, recs []*record, res *Result) *sessionConv {
+func newSessionConv(c *Converter, s *Session, recs []*record, res *Result, in importer.Input) *sessionConv {
 	src := c.opts.Source
 	if src == "" {
 		src = SourcePrefix + s.Session
 	}
 	return &sessionConv{
 		c: c, s: s, recs: recs, res: res, seen: map[string]bool{},
-		source: src, prefix: s.Tenant + "/" + s.Session + "/",
+		em: importer.NewEmitter(s, res, src, in.Stored), live: in.Live,
 		open: map[string]toolCall{},
 	}
 }
@@ -129,23 +154,12 @@ func newSessionConv(c *Converter, s *Session, recs []*record, res *Result) *sess
 // key under the session and at, or reports a Diagnostic for line when the
 // event is invalid.
 func (sc *sessionConv) emit(at time.Time, key, turn string, p events.Payload, line int) {
-	sc.emitID(at, at, key, turn, p, line)
+	sc.em.Emit(at, key, turn, p, line)
 }
 
 // emitID is emit with the id's time idAt apart from the event's time at.
 func (sc *sessionConv) emitID(at, idAt time.Time, key, turn string, p events.Payload, line int) {
-	id := events.DeterministicID(idAt, sc.prefix+key)
-	ev, err := events.NewAt(at, id, sc.s.Tenant, sc.s.Session, turn, p)
-	if err == nil {
-		ev.Source = sc.source
-		err = events.Validate(&ev)
-	}
-	if err != nil {
-		sc.res.Diagnostics = append(sc.res.Diagnostics, Diagnostic{File: sc.s.File, Line: line,
-			Err: fmt.Errorf("convert %s: %w", p.EventType(), err)})
-		return
-	}
-	sc.s.Events = append(sc.s.Events, ev)
+	sc.em.EmitID(at, idAt, key, turn, p, line)
 }
 
 func (sc *sessionConv) skip(what string) { sc.res.Skipped[what]++ }
@@ -161,7 +175,7 @@ func (sc *sessionConv) skip(what string) { sc.res.Skipped[what]++ }
 // that may still get blocks (see finish). The rest waits for more lines.
 func (sc *sessionConv) run(labels map[string]string) {
 	first := firstResponse(sc.recs)
-	if sc.c.opts.Live && first < 0 {
+	if sc.live && first < 0 {
 		return
 	}
 	sc.started(labels, first)
@@ -176,7 +190,7 @@ func (sc *sessionConv) run(labels map[string]string) {
 	}
 	sc.prompt()
 	for i, r := range sc.recs {
-		if sc.c.opts.Live && (r.typ == recUser && r.class == classCommand && i >= lastUA ||
+		if sc.live && (r.typ == recUser && r.class == classCommand && i >= lastUA ||
 			r.typ == recSystem && r.subtype == subCompact && i > lastA) {
 			sc.settled = true // a record follows the pending message
 			sc.stopped = true
@@ -262,7 +276,7 @@ func (sc *sessionConv) prompt() {
 // cwd, git_branch and slug labels as first set.
 func (sc *sessionConv) started(labels map[string]string, first int) {
 	p := &events.SessionStarted{Provider: providerAnthropic, Kind: sc.s.Kind,
-		ParentSession: sc.s.Parent, ParentToolUseID: sc.s.ParentToolUseID, History: !sc.c.opts.Live}
+		ParentSession: sc.s.Parent, ParentToolUseID: sc.s.ParentToolUseID, History: !sc.live}
 	if labels == nil {
 		labels = map[string]string{}
 	}
@@ -305,7 +319,7 @@ func (sc *sessionConv) started(labels map[string]string, first int) {
 	// becomes live (the latest session.started decides), and a history
 	// import of a followed file makes it history again.
 	key := "session.started"
-	if sc.c.opts.Live {
+	if sc.live {
 		key += "/live"
 	}
 	sc.emit(at, key, "", p, line)
@@ -334,7 +348,7 @@ func (sc *sessionConv) touch(r *record) {
 
 func (sc *sessionConv) assistant(r *record) {
 	if r.apiError {
-		sc.flush()
+		sc.flush(true)
 		sc.apiError(r)
 		return
 	}
@@ -343,22 +357,18 @@ func (sc *sessionConv) assistant(r *record) {
 	sc.outcome = outcomeMessage
 	p := sc.pending
 	if p == nil || r.msgID == "" || r.msgID != p.msgID {
-		sc.flush()
+		sc.flush(true)
 		p = &pendingMessage{first: r, msgID: r.msgID, model: r.model}
 		sc.pending = p
 	}
-	p.records++
 	sc.settled = false
-	if r.stopReason != "" {
-		p.stopReason = r.stopReason
-	}
 	// Every record of one response repeats its usage; the last one written
 	// holds the final output count.
 	if u := r.usage.event(); u != nil {
 		p.usage = u
 	}
+	p.recs = append(p.recs, pieceRecord{uuid: r.uuid, time: r.time, line: r.line, blocks: r.blocks, stopReason: r.stopReason, usage: p.usage})
 	for _, b := range r.blocks {
-		p.blocks = append(p.blocks, b)
 		if b.Type == events.BlockToolUse {
 			p.calls = append(p.calls, toolCall{id: b.ID, name: b.Name, uuid: r.uuid, time: r.time, line: r.line})
 		}
@@ -366,21 +376,43 @@ func (sc *sessionConv) assistant(r *record) {
 }
 
 // flush emits the pending assistant message, a tool_call.started for each
-// of its tool_use blocks, and the tool results held back for it.
-func (sc *sessionConv) flush() {
+// of its tool_use blocks, and the tool results held back for it. closed
+// says that a record after the message shows it complete; an open message
+// (the file ends inside the response, or right after it) is recorded as a
+// piece, and a message whose first records the log holds as pieces
+// already (Input.Stored) is recorded from the first record they do not
+// hold, as a piece of the same message_id: see importer.PieceKey. Before
+// its turn's first model output, the turn's context and history stages
+// are recorded as completed.
+func (sc *sessionConv) flush(closed bool) {
 	p := sc.pending
 	if p == nil {
 		return
 	}
 	sc.pending = nil
-	if len(p.blocks) == 0 {
-		sc.res.Skipped["assistant (no content)"] += p.records
+	n := len(p.recs)
+	all, _, _ := p.blocks(0, n-1)
+	if len(all) == 0 {
+		sc.res.Skipped["assistant (no content)"] += n
 	} else {
-		sc.emit(p.first.time, p.first.uuid+"/message", sc.turn, &events.MessageAppended{
-			Role: events.RoleAssistant, Content: p.blocks,
-			MessageID: p.msgID, Model: p.model, StopReason: p.stopReason,
-			Usage: p.usage,
-		}, p.first.line)
+		sc.em.Stages(p.first.time, sc.turn, p.first.line)
+		id := func(i, j int, whole bool) string {
+			return sc.em.ID(p.recs[i].time, importer.PieceKey(p.recs[i].uuid, p.recs[j].uuid, whole))
+		}
+		for _, pc := range sc.em.Pieces(n, closed, id) {
+			blocks, stop, usage := p.blocks(pc.From, pc.To)
+			if len(blocks) == 0 {
+				continue
+			}
+			// Every piece is at the response's first record's time, as the
+			// whole message is; its id is its own first record's.
+			r := p.recs[pc.From]
+			sc.emitID(p.first.time, r.time, importer.PieceKey(r.uuid, p.recs[pc.To].uuid, pc.Whole), sc.turn, &events.MessageAppended{
+				Role: events.RoleAssistant, Content: blocks,
+				MessageID: p.msgID, Model: p.model, StopReason: stop,
+				Usage: usage,
+			}, r.line)
+		}
 	}
 	sc.unanswered = sc.unanswered[:0]
 	for _, c := range p.calls {
@@ -389,7 +421,7 @@ func (sc *sessionConv) flush() {
 	// The tool calls and the results held back, in file order: Claude
 	// Code runs a tool as soon as its block is streamed.
 	calls := p.calls
-	if len(p.blocks) == 0 {
+	if len(all) == 0 {
 		calls = nil
 	}
 	for _, d := range p.deferred {
@@ -419,11 +451,11 @@ func (sc *sessionConv) user(r *record, i int) {
 			sc.pending.deferred = append(sc.pending.deferred, r)
 			return
 		}
-		sc.flush()
+		sc.flush(true)
 		sc.toolResult(r)
 		return
 	}
-	sc.flush()
+	sc.flush(true)
 	if r.class != classMeta {
 		// The transcript goes on past the latest tool_use blocks: if they
 		// lack results, that is not the process dying between the two.
@@ -610,6 +642,7 @@ func (sc *sessionConv) apiError(r *record) {
 // the same code when there is no status.
 func (sc *sessionConv) recordError(r *record) events.ErrorInfo {
 	info := apiErrorInfo(r)
+	sc.em.Stages(r.time, sc.turn, r.line) // the model was called
 	key := fmt.Sprint(info.HTTPStatus)
 	if info.HTTPStatus == 0 {
 		key = "code:" + info.Code
@@ -628,7 +661,7 @@ func (sc *sessionConv) recordError(r *record) events.ErrorInfo {
 func (sc *sessionConv) system(r *record, i int) {
 	switch r.subtype {
 	case subCompact:
-		sc.flush()
+		sc.flush(true)
 		sc.compaction(r, i)
 		return
 	case subTurnDur:
@@ -638,13 +671,13 @@ func (sc *sessionConv) system(r *record, i int) {
 	case subLocalCmd:
 		// Claude Code runs local commands (/model, /mcp) only between
 		// turns.
-		sc.flush()
+		sc.flush(true)
 		sc.endTurn()
 	case subAPIError:
 		if r.apiError && r.uuid != "" && !r.time.IsZero() {
 			// A failed attempt Claude Code retries: an error, not (yet)
 			// the turn's outcome.
-			sc.flush()
+			sc.flush(true)
 			sc.recordError(r)
 			return
 		}
@@ -692,10 +725,11 @@ func (sc *sessionConv) tokensAfter(i int) int64 {
 }
 
 // finish converts what the end of the records decides. The pending
-// assistant message is emitted, except in live mode while nothing after
-// it says it is complete (Claude Code writes a response one block at a
-// time, and may run its tools between two of them): it waits for more
-// lines, and so does its turn. Then the last turn ends only when the
+// assistant message is emitted, as a piece when nothing after it says it
+// is complete (Claude Code writes a response one block at a time, and may
+// run its tools between two of them: a grown file continues it, see
+// flush), with the tool results written between its blocks: the file
+// never holds back a tool_use it has written. Then the last turn ends only when the
 // transcript says how: after an interruption marker or an API error that
 // ended the model call; otherwise it stays in flight while a tool_use of
 // the latest response awaits its result (the tool is running, or the
@@ -706,17 +740,13 @@ func (sc *sessionConv) tokensAfter(i int) int64 {
 // hook's summary or a turn_duration record says the turn is over (or the
 // next prompt arrives).
 func (sc *sessionConv) finish() {
-	if sc.c.opts.Live && sc.pending != nil && !sc.settled {
-		sc.pending = nil
-		return
-	}
-	sc.flush()
+	sc.flush(sc.settled)
 	switch {
 	case sc.turn == "" || sc.stopped:
 	case sc.outcome == outcomeInterrupted || sc.outcome == outcomeAPIError:
 		sc.endTurn()
 	case len(sc.unanswered) > 0 || sc.awaiting:
-	case !sc.c.opts.Live || sc.idle:
+	case !sc.live || sc.idle:
 		sc.endTurn()
 	}
 }

@@ -1,6 +1,7 @@
 package claudecode
 
 import (
+	"io"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -8,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/turnstone-dev/turnstone/events"
+	"github.com/turnstone-dev/turnstone/internal/importer"
 	"github.com/turnstone-dev/turnstone/projections"
 )
 
@@ -36,7 +38,8 @@ func TestWarmupSidechains(t *testing.T) {
 		t.Errorf("session %s kind %s", s.Session, s.Kind)
 	}
 	turn := "b54dbaec-697a-4b5a-8815-adac200ed9f6"
-	want := []string{"session.started", "turn.started@" + turn, "message.appended@" + turn, "message.appended@" + turn, "turn.completed@" + turn}
+	want := []string{"session.started", "turn.started@" + turn, "message.appended@" + turn,
+		"turn.stage_completed@" + turn, "turn.stage_completed@" + turn, "message.appended@" + turn, "turn.completed@" + turn}
 	if got := types(s.Events); !reflect.DeepEqual(got, want) {
 		t.Fatalf("events %v, want %v", got, want)
 	}
@@ -128,7 +131,9 @@ func TestEmptyTranscripts(t *testing.T) {
 }
 
 // TestLiveConversionWaitsForWhatDecides checks what a live conversion
-// holds back at the end of what is written.
+// records at the end of what is written: a response as far as it goes,
+// with the results written between its blocks (never withheld), and the
+// turn's end only once the transcript says it is over.
 func TestLiveConversionWaitsForWhatDecides(t *testing.T) {
 	prompt := userAt("p1", 0, `"do it"`, "")
 	think := assistantAt("a1", 1, "msg_1", `[{"type":"thinking","thinking":"hm","signature":"s"}]`)
@@ -142,20 +147,21 @@ func TestLiveConversionWaitsForWhatDecides(t *testing.T) {
 		want  []string
 	}{
 		{"a prompt alone: nothing before the first response", []string{prompt}, nil},
-		{"a response still streaming waits", []string{prompt, think},
-			[]string{"session.started", "turn.started@p1", "message.appended@p1"}},
-		{"a tool result does not complete the response", []string{prompt, think, use, result},
-			[]string{"session.started", "turn.started@p1", "message.appended@p1"}},
-		{"the next response completes it; the answer waits", []string{prompt, think, use, result, answer},
-			[]string{"session.started", "turn.started@p1", "message.appended@p1", "message.appended@p1", "tool_call.started@p1",
-				"tool_call.completed@p1", "message.appended@p1"}},
+		{"a response still streaming is recorded as far as it goes", []string{prompt, think},
+			[]string{"session.started", "turn.started@p1", "message.appended@p1", "turn.stage_completed@p1", "turn.stage_completed@p1", "message.appended@p1"}},
+		{"a tool result does not complete the response, and is recorded", []string{prompt, think, use, result},
+			[]string{"session.started", "turn.started@p1", "message.appended@p1", "turn.stage_completed@p1", "turn.stage_completed@p1",
+				"message.appended@p1", "tool_call.started@p1", "tool_call.completed@p1", "message.appended@p1"}},
+		{"the next response completes it; the answer is recorded, the turn stays", []string{prompt, think, use, result, answer},
+			[]string{"session.started", "turn.started@p1", "message.appended@p1", "turn.stage_completed@p1", "turn.stage_completed@p1",
+				"message.appended@p1", "tool_call.started@p1", "tool_call.completed@p1", "message.appended@p1", "message.appended@p1"}},
 		{"the stop hook's summary ends the turn", []string{prompt, think, use, result, answer, hook},
-			[]string{"session.started", "turn.started@p1", "message.appended@p1", "message.appended@p1", "tool_call.started@p1",
-				"tool_call.completed@p1", "message.appended@p1", "message.appended@p1", "turn.completed@p1"}},
+			[]string{"session.started", "turn.started@p1", "message.appended@p1", "turn.stage_completed@p1", "turn.stage_completed@p1",
+				"message.appended@p1", "tool_call.started@p1", "tool_call.completed@p1", "message.appended@p1", "message.appended@p1", "turn.completed@p1"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			res, err := Convert(stringsReader(tt.lines), "sess-1.jsonl", Options{Live: true})
+			res, err := liveConvert(stringsReader(tt.lines), "sess-1.jsonl")
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -177,4 +183,13 @@ func TestLiveConversionWaitsForWhatDecides(t *testing.T) {
 
 func stringsReader(lines []string) *strings.Reader {
 	return strings.NewReader(strings.Join(lines, "\n") + "\n")
+}
+
+// liveConvert converts r as a live transcript (importer.Input.Live).
+func liveConvert(r io.Reader, name string) (*Result, error) {
+	c, err := NewConverter(Options{})
+	if err != nil {
+		return nil, err
+	}
+	return c.Convert(r, name, importer.Input{Live: true})
 }

@@ -72,6 +72,33 @@ type OutputStreak struct {
 	// Message is the Index of the latest assistant message counted, so
 	// that none counts twice.
 	Message int `json:"message,omitzero"`
+	// Before is the streak as it was before that message counted, kept
+	// when the message has a message_id: a later message.appended of the
+	// same response (a piece recorded after its tool results, see
+	// Message.MessageID) adds blocks to it, and it counts again, with its
+	// whole output, from there.
+	Before *OutputRun `json:"before,omitempty"`
+}
+
+// OutputRun is an OutputStreak's run without its Before: what the streak
+// was before its latest message counted.
+type OutputRun struct {
+	Hash    string   `json:"hash,omitempty"`
+	Input   string   `json:"input,omitempty"`
+	Count   int      `json:"count"`
+	Seqs    []uint64 `json:"seqs,omitempty"`
+	LastSeq uint64   `json:"last_seq,omitzero"`
+	Message int      `json:"message,omitzero"`
+}
+
+// run returns the streak's run, its Seqs copied.
+func (o *OutputStreak) run() *OutputRun {
+	return &OutputRun{Hash: o.Hash, Input: o.Input, Count: o.Count, Seqs: slices.Clone(o.Seqs), LastSeq: o.LastSeq, Message: o.Message}
+}
+
+// restore sets the streak back to the run r, with no Before.
+func (o *OutputStreak) restore(r *OutputRun) {
+	*o = OutputStreak{Hash: r.Hash, Input: r.Input, Count: r.Count, Seqs: r.Seqs, LastSeq: r.LastSeq, Message: r.Message}
 }
 
 // ToolRun is the session's latest tool_use and how it ran: what the next
@@ -194,6 +221,10 @@ func (s *Session) countOutput(m *Message) {
 		input = in.Hash
 	}
 	o := &s.Outputs
+	o.Before = nil
+	if m.MessageID != "" {
+		o.Before = o.run()
+	}
 	o.Message, o.LastSeq = m.Index, m.Seqs[0]
 	if o.Count > 0 && o.Hash == m.Hash && o.Input == input {
 		o.Count++

@@ -47,7 +47,13 @@ import (
 // github.com/go-json-experiment/json and compressed with S2 (numbers
 // that are zero are left out with omitzero; <, > and & written as they
 // are). A version 7 snapshot is refused and the session refolded.
-const Version = 8
+//
+// Version 9: an assistant message remembers its response's message_id
+// (Message.MessageID), and a message.appended of the same response that
+// comes after the tool results of its first pieces continues it
+// (importers record a response cut by the end of a file in pieces); the
+// output streak keeps the streak before the latest message (Before).
+const Version = 9
 
 // MaxClockSkew is how far an event's own time may lie ahead of its store
 // time (Event.Stored, JetStream's clock) before the fold flags it with a
@@ -415,6 +421,9 @@ func (s *Session) Clone() *Session {
 	}
 	c.Errors.Last = clonePtr(s.Errors.Last)
 	c.Outputs.Seqs = slices.Clone(s.Outputs.Seqs)
+	if c.Outputs.Before = clonePtr(s.Outputs.Before); c.Outputs.Before != nil {
+		c.Outputs.Before.Seqs = slices.Clone(c.Outputs.Before.Seqs)
+	}
 	c.LastTool = clonePtr(s.LastTool)
 	c.Flaky = slices.Clone(s.Flaky)
 	c.Commands = slices.Clone(s.Commands)

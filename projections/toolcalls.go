@@ -74,6 +74,9 @@ type Message struct {
 	ResultsNotFirst bool `json:"results_not_first,omitzero"`
 	// StopReason is the latest record's stop_reason (assistant messages).
 	StopReason string `json:"stop_reason,omitempty"`
+	// MessageID is the message_id (IDKey) of an assistant message's first
+	// record: the provider's response id.
+	MessageID string `json:"message_id,omitempty"`
 	// Meta is true when a record of it was added by the runtime (command
 	// output, a compaction summary); Synthetic when one was written by
 	// Turnstone (a repaired tool_result).
@@ -232,6 +235,10 @@ func (s *Session) appendMessage(ev events.Event, turn string, p *events.MessageA
 		return
 	}
 	m := s.lastMessage()
+	if a := s.continued(m, p); a != nil {
+		s.continueMessage(ev, turn, a, p)
+		return
+	}
 	if m != nil && m.Role == events.RoleAssistant && p.Role == events.RoleUser {
 		s.countOutput(m) // the assistant message is complete
 	}
@@ -257,6 +264,9 @@ func (s *Session) appendMessage(ev events.Event, turn string, p *events.MessageA
 		})
 		m = &s.Messages[len(s.Messages)-1]
 		m.Hash = emptyOutputHash
+		if p.Role == events.RoleAssistant && p.MessageID != "" {
+			m.MessageID = IDKey(p.MessageID)
+		}
 	}
 	m.Meta = m.Meta || p.Meta
 	m.Synthetic = m.Synthetic || p.Synthetic
@@ -317,6 +327,64 @@ func (s *Session) appendMessage(ev events.Event, turn string, p *events.MessageA
 			s.violate(ev, RuleResultsNotFirst, fmt.Sprintf("tool_result for %s comes after another block in user message %d", IDKey(cb.ToolUseID), m.Index), IDKey(cb.ToolUseID), turn)
 		}
 		s.answer(ev, cb, p.Synthetic)
+	}
+}
+
+// continued returns the assistant message that p, an assistant record,
+// continues, or nil. An importer that reads a transcript cut inside one
+// model response (Claude Code writes a response one content block a
+// record, and runs a tool as soon as its block is written) records the
+// response as far as it goes, with the tool results written between its
+// blocks; the grown transcript's next blocks then come as a
+// message.appended of the same message_id after those results. In the
+// model API's view they are one assistant message, followed by one user
+// message with the results: p continues the previous assistant message
+// when it has that message's message_id and everything after that message
+// is one user message of tool_result blocks only (not meta, not
+// synthetic).
+func (s *Session) continued(m *Message, p *events.MessageAppended) *Message {
+	if m == nil || p.Role != events.RoleAssistant || p.MessageID == "" || m.Role != events.RoleUser ||
+		m.NonResult || m.Meta || m.Synthetic || len(s.Messages) < 2 {
+		return nil
+	}
+	a := &s.Messages[len(s.Messages)-2]
+	if a.Role != events.RoleAssistant || a.Index != m.Index-1 || a.MessageID == "" || a.MessageID != IDKey(p.MessageID) {
+		return nil
+	}
+	return a
+}
+
+// continueMessage folds p, a later record of the assistant message a (see
+// continued), into a: its blocks and tool_use blocks are a's, as if they
+// had come before the results that follow a. a was counted in the output
+// streak when the results arrived; it counts again, from the streak before
+// it, with its whole output.
+func (s *Session) continueMessage(ev events.Event, turn string, a *Message, p *events.MessageAppended) {
+	if len(a.Seqs) < MaxMessageSeqs {
+		a.Seqs = append(a.Seqs, ev.Seq)
+	} else {
+		a.SeqsDropped++
+	}
+	if p.Model != "" {
+		s.Model = IDKey(p.Model)
+	}
+	if p.StopReason != "" {
+		a.StopReason = IDKey(p.StopReason)
+	}
+	for i := range p.Content {
+		cb := &p.Content[i]
+		a.addBlock(digest(cb, ev.Seq))
+		a.Hash = chainOutput(a.Hash, cb)
+		if cb.Type == events.BlockToolUse {
+			s.toolUse(ev, turn, a, cb)
+		}
+	}
+	if !p.Synthetic {
+		s.stepPassed(turn, stageStep(events.StageExecute))
+	}
+	if o := &s.Outputs; o.Message == a.Index && o.Before != nil {
+		o.restore(o.Before)
+		s.countOutput(a)
 	}
 }
 
