@@ -38,11 +38,14 @@ type Log interface {
 type MemLog struct {
 	mu       sync.Mutex
 	sessions map[string][]events.Event
+	ids      map[string]map[string]struct{}
 	seq      uint64
 }
 
 // NewMemLog returns an empty MemLog.
-func NewMemLog() *MemLog { return &MemLog{sessions: map[string][]events.Event{}} }
+func NewMemLog() *MemLog {
+	return &MemLog{sessions: map[string][]events.Event{}, ids: map[string]map[string]struct{}{}}
+}
 
 // Append implements importer.Store: it validates each event and refuses a
 // duplicate id, as the log's deduplication would drop it.
@@ -55,11 +58,13 @@ func (m *MemLog) Append(ctx context.Context, evs []events.Event) error {
 			return fmt.Errorf("append: %w", err)
 		}
 		k := ev.Tenant + "/" + ev.Session
-		for _, old := range m.sessions[k] {
-			if old.ID == ev.ID {
-				return fmt.Errorf("append: event %s appended twice", ev.ID)
-			}
+		if _, dup := m.ids[k][ev.ID]; dup {
+			return fmt.Errorf("append: event %s appended twice", ev.ID)
 		}
+		if m.ids[k] == nil {
+			m.ids[k] = map[string]struct{}{}
+		}
+		m.ids[k][ev.ID] = struct{}{}
 		m.seq++
 		ev.Seq = m.seq
 		m.sessions[k] = append(m.sessions[k], ev)
@@ -71,11 +76,7 @@ func (m *MemLog) Append(ctx context.Context, evs []events.Event) error {
 func (m *MemLog) EventIDs(ctx context.Context, tenant, session string) (map[string]struct{}, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	ids := map[string]struct{}{}
-	for _, ev := range m.sessions[tenant+"/"+session] {
-		ids[ev.ID] = struct{}{}
-	}
-	return ids, nil
+	return maps.Clone(m.ids[tenant+"/"+session]), nil
 }
 
 // Events implements Log.

@@ -1,0 +1,104 @@
+package codex
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/turnstone-dev/turnstone/internal/importer/importertest"
+)
+
+// wild is a Codex rollout under shared/data/wild/codex beside the
+// repository.
+func wild(t testing.TB, rel string) string {
+	t.Helper()
+	p := filepath.Join("..", "..", "..", "shared", "data", "wild", "codex", filepath.FromSlash(rel))
+	if _, err := os.Stat(p); err != nil {
+		t.Fatalf("Codex rollout %s (shared/data/wild/codex beside the repository): %v", rel, err)
+	}
+	return p
+}
+
+// The shipped rollouts the tests read.
+const (
+	rollout077       = "codemie-ai__codemie-code/codex/rollout-2026-01-02T18-39-45-019b7f94-51b4-7593-922e-ba12b5b73b52.jsonl"
+	rollout0146      = "jazzyalex__agent-sessions/codex_small_0.146.0.jsonl"
+	rolloutParallel  = "madshn__localpush/sessions/rollout-2026-02-23T12-41-04-019c8a4d-8f45-7010-8b5d-7fad920aa6f9.jsonl"
+	rolloutCompacted = "madshn__localpush/sessions/rollout-2026-02-23T12-54-34-019c8a59-e9dd-71f0-9ae3-4079fe9726a9.jsonl"
+	rolloutPending   = "madshn__localpush/sessions/rollout-2026-02-23T13-19-38-019c8a70-dda7-7f33-98ea-f30553347322.jsonl"
+	rolloutShort     = "madshn__localpush/sessions/rollout-2026-02-23T20-34-25-019c8bfe-ec25-79e0-97d7-bda6a9c575ff.jsonl"
+)
+
+// guesses allows what a cut may not know, as the package documentation
+// says: the history's size after a compaction, which Codex writes only
+// with the first model call after it; and, for a history import of a cut
+// copy without task events (0.77), the end of the last turn when its model
+// answered last (a later import keeps that end: its time, its duration,
+// the session's latest time, and the output streak as it was then).
+func guesses(live bool) func(int, []string) []string {
+	return func(cut int, diffs []string) []string {
+		var out []string
+		for _, d := range diffs {
+			path := d[:strings.Index(d, ":")]
+			switch {
+			case strings.HasPrefix(path, ".distillations[") && strings.HasSuffix(path, "].tokens_after"):
+			case !live && (path == ".last_time" || strings.HasPrefix(path, ".outputs.") || strings.HasPrefix(path, ".turns[") &&
+				(strings.HasSuffix(path, "].reason") || strings.HasSuffix(path, "].ended_at") || strings.HasSuffix(path, "].duration_ms") ||
+					strings.HasSuffix(path, "].status") || strings.HasSuffix(path, "].failed_attempts"))),
+				!live && (path == ".in_flight" || path == ".totals.failed_turns"):
+			default:
+				out = append(out, d)
+			}
+		}
+		return out
+	}
+}
+
+// span returns the cuts from..to, every step-th (every third under the
+// race detector, which slows decoding JSON twentyfold).
+func span(from, to int) []int {
+	step := 1
+	if raceEnabled {
+		step = 3
+	}
+	var out []int
+	for k := from; k <= to; k += step {
+		out = append(out, k)
+	}
+	return out
+}
+
+// TestCutAnywhereThenGrow: real rollouts cut after any line, imported as
+// history or followed live, then imported whole, give the projection of
+// the whole file, and the cut flags nothing the whole file does not. Every
+// cut point of the 0.104 rollouts 019c8bfe (tool calls, a final answer)
+// and 019c8a70 (ends on a call), the 0.77 rollout (implicit turns) and the
+// 0.146 one (a late output after an abort, server tools, several
+// sessions' records, compactions); the first 60 lines of 019c8a4d
+// (parallel calls, two to five a response); the lines around 019c8a59's
+// compaction.
+func TestCutAnywhereThenGrow(t *testing.T) {
+	cases := []struct {
+		rel  string
+		cuts []int
+	}{
+		{rolloutShort, nil}, {rolloutPending, nil}, {rollout077, nil}, {rollout0146, nil},
+		{rolloutParallel, span(1, 60)},
+		{rolloutCompacted, []int{1785, 1786, 1788, 1789, 1791, 1793, 1796, 1798, 1799}},
+	}
+	for _, tc := range cases {
+		path := wild(t, tc.rel)
+		cuts := tc.cuts
+		if cuts == nil && raceEnabled {
+			cuts = span(1, len(importertest.Lines(t, path))-1)
+		}
+		for _, live := range []bool{true, false} {
+			t.Run(fmt.Sprintf("%s/live=%v", filepath.Base(tc.rel), live), func(t *testing.T) {
+				t.Parallel()
+				importertest.CutAnywhere(t, importertest.CutConfig{Format: Format, Live: live, Cuts: cuts, Allow: guesses(live)}, path)
+			})
+		}
+	}
+}
