@@ -9,6 +9,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/turnstone-dev/turnstone/claudecode"
+	"github.com/turnstone-dev/turnstone/internal/codex"
+	"github.com/turnstone-dev/turnstone/internal/importer"
 	"github.com/turnstone-dev/turnstone/projections"
 	"github.com/turnstone-dev/turnstone/recovery"
 	"github.com/turnstone-dev/turnstone/test/enginetest"
@@ -16,7 +18,7 @@ import (
 
 // TestImportedHistoryIsNeverActedOn: with an engine, a worker and a
 // runtime serving the tenant running, every shipped and wild transcript
-// is imported into that tenant; after the reconciler's clock passes every
+// (Claude Code and Codex) is imported into that tenant; after the reconciler's clock passes every
 // deadline and the live horizon, and two ticks more, no command was
 // issued, no control request reached agent.ctl.> (presence pings aside),
 // and no session is paused. Imports are history (issue 10: importing the
@@ -54,6 +56,11 @@ func TestImportedHistoryIsNeverActedOn(t *testing.T) {
 	}
 	if rep.Sessions < 100 {
 		t.Fatalf("imported %d sessions, want every shipped and wild one", rep.Sessions)
+	}
+	// And every Codex rollout, two of which end with a turn in flight.
+	crep, err := importer.Import(ctx, importer.LogStore(eng.Log), codex.Format, codexRollouts(t), importer.Options{Tenant: "acme"}, nil)
+	if err != nil || crep.Sessions < 7 {
+		t.Fatalf("import the Codex rollouts: %v, %d sessions", err, crep.Sessions)
 	}
 	// Every session projected and in the fleet index, then the clock
 	// past every deadline (120 s) and the live horizon (30 min).

@@ -4,11 +4,12 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"time"
-
 	"io"
+	"maps"
 	"os"
+	"slices"
 	"strings"
+	"time"
 
 	"github.com/turnstone-dev/turnstone/ingest"
 
@@ -16,8 +17,20 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/turnstone-dev/turnstone/claudecode"
 	"github.com/turnstone-dev/turnstone/events"
+	"github.com/turnstone-dev/turnstone/internal/codex"
 	"github.com/turnstone-dev/turnstone/internal/console"
+	"github.com/turnstone-dev/turnstone/internal/importer"
 )
+
+// importFormats are the transcript formats `engine import` reads, by
+// --format name.
+var importFormats = map[string]importer.Format{
+	claudecode.FormatName: claudecode.Format,
+	codex.FormatName:      codex.Format,
+}
+
+// formatNames are importFormats' names, for messages.
+const formatNames = "claude-code or codex"
 
 func newImportCommand(g *globals) *cobra.Command {
 	var (
@@ -27,7 +40,7 @@ func newImportCommand(g *globals) *cobra.Command {
 		follow bool
 	)
 	cmd := &cobra.Command{
-		Use:   "import --format claude-code [--follow] FILE|DIR...",
+		Use:   "import --format claude-code|codex [--follow] FILE|DIR...",
 		Short: "Import agent transcripts into the event log",
 		Long: `Import transcripts into the event log, one session per transcript.
 
@@ -36,40 +49,50 @@ func newImportCommand(g *globals) *cobra.Command {
 session file X.jsonl brings its sidechains (X/subagents/agent-*.jsonl),
 which become sessions of their own linked to the parent.
 
-Importing is idempotent: event ids derive from the records' uuids, and the
-events a session already holds are not appended again, so importing a file
-twice stores nothing new. Malformed lines are skipped and the rest of the
-file is imported; stderr shows the first few, with file and line number,
-then how many more.
+--format codex reads OpenAI Codex rollouts (~/.codex/sessions/YYYY/MM/DD/
+rollout-*.jsonl). A directory is searched for rollout-*.jsonl files.
+Record types this version does not know are counted and listed, not
+imported.
+
+Importing is idempotent: event ids derive from the records (uuids, line
+numbers, turn ids), and the events a session already holds are not
+appended again, so importing a file twice stores nothing new, and
+importing it again after it grew continues its session. Malformed lines
+are skipped and the rest of the file is imported; stderr shows the first
+few, with file and line number, then how many more.
 
 The exit status is 1 when a file could not be read, or yielded no session
-and has lines that are not Claude Code records (it is not a transcript:
+and has lines that are not records of the format (it is not a transcript:
 README.md, go.mod, random bytes); 0 otherwise. A file that yields no
 session because it is empty, or holds only records that make none (a
 summary, file snapshots: Claude Code leaves such files behind), is
 reported and does not fail the import. Imported sessions are history: the
 reconciler never acts on them.
 
---follow records sessions live as Claude Code writes them (point it at
-~/.claude/projects): it reads the transcripts already there (those written
-in the last 30 minutes as live, older ones as history), then watches the
-files and directories and appends each new file and each appended line as
-it is written, until Ctrl-C. A turn at the end of a file still being
-written stays in flight; a followed session is live.`,
+--follow records sessions live as the runtime writes them (point it at
+~/.claude/projects or ~/.codex/sessions): it reads the transcripts already
+there (those written in the last 30 minutes as live, older ones as
+history), then watches the files and directories (new day folders
+included) and appends each new file and each appended line as it is
+written, until Ctrl-C. A model response and the tool calls it wrote are
+recorded within a moment of being written, even while the response is
+still being written; a turn at the end of a file still being written
+stays in flight; a followed session is live.`,
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if format != "claude-code" {
-				return fmt.Errorf("--format %q: the only format is claude-code", format)
+			fmtr, ok := importFormats[format]
+			if !ok {
+				return fmt.Errorf("--format %q: the formats are %s", format, formatNames)
 			}
 			if !events.ValidToken(tenant) {
 				return fmt.Errorf("--tenant %q: must be 1-%d characters of [A-Za-z0-9_-]", tenant, events.MaxTokenLen)
 			}
-			files, err := claudecode.Expand(args)
+			files, err := fmtr.Expand(args)
 			if err != nil {
 				return err
 			}
 			if len(files) == 0 && !follow {
-				return errors.New("no *.jsonl transcript in the arguments")
+				return fmt.Errorf("no %s transcript in the arguments", fmtr.Name())
 			}
 			ctx := cmd.Context()
 			nc, err := g.dial()
@@ -85,7 +108,7 @@ written stays in flight; a followed session is live.`,
 				return err
 			}
 			if follow {
-				return followTranscripts(ctx, g, claudecode.LogStore(log), args, tenant)
+				return followTranscripts(ctx, g, importer.LogStore(log), fmtr, args, tenant)
 			}
 
 			bar := progressbar.NewOptions64(-1,
@@ -102,19 +125,19 @@ written stays in flight; a followed session is live.`,
 				}
 				_ = bar.Set64(int64(done))
 			}
-			rep, err := claudecode.Import(ctx, claudecode.LogStore(log), files, claudecode.Options{Tenant: tenant}, progress)
+			rep, err := importer.Import(ctx, importer.LogStore(log), fmtr, files, importer.Options{Tenant: tenant}, progress)
 			_ = bar.Finish()
 			if rep == nil {
 				return err
 			}
-			failed := printImportReport(g.stdout, g.stderr, rep, fileIsBlank)
+			failed := printImportReport(g.stdout, g.stderr, fmtr.Name(), rep, fileIsBlank)
 			if err != nil {
 				return err
 			}
 			return failed
 		},
 	}
-	cmd.Flags().StringVar(&format, "format", "", "transcript format: claude-code (required)")
+	cmd.Flags().StringVar(&format, "format", "", "transcript format: "+formatNames+" (required)")
 	cmd.Flags().StringVar(&tenant, "tenant", "default", "tenant to import the sessions into")
 	cmd.Flags().BoolVar(&quiet, "quiet", false, "no progress bar")
 	cmd.Flags().BoolVar(&follow, "follow", false, "keep watching the files and directories, and record sessions live as they are written (until Ctrl-C)")
@@ -126,16 +149,17 @@ written stays in flight; a followed session is live.`,
 // one before it only counts them.
 const shownBadLines = 5
 
-// printImportReport prints what an import did: to stderr the first
-// shownBadLines skipped lines and how many more, and each file that
-// yielded no session with why; to stdout the totals. It returns an error
+// printImportReport prints what an import of format's transcripts did: to
+// stderr the first shownBadLines skipped lines and how many more, and each
+// file that yielded no session with why; to stdout the totals, and the
+// record types the format does not know, counted. It returns an error
 // naming the files that make the import fail, or nil: a file that could
 // not be read, and one that yielded no session and has bad lines (not a
 // transcript). A file that yielded no session because it is empty
 // (blank reports whether it holds only white space) or holds only records
 // that make no session (a Claude Code summary file) is a note, not a
 // failure.
-func printImportReport(stdout, stderr io.Writer, rep *claudecode.Report, blank func(string) bool) error {
+func printImportReport(stdout, stderr io.Writer, format string, rep *importer.Report, blank func(string) bool) error {
 	stderr = console.NewWriter(stderr)
 	badLines := map[string]int{}
 	var unreadable []string
@@ -171,12 +195,19 @@ func printImportReport(stdout, stderr io.Writer, rep *claudecode.Report, blank f
 	fmt.Fprintf(stdout, "imported %d files, %d sessions: %d records -> %d events (%d appended, %d already stored); %d lines skipped; %s, %.0f events/s\n",
 		rep.Files, rep.Sessions, rep.Records, rep.Events, rep.Appended, rep.Existing, skipped,
 		rep.Elapsed.Round(1e6), rep.EventsPerSecond())
+	if len(rep.Unknown) > 0 {
+		var parts []string
+		for _, k := range slices.Sorted(maps.Keys(rep.Unknown)) {
+			parts = append(parts, fmt.Sprintf("%s %d", console.Escape(k), rep.Unknown[k]))
+		}
+		fmt.Fprintf(stdout, "unknown record types (counted, not imported): %s\n", strings.Join(parts, ", "))
+	}
 	var errs []string
 	if n := len(unreadable); n > 0 {
 		errs = append(errs, fmt.Sprintf("%d file(s) could not be read (%s)", n, fileList(unreadable)))
 	}
 	if n := len(notTranscripts); n > 0 {
-		errs = append(errs, fmt.Sprintf("%d file(s) yielded no session: not Claude Code transcripts (%s)", n, fileList(notTranscripts)))
+		errs = append(errs, fmt.Sprintf("%d file(s) yielded no session: not %s transcripts (%s)", n, format, fileList(notTranscripts)))
 	}
 	if len(errs) == 0 {
 		return nil

@@ -86,6 +86,20 @@ func (m *MemLog) Events(ctx context.Context, tenant, session string) ([]events.E
 	return slices.Clone(m.sessions[tenant+"/"+session]), nil
 }
 
+// Sessions lists the sessions the log holds for tenant, sorted.
+func (m *MemLog) Sessions(tenant string) []string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var out []string
+	for k := range m.sessions {
+		if s, ok := strings.CutPrefix(k, tenant+"/"); ok {
+			out = append(out, s)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
 // SessionLog is the Log of an event log (events.Log, ingest.Client).
 func SessionLog(l events.SessionLog) Log { return sessionLog{importer.LogStore(l), l} }
 
