@@ -35,4 +35,3 @@ func TestLineReader(t *testing.T) {
 		}
 	}
 }
-
