@@ -37,7 +37,7 @@ func tinySizes(t *testing.T) Sizes {
 		RestoreSizes: []int{120, 400}, Restores: 3, DistillEvery: 100, InspectEvents: 500,
 		Incidents:   3,
 		MemSessions: 50, MemHeldSessions: 30,
-		ImportPaths: []string{transcript},
+		ImportPaths: []string{transcript}, CodexImportPaths: []string{filepath.Join("..", "..", "..", "shared", "data", "wild", "codex", "madshn__localpush", "sessions")},
 		ScaleEvents: 300, NewSessions: 200, FleetSessions: 300,
 	}
 }
@@ -62,7 +62,7 @@ func TestRunProducesEveryFigure(t *testing.T) {
 	if err != nil {
 		t.Fatalf("run: %v\n%s", err, stderr.String())
 	}
-	want := map[string]int{"append": 1, "fold": 1, "restore": 3, "inspect": 1, "incident": 2, "memory": 2, "import": 1, "sync": 1, "durability": 5,
+	want := map[string]int{"append": 1, "fold": 1, "restore": 3, "inspect": 1, "incident": 2, "memory": 2, "import": 2, "sync": 1, "durability": 5,
 		"scale": 1, "newsessions": 1, "fleet": 2}
 	got := map[string]int{}
 	for _, row := range rep.Rows {

@@ -56,9 +56,12 @@ type Sizes struct {
 	// kept in memory (0: not measured).
 	MemSessions     int
 	MemHeldSessions int
-	// ImportPaths are the transcript files or directories imported;
-	// ImportSyncAlways imports them a second time with fsync on every ack.
+	// ImportPaths are the Claude Code transcript files or directories
+	// imported, CodexImportPaths the Codex rollouts (every *.jsonl under a
+	// directory); ImportSyncAlways imports them a second time with fsync
+	// on every ack.
 	ImportPaths      []string
+	CodexImportPaths []string
 	ImportSyncAlways bool
 	// ScaleEvents are folded by one engine, then by two sharing the
 	// partitions (over FoldSessions sessions); Handovers is how many
@@ -75,6 +78,10 @@ type Sizes struct {
 // the repository's root.
 const DefaultTranscripts = "../shared/data/transcripts/claude-code"
 
+// DefaultRollouts is where the shipped Codex rollouts are, from the
+// repository's root.
+const DefaultRollouts = "../shared/data/wild/codex"
+
 // FullSizes are the sizes of the run BENCHMARKS.md reports.
 func FullSizes() Sizes {
 	return Sizes{
@@ -84,7 +91,7 @@ func FullSizes() Sizes {
 		RestoreSizes: []int{1_000, 10_000, 100_000}, Restores: 200, DistillEvery: 300, InspectEvents: 200_000,
 		Incidents:   200,
 		MemSessions: 100_000, MemHeldSessions: 20_000,
-		ImportPaths: []string{DefaultTranscripts}, ImportSyncAlways: true,
+		ImportPaths: []string{DefaultTranscripts}, CodexImportPaths: []string{DefaultRollouts}, ImportSyncAlways: true,
 		ScaleEvents: 100_000, Handovers: 10, NewSessions: 20_000, FleetSessions: 100_000,
 	}
 }
@@ -98,7 +105,7 @@ func QuickSizes() Sizes {
 		RestoreSizes: []int{1_000, 5_000, 20_000}, Restores: 50, DistillEvery: 300, InspectEvents: 20_000,
 		Incidents:   30,
 		MemSessions: 5_000, MemHeldSessions: 2_000,
-		ImportPaths: []string{DefaultTranscripts},
+		ImportPaths: []string{DefaultTranscripts}, CodexImportPaths: []string{DefaultRollouts},
 		ScaleEvents: 20_000, Handovers: 2, NewSessions: 5_000, FleetSessions: 20_000,
 	}
 }
@@ -164,6 +171,7 @@ type Main struct {
 	Sizes Sizes
 
 	transcripts string
+	rollouts    string
 	only        string // --only, split into Only
 }
 
@@ -201,6 +209,7 @@ benchmarks: ` + strings.Join(Benchmarks, ", "),
 	fs.StringVar(&m.CPUProfile, "cpuprofile", "", "write a CPU profile of the run to FILE")
 	fs.StringVar(&m.MemProfile, "memprofile", "", "write a heap profile, taken when the memory figure measures, to FILE")
 	fs.StringVar(&m.transcripts, "transcripts", DefaultTranscripts, "Claude Code transcripts (file or directory) to import")
+	fs.StringVar(&m.rollouts, "rollouts", DefaultRollouts, "Codex rollouts (file or directory) to import")
 	return cmd
 }
 
@@ -224,6 +233,7 @@ func (m *Main) check() error {
 		m.Sizes = QuickSizes()
 	}
 	m.Sizes.ImportPaths = []string{m.transcripts}
+	m.Sizes.CodexImportPaths = []string{m.rollouts}
 	if m.only != "" {
 		for _, name := range strings.Split(m.only, ",") {
 			name = strings.TrimSpace(name)
