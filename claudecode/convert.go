@@ -174,7 +174,7 @@ func readAgentMeta(path string) agentMeta {
 // agent-<id>.jsonl the agent-<id>.meta.json Claude Code 2.1 writes beside
 // it gives the subagent_type label (its agentType) when the Task call did
 // not (a meta file that is missing or unreadable is ignored). in.Live reads
-// the file as one Claude Code is still writing (see "Live transcripts" in
+// the file as one Claude Code is still writing (see "Live transcripts and cut files" in
 // the package documentation); in.Stored lets a response recorded in pieces
 // before continue.
 //

@@ -28,7 +28,7 @@
 //
 // A session starts with session.started (runtime "claude-code <version>",
 // the first model, provider "anthropic", labels cwd, git_branch, slug,
-// agent_id, subagent_type; history true unless Options.Live), read from the
+// agent_id, subagent_type; history true unless the file is followed live), read from the
 // records up to and including the session's first model response, so that
 // it says the same whatever follows. A subagent's subagent_type comes from
 // its Task call, else from the agent-<id>.meta.json Claude Code 2.1 writes
@@ -116,26 +116,35 @@
 // continues it, and only the reconciler's deadline (for a live session)
 // or a person abandons it, which makes the pending tool_use an orphan.
 //
-// # Live transcripts
+// # Live transcripts and cut files
 //
-// With Options.Live (`engine import --follow`, see Follower) the file may
-// grow after it is read, so the conversion writes only what later lines
-// cannot change: nothing of a session before its first model response; an
-// assistant response only once a record after it shows it complete (Claude
-// Code writes a response one content block a line, and runs tools between
-// two of them); no slash command until the record after it says whether
-// it ran locally; no compaction before the next model call gives its size.
-// The rest is converted when the lines that decide it are written. The
-// conversion of any prefix of a transcript in live mode is thus a part of
-// the conversion of the whole, event for event and in order. A history
-// import of a copy cut between two responses is a part of the whole's
-// too, except that it may guess the end of the last turn (a response the
-// person then interrupted), a compaction's size, or a sidechain's
-// session.started before its first response otherwise than the grown
-// file: the grown file's versions of those events are then dropped as
-// already stored, and nothing breaks. Claude Code before 2.1 writes no
-// record when a turn is over: in live mode the last turn of such a
-// session stays in flight until the next prompt.
+// A followed file (importer.Input.Live: `engine import --follow`, see
+// NewFollower) may grow after it is read, and so may a copy of a file
+// Claude Code was writing. The conversion never holds back a model
+// response or a tool result: a response the file ends inside (Claude Code
+// writes a response one content block a line, and runs tools between two
+// of them) is recorded as far as it goes, with the results written between
+// its blocks, as a piece (importer.PieceKey: keyed by its first and last
+// records). A conversion told which events the log holds (Input.Stored)
+// continues a response from the first record no stored piece holds, with
+// the same message_id: the projection merges the pieces into one API
+// message, and the results stay after it. In live mode it converts
+// nothing of a session before its first model response (session.started
+// describes it), and no slash command or compaction whose meaning the
+// next record decides (a local command's output; the next model call's
+// context size). Importing a cut file and then the whole file gives the
+// projection the whole file gives, and flags nothing it does not. A
+// history import of a cut copy may guess the end of its last turn (a
+// response the person then interrupted), a compaction's size, or a
+// sidechain's session.started before its first response otherwise than
+// the grown file: the grown file's versions of those events are then
+// dropped as already stored, and nothing breaks. Claude Code before 2.1
+// writes no record when a turn is over: in live mode the last turn of
+// such a session stays in flight until the next prompt.
+//
+// Before a turn's first model output (an assistant message or an API
+// error) the conversion records turn.stage_completed for context and
+// history: the turn is in execute while its tools run.
 //
 // Other records (progress, file-history-snapshot, queue-operation,
 // summary, system stop_hook_summary, turn_duration and local_command)

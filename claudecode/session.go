@@ -167,12 +167,12 @@ func (sc *sessionConv) skip(what string) { sc.res.Skipped[what]++ }
 // run converts the records: session.started, then each record in order,
 // then the end of the last turn when the transcript says how it ended.
 //
-// In live mode (Options.Live: the file may still grow) it converts only
-// what later lines cannot change: nothing at all before the session's
-// first model response (session.started describes it), no slash command
-// or compaction whose meaning the next record decides (a local command's
-// output; the next model call's context size), and no assistant response
-// that may still get blocks (see finish). The rest waits for more lines.
+// In live mode (importer.Input.Live: the file may still grow) it waits
+// for more lines before what they decide: anything at all before the
+// session's first model response (session.started describes it), a slash
+// command or compaction whose meaning the next record decides (a local
+// command's output; the next model call's context size). A response that
+// may still get blocks is recorded as far as it goes (see finish).
 func (sc *sessionConv) run(labels map[string]string) {
 	first := firstResponse(sc.recs)
 	if sc.live && first < 0 {
