@@ -4,7 +4,7 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/turnstone-dev/turnstone/claudecode"
+	"github.com/turnstone-dev/turnstone/internal/claudecode"
 )
 
 // importFigure is figure 6: claudecode.Import of the shipped transcripts

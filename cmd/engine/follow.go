@@ -4,7 +4,7 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/turnstone-dev/turnstone/claudecode"
+	"github.com/turnstone-dev/turnstone/internal/claudecode"
 )
 
 // followTranscripts runs `engine import --follow`: it records the
