@@ -8,8 +8,8 @@ import (
 	"testing"
 
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/turnstone-dev/turnstone/embedded/embeddedtest"
 	"github.com/turnstone-dev/turnstone/events"
+	"github.com/turnstone-dev/turnstone/internal/embedded/embeddedtest"
 )
 
 // benchSessions spreads the benchmark's events over this many sessions.

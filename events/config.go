@@ -182,3 +182,9 @@ func orUnlimited(n int64) int64 {
 	}
 	return n
 }
+
+// ProbeBucket is the key-value bucket each engine's reconciler writes to
+// once a tick to learn that JetStream can still store (file storage, one
+// small value); while it cannot, the engine fails closed and issues no
+// command (docs/policy.md).
+const ProbeBucket = "turnstone_probe"

@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/turnstone-dev/turnstone/claudecode"
 	"github.com/turnstone-dev/turnstone/events"
+	"github.com/turnstone-dev/turnstone/internal/claudecode"
 )
 
 // fuzzTranscript is a short real Claude Code transcript, relative to the

@@ -11,8 +11,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/turnstone-dev/turnstone/embedded/embeddedtest"
 	"github.com/turnstone-dev/turnstone/events"
+	"github.com/turnstone-dev/turnstone/internal/embedded/embeddedtest"
 )
 
 func openLog(t *testing.T, cfg events.Config) (*events.Log, jetstream.JetStream) {

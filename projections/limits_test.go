@@ -109,7 +109,7 @@ func worstState() *Session {
 		s.Flaky = append(s.Flaky, Flaky{Tool: worstKey, InputHash: emptyOutputHash, FailSeq: worstSeq, PassSeq: worstSeq, Turn: worstToken})
 	}
 	for range MaxSteps {
-		s.Steps = append(s.Steps, Step{Turn: worstToken, Key: emptyOutputHash, Name: worstKey, Failures: worstInt, FirstSeq: worstSeq, LastSeq: worstSeq})
+		s.Steps = append(s.Steps, FailedStep{Turn: worstToken, Key: emptyOutputHash, Name: worstKey, Failures: worstInt, FirstSeq: worstSeq, LastSeq: worstSeq})
 	}
 	dirty := []string{DirtyTurnInFlight, DirtyUnansweredToolUse}
 	for _, r := range historyRules {

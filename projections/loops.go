@@ -290,7 +290,7 @@ func (s *Session) toolRunEnds(ev events.Event, tc *ToolCall, cb *events.ContentB
 	}
 }
 
-// Step is one step of a turn in flight that failed and has not succeeded
+// FailedStep is one step of a turn in flight that failed and has not succeeded
 // since: what the implementation budget counts (invariant 4). A step is
 // a tool called on one operand (StepKey of its tool_use), or a stage of
 // the runtime's pipeline whose errors were recorded (error.recorded; for
@@ -299,7 +299,7 @@ func (s *Session) toolRunEnds(ev events.Event, tc *ToolCall, cb *events.ContentB
 // its turn.stage_completed). A failure of the step adds one to Failures;
 // a success of the step removes it, whatever else failed or passed in
 // between; the end of its turn removes every step of the turn.
-type Step struct {
+type FailedStep struct {
 	// Turn is the turn whose step it is.
 	Turn string `json:"turn"`
 	// Key identifies the step in its turn: StepKey of the tool call, or
@@ -317,7 +317,7 @@ type Step struct {
 	LastSeq  uint64 `json:"last_seq"`
 }
 
-// stageStep is the Step.Key of a stage's failures.
+// stageStep is the FailedStep.Key of a stage's failures.
 func stageStep(stage events.Stage) string {
 	if stage == "" {
 		stage = events.StageExecute
@@ -406,7 +406,7 @@ func (s *Session) stepFailed(ev events.Event, turn, key, name string) {
 			}
 			s.Steps = slices.Delete(s.Steps, drop, drop+1)
 		}
-		s.Steps = append(s.Steps, Step{Turn: turn, Key: key, Name: name, FirstSeq: ev.Seq})
+		s.Steps = append(s.Steps, FailedStep{Turn: turn, Key: key, Name: name, FirstSeq: ev.Seq})
 		st = &s.Steps[len(s.Steps)-1]
 	}
 	st.Failures++
@@ -416,7 +416,7 @@ func (s *Session) stepFailed(ev events.Event, turn, key, name string) {
 
 // stepPassed forgets the failures of step key of turn: it succeeded.
 func (s *Session) stepPassed(turn, key string) {
-	i := slices.IndexFunc(s.Steps, func(st Step) bool { return st.Turn == turn && st.Key == key })
+	i := slices.IndexFunc(s.Steps, func(st FailedStep) bool { return st.Turn == turn && st.Key == key })
 	if i < 0 {
 		return
 	}
@@ -432,7 +432,7 @@ func (s *Session) stepPassed(turn, key string) {
 // endSteps forgets the steps of turn t, which ended; its FailedAttempts
 // keep their value.
 func (s *Session) endSteps(t *Turn) {
-	s.Steps = slices.DeleteFunc(s.Steps, func(st Step) bool { return st.Turn == t.ID })
+	s.Steps = slices.DeleteFunc(s.Steps, func(st FailedStep) bool { return st.Turn == t.ID })
 	if len(s.Steps) == 0 {
 		s.Steps = nil
 	}
@@ -447,7 +447,7 @@ func (s *Session) spent(t *Turn) {
 	t.FailedAttempts = 0
 }
 
-func (s *Session) step(turn, key string) *Step {
+func (s *Session) step(turn, key string) *FailedStep {
 	for i := range s.Steps {
 		if s.Steps[i].Turn == turn && s.Steps[i].Key == key {
 			return &s.Steps[i]
@@ -459,8 +459,8 @@ func (s *Session) step(turn, key string) *Step {
 // BudgetStep returns the step of turn (in flight) with the most failures
 // in a row, the one whose run began first among equals: the step the
 // turn's FailedAttempts counts. Nil when no step of the turn is failing.
-func (s *Session) BudgetStep(turn string) *Step {
-	var best *Step
+func (s *Session) BudgetStep(turn string) *FailedStep {
+	var best *FailedStep
 	for i := range s.Steps {
 		st := &s.Steps[i]
 		if st.Turn == turn && (best == nil || st.Failures > best.Failures || st.Failures == best.Failures && st.FirstSeq < best.FirstSeq) {

@@ -12,8 +12,8 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
-	"github.com/turnstone-dev/turnstone/erasure"
 	"github.com/turnstone-dev/turnstone/events"
+	"github.com/turnstone-dev/turnstone/internal/erasure"
 )
 
 // Defaults of ProjectorConfig.
@@ -147,6 +147,11 @@ func (c *ProjectorConfig) Validate() error {
 	}
 	return errors.Join(errs...)
 }
+
+// EngineGroup is the name of the engines' partition group (the members
+// bucket's group): engines share the projector consumers of AGENT_EVENTS'
+// partitions in it.
+const EngineGroup = "engines"
 
 // ProjectorConsumerName is the durable consumer of partition p for a
 // projector whose Durable is durable: "<durable>-p<p>".

@@ -286,8 +286,8 @@ type Session struct {
 	Flaky []Flaky `json:"flaky,omitempty"`
 	// Steps are the steps of turns in flight that failed and have not
 	// succeeded since, in order of their first failure (at most
-	// MaxSteps): what each turn's FailedAttempts counts (see Step).
-	Steps []Step `json:"steps,omitempty"`
+	// MaxSteps): what each turn's FailedAttempts counts (see FailedStep).
+	Steps []FailedStep `json:"steps,omitempty"`
 
 	// Paused is true between session.paused and session.resumed;
 	// PauseReason and PausedSeq tell why and since when; PauseCause,

@@ -9,8 +9,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/turnstone-dev/turnstone/embedded/embeddedtest"
 	"github.com/turnstone-dev/turnstone/events"
+	"github.com/turnstone-dev/turnstone/internal/embedded/embeddedtest"
 )
 
 // startJetStream starts a real embedded NATS server with JetStream (any

@@ -69,7 +69,7 @@ type Turn struct {
 	DurationMS int64 `json:"duration_ms,omitzero"`
 	// FailedAttempts is the implementation budget the turn has spent
 	// (invariant 4): the most attempts at one of its steps that failed in
-	// a row, with no success of that step between them (see Step: the
+	// a row, with no success of that step between them (see FailedStep: the
 	// same tool on the same operand, or one stage). It counts the
 	// tool_result blocks with is_error set that answer a tool_use block
 	// of the turn (results that pair with their tool_use only; the

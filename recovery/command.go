@@ -1,6 +1,10 @@
-// Package recovery is Turnstone's recovery side: the command model, error
-// classification, retry policy, strategy chains, circuit breakers, and the
-// worker runtime that executes commands in strict per-session order.
+// Package recovery is the recovery contract every Turnstone process and
+// every runtime shares: the command model, the AGENT_RECOVERY stream and
+// its consumers' settings, error classification, retry policies and
+// strategy chains, and the runtime control protocol (control requests and
+// replies on agent.ctl.<tenant>.<session>, and presence). It imports only
+// the event model; the worker that executes commands is internal
+// (internal/worker), and the engine's reconciler decides what to issue.
 //
 // Commands travel on the AGENT_RECOVERY stream, published to
 // agent.cmd.<tenant>.<session> and stored partitioned like the events. One
@@ -8,8 +12,7 @@
 // group under the pinned_client policy, lets NATS pin each partition to one
 // worker and move it when that worker dies, so no two commands of a session
 // ever run at once or out of order. Every attempt and outcome is recorded
-// in the session's own event log. This package executes commands; deciding
-// whether something is broken is the reconciler's job.
+// in the session's own event log.
 package recovery
 
 import (

@@ -80,6 +80,12 @@ type DeliveryConfig struct {
 	PinnedTTL time.Duration
 }
 
+// WithDefaults returns c with its zero fields set to their defaults.
+func (c DeliveryConfig) WithDefaults() DeliveryConfig {
+	c.setDefaults()
+	return c
+}
+
 func (c *DeliveryConfig) setDefaults() {
 	if c.AckWait == 0 {
 		c.AckWait = 10 * time.Second
@@ -268,3 +274,8 @@ func (s State) Valid() bool {
 	}
 	return false
 }
+
+// WorkerGroup is the name of the workers' partition group (the members
+// bucket's group, and the prefix of each worker's member name): workers
+// share AGENT_RECOVERY's partitions in it.
+const WorkerGroup = "workers"

@@ -11,7 +11,6 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/turnstone-dev/turnstone/events"
-	"github.com/turnstone-dev/turnstone/presence"
 	"github.com/turnstone-dev/turnstone/recovery"
 )
 
@@ -144,7 +143,7 @@ func (r *Runtime) receive(m *nats.Msg) {
 		r.respond(m, rejected("malformed control request: "+err.Error()))
 		return
 	}
-	if session == presence.PingSession || req.Action == presence.ActionPing {
+	if session == recovery.PresenceSession || req.Action == recovery.ActionPing {
 		// The engine's presence check (docs/control.md): answer at once,
 		// in every mode but down (then nothing is subscribed).
 		r.respond(m, recovery.ControlReply{Outcome: recovery.ReplyOK, Detail: "refruntime " + r.cfg.Name + " present"})

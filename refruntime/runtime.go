@@ -11,7 +11,6 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/turnstone-dev/turnstone/events"
-	"github.com/turnstone-dev/turnstone/presence"
 	"github.com/turnstone-dev/turnstone/recovery"
 )
 
@@ -277,10 +276,10 @@ func (r *Runtime) subscribe(ctx context.Context) error {
 	// Announce the runtime the way NATS services do (docs/control.md,
 	// "Presence"): the engine resumes sessions that waited for it.
 	svc, err := micro.AddService(r.nc, micro.Config{
-		Name:        presence.ServiceName,
+		Name:        recovery.PresenceService,
 		Version:     "1.0.0",
 		Description: "Turnstone reference agent runtime " + r.cfg.Name,
-		Metadata:    map[string]string{presence.MetaTenant: r.cfg.Tenant, presence.MetaSessions: "*", "runtime": r.cfg.Name},
+		Metadata:    map[string]string{recovery.PresenceMetaTenant: r.cfg.Tenant, recovery.PresenceMetaSessions: "*", "runtime": r.cfg.Name},
 	})
 	if err != nil {
 		_ = sub.Unsubscribe()

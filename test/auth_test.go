@@ -7,15 +7,17 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/turnstone-dev/turnstone/audit"
-	"github.com/turnstone-dev/turnstone/auth/authtest"
-	"github.com/turnstone-dev/turnstone/engine"
-	"github.com/turnstone-dev/turnstone/erasure"
 	"github.com/turnstone-dev/turnstone/events"
 	"github.com/turnstone-dev/turnstone/ingest"
-	"github.com/turnstone-dev/turnstone/presence"
+	"github.com/turnstone-dev/turnstone/internal/audit"
+	"github.com/turnstone-dev/turnstone/internal/auth/authtest"
+	"github.com/turnstone-dev/turnstone/internal/clock"
+	"github.com/turnstone-dev/turnstone/internal/engine"
+	"github.com/turnstone-dev/turnstone/internal/erasure"
+	"github.com/turnstone-dev/turnstone/internal/presence"
+	"github.com/turnstone-dev/turnstone/internal/reconciler"
+	"github.com/turnstone-dev/turnstone/internal/worker"
 	"github.com/turnstone-dev/turnstone/projections"
-	"github.com/turnstone-dev/turnstone/reconciler"
 	"github.com/turnstone-dev/turnstone/recovery"
 	"github.com/turnstone-dev/turnstone/refruntime"
 )
@@ -29,8 +31,8 @@ type authEnv struct {
 	opJS   jetstream.JetStream
 	opLog  *events.Log
 	eng    *engine.Engine
-	worker *recovery.Worker
-	clock  *recovery.FakeClock
+	worker *worker.Worker
+	clock  *clock.FakeClock
 	rt     *refruntime.Runtime
 }
 
@@ -51,8 +53,8 @@ func startAuthEnvWith(t *testing.T, extra string, policy *reconciler.Policy) *au
 	if err != nil {
 		t.Fatal(err)
 	}
-	clock := recovery.NewFakeClock(time.Now())
-	cfg := engine.Config{UseExisting: true, Clock: clock, RetentionEvery: -1,
+	clk := clock.NewFakeClock(time.Now())
+	cfg := engine.Config{UseExisting: true, Clock: clk, RetentionEvery: -1,
 		Presence: presence.Config{Tenants: srv.Spec.Tenants, Interval: 200 * time.Millisecond, Wait: 200 * time.Millisecond}}
 	if policy != nil {
 		cfg.Policy = policy
@@ -67,9 +69,9 @@ func startAuthEnvWith(t *testing.T, extra string, policy *reconciler.Policy) *au
 	if err != nil {
 		t.Fatalf("worker's log: %v\n%s", err, srv)
 	}
-	wclock := recovery.NewFakeClock(time.Now())
+	wclock := clock.NewFakeClock(time.Now())
 	wclock.SetAutoAdvance(true)
-	w, err := recovery.NewWorker(wnc, wlog, recovery.WorkerConfig{Name: "w", Clock: wclock, ControlTimeout: 2 * time.Second, UseExisting: true,
+	w, err := worker.New(wnc, wlog, worker.Config{Name: "w", Clock: wclock, ControlTimeout: 2 * time.Second, UseExisting: true,
 		Delivery: recovery.DeliveryConfig{AckWait: 5 * time.Second}}, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -104,7 +106,7 @@ func startAuthEnvWith(t *testing.T, extra string, policy *reconciler.Policy) *au
 			}
 		}
 	})
-	return &authEnv{srv: srv, opJS: opJS, opLog: opLog, eng: eng, worker: w, clock: clock, rt: rt}
+	return &authEnv{srv: srv, opJS: opJS, opLog: opLog, eng: eng, worker: w, clock: clk, rt: rt}
 }
 
 // TestAuthRolesRepairACrashedSession: with auth on, the engine, the

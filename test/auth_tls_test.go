@@ -15,9 +15,9 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/turnstone-dev/turnstone/auth"
-	"github.com/turnstone-dev/turnstone/auth/authtest"
-	"github.com/turnstone-dev/turnstone/embedded"
+	"github.com/turnstone-dev/turnstone/internal/auth/authtest"
+	"github.com/turnstone-dev/turnstone/internal/cli"
+	"github.com/turnstone-dev/turnstone/internal/embedded"
 )
 
 // writeCert writes a certificate (signed by parent, or self-signed when
@@ -55,7 +55,7 @@ func writeCert(t *testing.T, dir, name string, tmpl *x509.Certificate, parent *x
 
 // TestAuthMutualTLS: with --tls-cert, --tls-key and --tls-ca on the
 // embedded server, a client with its nkey, a certificate of the CA and
-// the CA to check the server connects (auth.ClientConfig, the flags of
+// the CA to check the server connects (cli.ClientConfig, the flags of
 // every command); without a client certificate, or without the CA that
 // signed the server's, it is refused.
 func TestAuthMutualTLS(t *testing.T) {
@@ -76,7 +76,7 @@ func TestAuthMutualTLS(t *testing.T) {
 		c.TLS = embedded.TLSConfig{Cert: p("server.pem"), Key: p("server-key.pem"), CA: p("ca.pem")}
 	})
 	url := srv.ClientURL() // tls://127.0.0.1:<port>
-	connect := func(cfg auth.ClientConfig) error {
+	connect := func(cfg cli.ClientConfig) error {
 		opts, err := cfg.Options()
 		if err != nil {
 			return err
@@ -87,7 +87,7 @@ func TestAuthMutualTLS(t *testing.T) {
 		}
 		return err
 	}
-	full := auth.ClientConfig{Nkey: srv.Spec.SeedFile("acme"), TLSCert: p("client.pem"), TLSKey: p("client-key.pem"), TLSCA: p("ca.pem")}
+	full := cli.ClientConfig{Nkey: srv.Spec.SeedFile("acme"), TLSCert: p("client.pem"), TLSKey: p("client-key.pem"), TLSCA: p("ca.pem")}
 	if err := connect(full); err != nil {
 		t.Fatalf("nkey, client certificate and CA: %v", err)
 	}

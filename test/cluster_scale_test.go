@@ -13,9 +13,9 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/turnstone-dev/turnstone/engine"
 	"github.com/turnstone-dev/turnstone/events"
-	"github.com/turnstone-dev/turnstone/pgroup"
+	"github.com/turnstone-dev/turnstone/internal/engine"
+	"github.com/turnstone-dev/turnstone/internal/pgroup"
 	"github.com/turnstone-dev/turnstone/projections"
 	"github.com/turnstone-dev/turnstone/recovery"
 )

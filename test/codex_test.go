@@ -16,7 +16,7 @@ import (
 	"github.com/turnstone-dev/turnstone/internal/codex"
 	"github.com/turnstone-dev/turnstone/internal/importer"
 	"github.com/turnstone-dev/turnstone/internal/importer/importertest"
-	"github.com/turnstone-dev/turnstone/reconciler"
+	"github.com/turnstone-dev/turnstone/internal/reconciler"
 	"github.com/turnstone-dev/turnstone/test/enginetest"
 )
 

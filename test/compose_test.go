@@ -22,10 +22,11 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/turnstone-dev/turnstone/auth"
-	"github.com/turnstone-dev/turnstone/engine"
 	"github.com/turnstone-dev/turnstone/events"
 	"github.com/turnstone-dev/turnstone/ingest"
+	"github.com/turnstone-dev/turnstone/internal/auth"
+	"github.com/turnstone-dev/turnstone/internal/cli"
+	"github.com/turnstone-dev/turnstone/internal/engine"
 	"github.com/turnstone-dev/turnstone/recovery"
 	"gopkg.in/yaml.v3"
 )
@@ -441,7 +442,7 @@ func TestDockerComposeRunsWithAuthAndTLS(t *testing.T) {
 		}
 	})
 	operator := func() []nats.Option {
-		o, err := auth.ClientConfig{Nkey: filepath.Join(creds, "operator.nk"), TLSCA: filepath.Join(conf, auth.CAFile)}.Options()
+		o, err := cli.ClientConfig{Nkey: filepath.Join(creds, "operator.nk"), TLSCA: filepath.Join(conf, auth.CAFile)}.Options()
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -568,7 +569,7 @@ func TestDockerComposeRunsWithAuthAndTLS(t *testing.T) {
 	}
 
 	// The demo tenant appends with its own seed and the CA.
-	demo := auth.ClientConfig{Nkey: filepath.Join(creds, "demo.nk"), TLSCA: filepath.Join(conf, auth.CAFile)}
+	demo := cli.ClientConfig{Nkey: filepath.Join(creds, "demo.nk"), TLSCA: filepath.Join(conf, auth.CAFile)}
 	dopts, err := demo.Options()
 	if err != nil {
 		t.Fatal(err)
@@ -594,7 +595,7 @@ func TestDockerComposeRunsWithAuthAndTLS(t *testing.T) {
 	}
 
 	// Refused: no seed; the seed without the CA; no TLS at all.
-	connect := func(cfg auth.ClientConfig) error {
+	connect := func(cfg cli.ClientConfig) error {
 		opts, err := cfg.Options()
 		if err != nil {
 			return err
@@ -605,10 +606,10 @@ func TestDockerComposeRunsWithAuthAndTLS(t *testing.T) {
 		}
 		return err
 	}
-	if err := connect(auth.ClientConfig{TLSCA: demo.TLSCA}); !errors.Is(err, nats.ErrAuthorization) {
+	if err := connect(cli.ClientConfig{TLSCA: demo.TLSCA}); !errors.Is(err, nats.ErrAuthorization) {
 		t.Errorf("the CA but no seed: %v, want an authorization violation", err)
 	}
-	if err := connect(auth.ClientConfig{Nkey: demo.Nkey}); err == nil || !strings.Contains(err.Error(), "certificate") {
+	if err := connect(cli.ClientConfig{Nkey: demo.Nkey}); err == nil || !strings.Contains(err.Error(), "certificate") {
 		t.Errorf("a seed but not the CA: %v, want the server's certificate refused", err)
 	}
 	for _, n := range nodes {

@@ -12,10 +12,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/turnstone-dev/turnstone/claudecode"
 	"github.com/turnstone-dev/turnstone/events"
+	"github.com/turnstone-dev/turnstone/internal/claudecode"
+	"github.com/turnstone-dev/turnstone/internal/reconciler"
 	"github.com/turnstone-dev/turnstone/projections"
-	"github.com/turnstone-dev/turnstone/reconciler"
 )
 
 // wildDir holds about a hundred more real Claude Code sessions, not all of

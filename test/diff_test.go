@@ -9,10 +9,10 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/turnstone-dev/turnstone/claudecode"
-	"github.com/turnstone-dev/turnstone/embedded/embeddedtest"
 	"github.com/turnstone-dev/turnstone/events"
-	"github.com/turnstone-dev/turnstone/forensics"
+	"github.com/turnstone-dev/turnstone/internal/claudecode"
+	"github.com/turnstone-dev/turnstone/internal/embedded/embeddedtest"
+	"github.com/turnstone-dev/turnstone/internal/forensics"
 	"github.com/turnstone-dev/turnstone/projections"
 )
 

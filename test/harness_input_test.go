@@ -14,8 +14,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/turnstone-dev/turnstone/claudecode"
 	"github.com/turnstone-dev/turnstone/events"
+	"github.com/turnstone-dev/turnstone/internal/claudecode"
 )
 
 // badInput is a running engine that bad input is thrown at, with a client

@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/turnstone-dev/turnstone/claudecode"
 	"github.com/turnstone-dev/turnstone/events"
+	"github.com/turnstone-dev/turnstone/internal/claudecode"
 	"github.com/turnstone-dev/turnstone/projections"
 )
 

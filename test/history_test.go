@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/turnstone-dev/turnstone/claudecode"
+	"github.com/turnstone-dev/turnstone/internal/claudecode"
 	"github.com/turnstone-dev/turnstone/internal/codex"
 	"github.com/turnstone-dev/turnstone/internal/importer"
 	"github.com/turnstone-dev/turnstone/projections"

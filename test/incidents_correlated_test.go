@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/turnstone-dev/turnstone/correlate"
 	"github.com/turnstone-dev/turnstone/events"
+	"github.com/turnstone-dev/turnstone/internal/correlate"
 	"github.com/turnstone-dev/turnstone/projections"
 	"github.com/turnstone-dev/turnstone/test/enginetest"
 )

@@ -10,8 +10,10 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/turnstone-dev/turnstone/embedded/embeddedtest"
 	"github.com/turnstone-dev/turnstone/events"
+	"github.com/turnstone-dev/turnstone/internal/clock"
+	"github.com/turnstone-dev/turnstone/internal/embedded/embeddedtest"
+	"github.com/turnstone-dev/turnstone/internal/worker"
 	"github.com/turnstone-dev/turnstone/projections"
 	"github.com/turnstone-dev/turnstone/recovery"
 	"github.com/turnstone-dev/turnstone/refruntime"
@@ -45,11 +47,11 @@ func newRecoveryEnv(t *testing.T) *recoveryEnv {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = rt.Close(context.Background()) })
-	clock := recovery.NewFakeClock(time.Now())
-	clock.SetAutoAdvance(true) // back-off waits pass at once
+	clk := clock.NewFakeClock(time.Now())
+	clk.SetAutoAdvance(true) // back-off waits pass at once
 	for i := 0; i < 2; i++ {
-		w, err := recovery.NewWorker(nc, log, recovery.WorkerConfig{
-			Name: fmt.Sprintf("w%d", i), Clock: clock, ControlTimeout: 3 * time.Second,
+		w, err := worker.New(nc, log, worker.Config{
+			Name: fmt.Sprintf("w%d", i), Clock: clk, ControlTimeout: 3 * time.Second,
 			Delivery: recovery.DeliveryConfig{AckWait: 5 * time.Second, PinnedTTL: 2 * time.Second},
 		}, nil)
 		if err != nil {

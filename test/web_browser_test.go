@@ -14,12 +14,12 @@ import (
 
 	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/chromedp"
-	"github.com/turnstone-dev/turnstone/claudecode"
-	"github.com/turnstone-dev/turnstone/forensics"
+	"github.com/turnstone-dev/turnstone/internal/claudecode"
+	"github.com/turnstone-dev/turnstone/internal/forensics"
+	"github.com/turnstone-dev/turnstone/internal/web"
 	"github.com/turnstone-dev/turnstone/projections"
 	"github.com/turnstone-dev/turnstone/recovery"
 	"github.com/turnstone-dev/turnstone/test/enginetest"
-	"github.com/turnstone-dev/turnstone/web"
 )
 
 // chromiumPath is the Chromium the browser tests drive: $TURNSTONE_CHROMIUM,

@@ -9,7 +9,7 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/turnstone-dev/turnstone/claudecode"
+	"github.com/turnstone-dev/turnstone/internal/claudecode"
 	"github.com/turnstone-dev/turnstone/internal/codex"
 	"github.com/turnstone-dev/turnstone/internal/importer"
 )

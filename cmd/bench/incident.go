@@ -10,7 +10,8 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/turnstone-dev/turnstone/engine"
+	"github.com/turnstone-dev/turnstone/internal/engine"
+	"github.com/turnstone-dev/turnstone/internal/worker"
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/turnstone-dev/turnstone/events"
@@ -64,7 +65,7 @@ func (r *runner) incidentFigure(ctx context.Context) error {
 		return err
 	}
 	defer wc.nc.Close()
-	w, err := recovery.NewWorker(wc.nc, wl, recovery.WorkerConfig{Name: "bench"}, nil)
+	w, err := worker.New(wc.nc, wl, worker.Config{Name: "bench"}, nil)
 	if err != nil {
 		return err
 	}

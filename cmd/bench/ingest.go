@@ -7,6 +7,7 @@ import (
 
 	"github.com/turnstone-dev/turnstone/events"
 	"github.com/turnstone-dev/turnstone/ingest"
+	"github.com/turnstone-dev/turnstone/internal/ingestserver"
 )
 
 // ingestFigure is the append figure through the path publishers Turnstone
@@ -58,7 +59,7 @@ func startIngest(ctx context.Context, url string, l *events.Log) (*ingest.Client
 	if err != nil {
 		return nil, nil, err
 	}
-	s, err := ingest.NewServer(ec.nc, l, ingest.Config{}, nil)
+	s, err := ingestserver.NewServer(ec.nc, l, ingestserver.Config{}, nil)
 	if err != nil {
 		ec.nc.Close()
 		return nil, nil, err

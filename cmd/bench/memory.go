@@ -13,7 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/turnstone-dev/turnstone/engine"
+	"github.com/turnstone-dev/turnstone/internal/engine"
 
 	"github.com/turnstone-dev/turnstone/events"
 	"github.com/turnstone-dev/turnstone/projections"

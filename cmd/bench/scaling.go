@@ -13,9 +13,10 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/turnstone-dev/turnstone/engine"
 	"github.com/turnstone-dev/turnstone/events"
-	"github.com/turnstone-dev/turnstone/pgroup"
+	"github.com/turnstone-dev/turnstone/internal/engine"
+	"github.com/turnstone-dev/turnstone/internal/pgroup"
+	"github.com/turnstone-dev/turnstone/internal/worker"
 	"github.com/turnstone-dev/turnstone/projections"
 	"github.com/turnstone-dev/turnstone/recovery"
 )
@@ -64,7 +65,7 @@ func memberChild(kind string) error {
 		if err != nil {
 			return err
 		}
-		w, err := recovery.NewWorker(nc, l, recovery.WorkerConfig{Name: name, UseExisting: true}, nil)
+		w, err := worker.New(nc, l, worker.Config{Name: name, UseExisting: true}, nil)
 		if err != nil {
 			return err
 		}

@@ -8,7 +8,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/spf13/cobra"
-	"github.com/turnstone-dev/turnstone/audit"
+	"github.com/turnstone-dev/turnstone/internal/audit"
 )
 
 func newAuditCommand(g *globals) *cobra.Command {

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
-	"github.com/turnstone-dev/turnstone/auth"
+	"github.com/turnstone-dev/turnstone/internal/auth"
 )
 
 func newAuthCommand(g *globals) *cobra.Command {

@@ -6,7 +6,7 @@ import (
 	"strings"
 
 	"github.com/spf13/cobra"
-	"github.com/turnstone-dev/turnstone/forensics"
+	"github.com/turnstone-dev/turnstone/internal/forensics"
 )
 
 func newDiffCommand(g *globals) *cobra.Command {

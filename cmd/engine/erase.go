@@ -9,8 +9,8 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/spf13/cobra"
-	"github.com/turnstone-dev/turnstone/engine"
-	"github.com/turnstone-dev/turnstone/erasure"
+	"github.com/turnstone-dev/turnstone/internal/engine"
+	"github.com/turnstone-dev/turnstone/internal/erasure"
 	"github.com/turnstone-dev/turnstone/projections"
 )
 

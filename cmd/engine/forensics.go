@@ -7,10 +7,10 @@ import (
 	"time"
 
 	"github.com/rs/zerolog"
-	"github.com/turnstone-dev/turnstone/engine"
-	"github.com/turnstone-dev/turnstone/forensics"
-	"github.com/turnstone-dev/turnstone/telemetry"
-	"github.com/turnstone-dev/turnstone/web"
+	"github.com/turnstone-dev/turnstone/internal/engine"
+	"github.com/turnstone-dev/turnstone/internal/forensics"
+	"github.com/turnstone-dev/turnstone/internal/telemetry"
+	"github.com/turnstone-dev/turnstone/internal/web"
 )
 
 // startForensics starts what serve adds for people: the in-memory fleet

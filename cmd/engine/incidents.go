@@ -12,10 +12,10 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/spf13/cobra"
-	"github.com/turnstone-dev/turnstone/correlate"
 	"github.com/turnstone-dev/turnstone/events"
-	"github.com/turnstone-dev/turnstone/forensics"
 	"github.com/turnstone-dev/turnstone/internal/console"
+	"github.com/turnstone-dev/turnstone/internal/correlate"
+	"github.com/turnstone-dev/turnstone/internal/forensics"
 	"github.com/turnstone-dev/turnstone/projections"
 )
 

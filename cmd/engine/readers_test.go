@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -14,8 +15,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/turnstone-dev/turnstone/events"
+	"github.com/turnstone-dev/turnstone/internal/telemetry"
 	"github.com/turnstone-dev/turnstone/projections"
-	"github.com/turnstone-dev/turnstone/telemetry"
 )
 
 // The injected terminal sequences (a title change, a screen clear) the
@@ -294,13 +295,21 @@ func TestEveryReaderTellsOneTruth(t *testing.T) {
 		// replay: the final state of a timeline of the same events.
 		for _, asJSON := range []bool{false, true} {
 			buf.Reset()
-			r := newReplayer(&buf, asJSON, time.Time{})
+			r := newReplayer(&buf, asJSON)
+			rp := projections.NewReplayer(nil)
 			for _, ev := range c.events {
-				if err := r.event(ev); err != nil {
+				step, ok, err := rp.Apply(context.Background(), ev)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !ok {
+					continue
+				}
+				if err := r.step(step); err != nil {
 					t.Fatal(err)
 				}
 			}
-			if err := r.end(); err != nil {
+			if err := r.end(rp.State()); err != nil {
 				t.Fatal(err)
 			}
 			if asJSON {

@@ -12,7 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/spf13/cobra"
 	"github.com/turnstone-dev/turnstone/events"
-	"github.com/turnstone-dev/turnstone/ingest"
+	"github.com/turnstone-dev/turnstone/internal/ingestserver"
 )
 
 // rejectLine is one record of `engine rejects --json`.
@@ -61,7 +61,7 @@ stored) and cut to --body-bytes. --json prints a JSON array; see README.`,
 			if err != nil {
 				return err
 			}
-			recs, err := ingest.Rejects(ctx, js, ingest.RejectFilter{Tenant: tenant, Limit: limit})
+			recs, err := ingestserver.Rejects(ctx, js, ingestserver.RejectFilter{Tenant: tenant, Limit: limit})
 			if errors.Is(err, jetstream.ErrStreamNotFound) {
 				recs, err = nil, nil // no quarantine yet: nothing refused
 			}

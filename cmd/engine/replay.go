@@ -1,9 +1,7 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"time"
@@ -61,13 +59,13 @@ masked) with its anomalies, then one object with the final view
 			if err != nil {
 				return err
 			}
-			r := newReplayer(g.stdout, f.json, until)
-			r.ctx, r.log = ctx, log
-			err = log.ReadSession(ctx, ref.Tenant, ref.Session, events.ReadOptions{UntilSeq: f.untilSeq}, r.event)
-			if err != nil && !errors.Is(err, errStopReplay) {
+			r := newReplayer(g.stdout, f.json)
+			state, err := projections.Replay(ctx, log, ref.Tenant, ref.Session,
+				projections.ReplayRange{To: f.untilSeq, UntilTime: until}, r.step)
+			if err != nil {
 				return err
 			}
-			return r.end()
+			return r.end(state)
 		},
 	}
 	cmd.Flags().StringVar(&f.tenant, "tenant", "", "tenant of the session (default: search every tenant)")
@@ -77,30 +75,22 @@ masked) with its anomalies, then one object with the final view
 	return cmd
 }
 
-var errStopReplay = errors.New("replay reached --until-time")
-
-// replayer folds a session event by event and prints the timeline. It
-// holds no event: a rewind (session.rewound) that needs a refold reads the
-// session again from the log, up to the rewind, so a replay streams
-// whatever the session's length.
+// replayer prints the steps of a replay (projections.Replay) as the
+// timeline. It holds no event, so a replay streams whatever the
+// session's length.
 type replayer struct {
-	ctx   context.Context
-	log   projections.SessionReader
-	w     io.Writer
-	json  bool
-	until time.Time
-	state projections.Session
-	n     int
+	w    io.Writer
+	json bool
+	n    int
 }
 
 // newReplayer returns a replayer printing to w: text through
-// console.NewWriter, or (asJSON) JSON Lines. until, when set, stops the
-// replay before the first event whose time is after it.
-func newReplayer(w io.Writer, asJSON bool, until time.Time) *replayer {
+// console.NewWriter, or (asJSON) JSON Lines.
+func newReplayer(w io.Writer, asJSON bool) *replayer {
 	if !asJSON {
 		w = console.NewWriter(w)
 	}
-	return &replayer{w: w, json: asJSON, until: until}
+	return &replayer{w: w, json: asJSON}
 }
 
 // eventLine is one event as the JSON outputs print it (replay --json,
@@ -141,26 +131,11 @@ type replayEnd struct {
 	View     projections.View `json:"view"`
 }
 
-func (r *replayer) event(ev events.Event) error {
-	if !r.until.IsZero() && ev.Time.After(r.until) {
-		return errStopReplay
-	}
-	resolvedBefore := r.state.Totals.Resolved
-	anomalies := r.state.Apply(ev)
+// step prints one step.
+func (r *replayer) step(s projections.Step) error {
+	ev := s.Event
 	r.n++
-	if r.state.NeedsRefold {
-		if err := r.state.RefoldLog(r.ctx, r.log); err != nil {
-			return err
-		}
-	}
-	var resolved []projections.Violation
-	if r.state.Totals.Resolved > resolvedBefore {
-		for _, v := range r.state.Violations {
-			if v.Resolved && v.ResolvedSeq == ev.Seq && ev.Seq != 0 {
-				resolved = append(resolved, v)
-			}
-		}
-	}
+	anomalies, resolved := s.Anomalies, s.Resolved
 	if r.json {
 		line := replayLine{eventLine: newEventLine(ev), Anomalies: nonNil(anomalies), Resolved: nonNil(resolved)}
 		b, err := json.Marshal(line)
@@ -219,8 +194,9 @@ func wholeEvent(ev events.Event) json.RawMessage {
 	return b
 }
 
-func (r *replayer) end() error {
-	v := r.state.View()
+// end prints the last line: the events replayed and the view of state.
+func (r *replayer) end(state *projections.Session) error {
+	v := state.View()
 	if r.json {
 		b, err := json.Marshal(replayEnd{Replayed: r.n, View: v})
 		if err != nil {

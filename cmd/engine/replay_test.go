@@ -6,8 +6,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/turnstone-dev/turnstone/embedded/embeddedtest"
 	"github.com/turnstone-dev/turnstone/events"
+	"github.com/turnstone-dev/turnstone/internal/embedded/embeddedtest"
 	"github.com/turnstone-dev/turnstone/projections"
 )
 
@@ -41,19 +41,20 @@ func TestReplayRefoldsARewindFromTheLog(t *testing.T) {
 	add("t3", &events.TurnCompleted{})
 
 	var out bytes.Buffer
-	r := &replayer{ctx: ctx, log: log, w: &out}
-	if err := log.ReadSession(ctx, "acme", "s1", events.ReadOptions{}, r.event); err != nil {
+	r := &replayer{w: &out}
+	state, err := projections.Replay(ctx, log, "acme", "s1", projections.ReplayRange{}, r.step)
+	if err != nil {
 		t.Fatal(err)
 	}
-	if err := r.end(); err != nil {
+	if err := r.end(state); err != nil {
 		t.Fatal(err)
 	}
 	want, err := projections.Restore(ctx, log, nil, "acme", "s1")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r.state.Totals.Turns != 2 || r.state.Turn("t2") != nil || r.state.Status() != projections.StatusIdle || want.Totals.Turns != 2 {
-		t.Errorf("replayed state: %d turns, t2 %+v, status %s (a fold of the log: %d turns)", r.state.Totals.Turns, r.state.Turn("t2"), r.state.Status(), want.Totals.Turns)
+	if state.Totals.Turns != 2 || state.Turn("t2") != nil || state.Status() != projections.StatusIdle || want.Totals.Turns != 2 {
+		t.Errorf("replayed state: %d turns, t2 %+v, status %s (a fold of the log: %d turns)", state.Totals.Turns, state.Turn("t2"), state.Status(), want.Totals.Turns)
 	}
 	if !strings.Contains(out.String(), "6 events replayed: idle; turns 2") {
 		t.Errorf("replay output:\n%s", out.String())

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
-	"github.com/turnstone-dev/turnstone/presence"
+	"github.com/turnstone-dev/turnstone/internal/presence"
 )
 
 func newRuntimesCommand(g *globals) *cobra.Command {

@@ -13,13 +13,13 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/rs/zerolog"
 	"github.com/spf13/cobra"
-	"github.com/turnstone-dev/turnstone/auth"
-	"github.com/turnstone-dev/turnstone/embedded"
-	"github.com/turnstone-dev/turnstone/engine"
 	"github.com/turnstone-dev/turnstone/events"
-	"github.com/turnstone-dev/turnstone/presence"
-	"github.com/turnstone-dev/turnstone/reconciler"
-	"github.com/turnstone-dev/turnstone/telemetry"
+	"github.com/turnstone-dev/turnstone/internal/auth"
+	"github.com/turnstone-dev/turnstone/internal/embedded"
+	"github.com/turnstone-dev/turnstone/internal/engine"
+	"github.com/turnstone-dev/turnstone/internal/presence"
+	"github.com/turnstone-dev/turnstone/internal/reconciler"
+	"github.com/turnstone-dev/turnstone/internal/telemetry"
 )
 
 type serveFlags struct {
@@ -145,7 +145,7 @@ func runServe(ctx context.Context, g *globals, f serveFlags, external bool) erro
 		if f.syncSet {
 			logger.Warn().Str("sync", f.sync).Msg("--sync applies to the embedded server only: with --nats-url, the server's own sync_interval decides (see the streams' effective durability below)")
 		}
-		client := g.client
+		client := g.conn.Client
 		if spec != nil && !client.Authenticated() {
 			client.Nkey = spec.SeedFile(string(auth.RoleEngine))
 		}
@@ -158,17 +158,17 @@ func runServe(ctx context.Context, g *globals, f serveFlags, external bool) erro
 		if err != nil {
 			return err
 		}
-		nc, err = nats.Connect(g.natsURL, append(opts, nats.Name("turnstone-engine"), nats.MaxReconnects(-1))...)
+		nc, err = nats.Connect(g.conn.URL, append(opts, nats.Name("turnstone-engine"), nats.MaxReconnects(-1))...)
 		if err != nil {
-			return fmt.Errorf("connect to %s: %w", g.natsURL, err)
+			return fmt.Errorf("connect to %s: %w", g.conn.URL, err)
 		}
-		logger.Info().Str("url", g.natsURL).Msg("using NATS server")
+		logger.Info().Str("url", g.conn.URL).Msg("using NATS server")
 	} else {
 		cfg, err := embeddedConfig(f)
 		if err != nil {
 			return err
 		}
-		cfg.TLS = embedded.TLSConfig{Cert: g.client.TLSCert, Key: g.client.TLSKey, CA: g.client.TLSCA}
+		cfg.TLS = embedded.TLSConfig{Cert: g.conn.Client.TLSCert, Key: g.conn.Client.TLSKey, CA: g.conn.Client.TLSCA}
 		if spec != nil {
 			if cfg.ConfigFile, err = writeAuth(spec, logger); err != nil {
 				return err

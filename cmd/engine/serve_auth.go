@@ -10,10 +10,10 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/rs/zerolog"
-	"github.com/turnstone-dev/turnstone/auth"
-	"github.com/turnstone-dev/turnstone/embedded"
-	"github.com/turnstone-dev/turnstone/engine"
 	"github.com/turnstone-dev/turnstone/events"
+	"github.com/turnstone-dev/turnstone/internal/auth"
+	"github.com/turnstone-dev/turnstone/internal/embedded"
+	"github.com/turnstone-dev/turnstone/internal/engine"
 )
 
 // errExposed is the refusal of an embedded server listening beyond

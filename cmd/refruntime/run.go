@@ -14,10 +14,9 @@ import (
 	"github.com/rs/zerolog"
 	"github.com/spf13/cobra"
 
-	"github.com/turnstone-dev/turnstone/auth"
-	"github.com/turnstone-dev/turnstone/embedded"
 	"github.com/turnstone-dev/turnstone/events"
 	"github.com/turnstone-dev/turnstone/ingest"
+	"github.com/turnstone-dev/turnstone/internal/cli"
 	"github.com/turnstone-dev/turnstone/internal/console"
 	"github.com/turnstone-dev/turnstone/refruntime"
 )
@@ -30,7 +29,7 @@ type Main struct {
 	exit func(code int)
 
 	natsURL     string
-	client      auth.ClientConfig
+	client      cli.ClientConfig
 	tenant      string
 	name        string
 	sessions    int
@@ -91,11 +90,11 @@ SIGINT or SIGTERM.`,
 	cmd.SetErr(m.stderr)
 	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
 	fs := cmd.Flags()
-	url := os.Getenv("TURNSTONE_NATS_URL")
+	url := os.Getenv(cli.EnvURL)
 	if url == "" {
-		url = embedded.DefaultURL
+		url = cli.DefaultURL
 	}
-	fs.StringVar(&m.natsURL, "nats-url", url, "NATS server URL (env TURNSTONE_NATS_URL)")
+	fs.StringVar(&m.natsURL, "nats-url", url, "NATS server URL (env "+cli.EnvURL+")")
 	m.client.AddFlags(fs, "", "")
 	fs.StringVar(&m.tenant, "tenant", "demo", "tenant to record under (under auth, the tenant of --nkey's user)")
 	fs.StringVar(&m.name, "name", refruntime.DefaultName, "runtime name (session.started, event source)")

@@ -20,12 +20,11 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 	"github.com/spf13/cobra"
-	"github.com/turnstone-dev/turnstone/auth"
-	"github.com/turnstone-dev/turnstone/embedded"
 	"github.com/turnstone-dev/turnstone/events"
-	"github.com/turnstone-dev/turnstone/internal/console"
+	"github.com/turnstone-dev/turnstone/internal/cli"
+	"github.com/turnstone-dev/turnstone/internal/telemetry"
+	"github.com/turnstone-dev/turnstone/internal/worker"
 	"github.com/turnstone-dev/turnstone/recovery"
-	"github.com/turnstone-dev/turnstone/telemetry"
 )
 
 func main() {
@@ -39,24 +38,18 @@ func main() {
 }
 
 type flags struct {
-	natsURL        string
+	conn           cli.Connection
 	name           string
-	logLevel       string
 	ackWait        time.Duration
 	maxDeliver     int
 	pinnedTTL      time.Duration
 	controlTimeout time.Duration
 	telemetry      string
 	useExisting    bool
-	client         auth.ClientConfig
 }
 
 func newCommand(stderr io.Writer) *cobra.Command {
 	var f flags
-	url := os.Getenv("TURNSTONE_NATS_URL")
-	if url == "" {
-		url = embedded.DefaultURL
-	}
 	cmd := &cobra.Command{
 		Use:   "worker",
 		Short: "Join the Turnstone recovery worker group",
@@ -72,33 +65,30 @@ to another worker.`,
 		},
 	}
 	cmd.SetErr(stderr)
-	cmd.Flags().StringVar(&f.natsURL, "nats-url", url, "NATS server or cluster of the engine (env TURNSTONE_NATS_URL)")
 	cmd.Flags().StringVar(&f.name, "name", "", "worker name in events and statuses (default host-pid)")
-	cmd.Flags().StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn, error")
 	cmd.Flags().DurationVar(&f.ackWait, "ack-wait", 10*time.Second, "how long a dead worker's command waits before redelivery")
 	cmd.Flags().IntVar(&f.maxDeliver, "max-deliver", 5, "deliveries before a failing command is parked")
 	cmd.Flags().DurationVar(&f.pinnedTTL, "pinned-ttl", 10*time.Second, "how long a partition stays pinned to a silent worker")
 	cmd.Flags().StringVar(&f.telemetry, "telemetry-listen", "", "address of /metrics and /healthz, such as 127.0.0.1:9465 (default: off)")
 	cmd.Flags().DurationVar(&f.controlTimeout, "control-timeout", 10*time.Second, "timeout of each control request to the agent runtime")
 	cmd.Flags().BoolVar(&f.useExisting, "use-existing", false, "create and change no stream, consumer or bucket (an operator set them up); implied by --creds or --nkey, since the worker role may not (docs/security.md)")
-	f.client.AddFlags(cmd.Flags(), "", "")
+	f.conn.AddFlags(cmd.Flags(), "", "")
 	return cmd
 }
 
 func run(ctx context.Context, f flags, stderr io.Writer) error {
-	lvl, err := zerolog.ParseLevel(f.logLevel)
-	if err != nil || f.logLevel == "" {
-		return fmt.Errorf("--log-level %q: want debug, info, warn or error", f.logLevel)
-	}
-	logger := zerolog.New(console.LogWriter(stderr)).Level(lvl).With().Timestamp().Logger()
-	opts, err := f.client.Options()
+	logger, err := f.conn.Logger(stderr)
 	if err != nil {
 		return err
 	}
-	if f.client.Authenticated() {
+	opts, err := f.conn.Options("turnstone-worker")
+	if err != nil {
+		return err
+	}
+	if f.conn.Client.Authenticated() {
 		f.useExisting = true
 	}
-	nc, log, err := connect(ctx, f.natsURL, opts, f.useExisting, logger)
+	nc, log, err := connect(ctx, f.conn.URL, opts, f.useExisting, logger)
 	if err != nil {
 		return err
 	}
@@ -130,10 +120,10 @@ func run(ctx context.Context, f flags, stderr io.Writer) error {
 	// leader was there answers nothing until it elects another (seconds):
 	// try again with back-off, with a fresh worker each time, for up to
 	// two minutes, rather than exit.
-	var w *recovery.Worker
+	var w *worker.Worker
 	open := func() error {
 		var err error
-		w, err = recovery.NewWorker(nc, log, recovery.WorkerConfig{
+		w, err = worker.New(nc, log, worker.Config{
 			OnCommand:      metrics.WorkerCommand,
 			Name:           f.name,
 			ControlTimeout: f.controlTimeout,
@@ -190,7 +180,7 @@ func connect(ctx context.Context, url string, opts []nats.Option, useExisting bo
 		log *events.Log
 	)
 	op := func() error {
-		c, err := nats.Connect(url, append(opts, nats.Name("turnstone-worker"), nats.MaxReconnects(-1))...)
+		c, err := nats.Connect(url, append(opts, nats.MaxReconnects(-1))...)
 		if err != nil {
 			return err
 		}

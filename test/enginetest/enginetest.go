@@ -1,6 +1,6 @@
 // Package enginetest runs a whole engine inside a test: a real embedded
 // NATS server, the event log, the projector with the reconciler on a fake
-// clock, a recovery worker, and the reference agent runtime, each on its
+// clk, a recovery worker, and the reference agent runtime, each on its
 // own NATS connection as separate processes would be. Tests drive time
 // with Clock.Advance.
 package enginetest
@@ -11,12 +11,14 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/turnstone-dev/turnstone/embedded/embeddedtest"
-	"github.com/turnstone-dev/turnstone/engine"
 	"github.com/turnstone-dev/turnstone/events"
-	"github.com/turnstone-dev/turnstone/presence"
+	"github.com/turnstone-dev/turnstone/internal/clock"
+	"github.com/turnstone-dev/turnstone/internal/embedded/embeddedtest"
+	"github.com/turnstone-dev/turnstone/internal/engine"
+	"github.com/turnstone-dev/turnstone/internal/presence"
+	"github.com/turnstone-dev/turnstone/internal/reconciler"
+	"github.com/turnstone-dev/turnstone/internal/worker"
 	"github.com/turnstone-dev/turnstone/projections"
-	"github.com/turnstone-dev/turnstone/reconciler"
 	"github.com/turnstone-dev/turnstone/recovery"
 	"github.com/turnstone-dev/turnstone/refruntime"
 )
@@ -47,7 +49,7 @@ type Engine struct {
 	Reconciler *reconciler.Reconciler
 	// Clock is the reconciler's clock; the worker's back-off waits pass at
 	// once.
-	Clock   *recovery.FakeClock
+	Clock   *clock.FakeClock
 	Runtime *refruntime.Runtime
 	// Presence is the engine's runtime presence tracker (a round every
 	// 200 ms).
@@ -55,7 +57,7 @@ type Engine struct {
 	// Engine is the engine itself.
 	Engine *engine.Engine
 	// Worker is the recovery worker.
-	Worker *recovery.Worker
+	Worker *worker.Worker
 	// NewRuntime starts another reference runtime (for another tenant)
 	// on its own connection, closed at test end.
 	NewRuntime func(tb testing.TB, cfg refruntime.Config) *refruntime.Runtime
@@ -71,15 +73,15 @@ func Start(tb testing.TB, o Options) *Engine {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	clock := recovery.NewFakeClock(time.Now())
-	eng, err := engine.Open(ctx, nc, engine.Config{Log: o.Log, Policy: policy, Clock: clock, MaxCommandBytes: o.MaxCommandBytes,
+	clk := clock.NewFakeClock(time.Now())
+	eng, err := engine.Open(ctx, nc, engine.Config{Log: o.Log, Policy: policy, Clock: clk, MaxCommandBytes: o.MaxCommandBytes,
 		SnapshotEvery: o.SnapshotEvery, RetentionEvery: o.RetentionEvery,
 		Presence: presence.Config{Interval: 200 * time.Millisecond, Wait: 200 * time.Millisecond}}, nil)
 	if err != nil {
 		tb.Fatal(err)
 	}
 	log := eng.Log
-	wclock := recovery.NewFakeClock(time.Now())
+	wclock := clock.NewFakeClock(time.Now())
 	wclock.SetAutoAdvance(true)
 	wnc, _ := embeddedtest.Connect(tb, srv)
 	wjs, _ := jetstream.New(wnc)
@@ -87,7 +89,7 @@ func Start(tb testing.TB, o Options) *Engine {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	w, err := recovery.NewWorker(wnc, wlog, recovery.WorkerConfig{Name: "w", Clock: wclock, ControlTimeout: 2 * time.Second,
+	w, err := worker.New(wnc, wlog, worker.Config{Name: "w", Clock: wclock, ControlTimeout: 2 * time.Second,
 		Delivery: recovery.DeliveryConfig{AckWait: 5 * time.Second}}, nil)
 	if err != nil {
 		tb.Fatal(err)
@@ -131,7 +133,7 @@ func Start(tb testing.TB, o Options) *Engine {
 		})
 		return r
 	}
-	return &Engine{URL: srv.ClientURL(), JS: js, Log: log, Projector: eng.Projector, Reconciler: eng.Reconciler, Clock: clock, Runtime: rt,
+	return &Engine{URL: srv.ClientURL(), JS: js, Log: log, Projector: eng.Projector, Reconciler: eng.Reconciler, Clock: clk, Runtime: rt,
 		Presence: eng.Presence, Engine: eng, Worker: w, NewRuntime: newRuntime}
 }
 
@@ -146,7 +148,7 @@ func (e *Engine) State(tb testing.TB, tenant, session string) *projections.Sessi
 }
 
 // Eventually polls cond on the session's state (real time, up to 30 s),
-// advancing the reconciler's clock by step each round so deadlines and
+// advancing the reconciler's clk by step each round so deadlines and
 // ticks come due, and returns the state that met it; on time-out it logs
 // the session's timeline and fails.
 func (e *Engine) Eventually(tb testing.TB, what, tenant, session string, step time.Duration, cond func(*projections.Session) bool) *projections.Session {

@@ -1,0 +1,490 @@
+// Package engine wires one Turnstone engine process: the event log, the
+// snapshot store, the projector, the reconciler, the runtimes' presence
+// and the metrics, and its membership in the engines' partition group
+// (package pgroup), which decides the partitions it folds and reconciles.
+// cmd/engine serve, test/enginetest and cmd/bench run engines through it.
+//
+// Open joins the group and takes the engine's share of the partitions
+// before it returns; Close leaves the group (the other engines take the
+// partitions at once) and stops every part. Several engines on one log
+// share the partitions: each partition is folded by one engine at a time
+// (its consumer's pinned_client priority group), a dead engine's
+// partitions are taken over within pgroup's bound (6 s by default), and
+// the reconciler's commands keep deterministic ids, so a command decided
+// twice during a handover is stored once.
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+	"github.com/turnstone-dev/turnstone/events"
+	"github.com/turnstone-dev/turnstone/internal/audit"
+	"github.com/turnstone-dev/turnstone/internal/clock"
+	"github.com/turnstone-dev/turnstone/internal/erasure"
+	"github.com/turnstone-dev/turnstone/internal/ingestserver"
+	"github.com/turnstone-dev/turnstone/internal/pgroup"
+	"github.com/turnstone-dev/turnstone/internal/presence"
+	"github.com/turnstone-dev/turnstone/internal/reconciler"
+	"github.com/turnstone-dev/turnstone/internal/telemetry"
+	"github.com/turnstone-dev/turnstone/projections"
+	"github.com/turnstone-dev/turnstone/recovery"
+)
+
+// Group is the name of the engines' partition group:
+// projections.EngineGroup.
+const Group = projections.EngineGroup
+
+// Config configures one engine. The zero value runs an engine with every
+// default that sets up what it needs (no auth).
+type Config struct {
+	// Name identifies the engine in its group, logs and `engine members`
+	// ([A-Za-z0-9_-]). Default "<hostname>-<pid>-<random>".
+	Name string
+	// Log configures the event log. Settings left zero keep the existing
+	// streams' (see events.Open).
+	Log events.Config
+	// Policy is the reconciler's (nil: the defaults).
+	Policy *reconciler.Policy
+	// SnapshotEvery, MaxSessions, IdleEvict and CompactAfter configure the
+	// projector (projections.ProjectorConfig; zero: its defaults).
+	SnapshotEvery int
+	MaxSessions   int
+	IdleEvict     time.Duration
+	CompactAfter  time.Duration
+	// Heartbeat and TTL configure the partition group (pgroup.Config;
+	// zero: its defaults, 1 s and 5 s).
+	Heartbeat time.Duration
+	TTL       time.Duration
+	// Presence configures the runtimes' presence tracker.
+	Presence presence.Config
+	// Clock is the reconciler's clock (nil: the system's); Tick its tick;
+	// MaxCommandBytes its bound on a command (0: recovery.MaxCommandBytes).
+	Clock           clock.Clock
+	Tick            time.Duration
+	MaxCommandBytes int
+	// Metrics, when set, observes every event, violation and command.
+	Metrics *telemetry.Metrics
+	// OnApply and OnIssue, when set, observe each event folded (see
+	// projections.ProjectorConfig.OnApply) and each command issued.
+	OnApply func(s *projections.Session, ev events.Event, applied bool, vs []projections.Violation)
+	OnIssue func(recovery.Command)
+	// UseExisting: create and update nothing (streams, consumers,
+	// buckets must exist: an operator ran `engine setup`). For an engine
+	// whose NATS permissions do not allow it (docs/security.md).
+	UseExisting bool
+	// RetentionEvery is how often the engine erases the sessions of its
+	// partitions that are older than their tenant's retention (the
+	// policy's retention.max_age; none by default). Default 1 minute;
+	// negative: never.
+	RetentionEvery time.Duration
+}
+
+// Validate reports every out-of-range field, joined.
+func (c *Config) Validate() error {
+	var errs []error
+	if c.Name != "" && !events.ValidToken(c.Name) {
+		errs = append(errs, fmt.Errorf("name: %q is not a token of [A-Za-z0-9_-]", c.Name))
+	}
+	if err := c.Log.Validate(); err != nil {
+		errs = append(errs, fmt.Errorf("log: %w", err))
+	}
+	if c.SnapshotEvery < 0 || c.MaxSessions < 0 || c.IdleEvict < 0 || c.Heartbeat < 0 || c.TTL < 0 || c.Tick < 0 {
+		errs = append(errs, errors.New("snapshot every, max sessions, idle evict, heartbeat, ttl, tick: must not be negative"))
+	}
+	if err := c.Presence.Validate(); err != nil {
+		errs = append(errs, fmt.Errorf("presence: %w", err))
+	}
+	return errors.Join(errs...)
+}
+
+// Engine is one running engine. Its parts are exported for the CLI and
+// tests to read; treat them as owned by the engine.
+type Engine struct {
+	Log        *events.Log
+	Store      *projections.SnapshotStore
+	Projector  *projections.Projector
+	Reconciler *reconciler.Reconciler
+	Presence   *presence.Tracker
+	Ingest     *ingestserver.Server
+	// Gate is the engine's erasure gate (package erasure): the
+	// projector, the reconciler and the ingest write through it.
+	Gate *erasure.Gate
+
+	nc     *nats.Conn
+	notice *nats.Subscription
+	js     jetstream.JetStream
+	cfg    Config
+	l      zerolog.Logger
+	member *pgroup.Member
+
+	mu      sync.Mutex
+	joining bool // the partitions taken by Join are a restart's
+	closed  bool
+	runCtx  context.Context
+	cancel  context.CancelFunc
+	wg      sync.WaitGroup
+}
+
+// Setup creates or updates everything an engine and its workers need on
+// JetStream: the event and snapshot streams (events.Open with cfg), the
+// recovery stream, its partition consumers and status bucket, the
+// projector's partition consumers, the reconciler's probe bucket and the
+// members bucket. It is idempotent; `engine setup` runs it with operator
+// credentials, and Open runs it unless Config.UseExisting. It returns the
+// log it opened.
+func Setup(ctx context.Context, js jetstream.JetStream, cfg events.Config, logger *zerolog.Logger) (*events.Log, error) {
+	log, err := events.Open(ctx, js, cfg, logger)
+	if err != nil {
+		return nil, fmt.Errorf("setup: %w", err)
+	}
+	if _, err := recovery.Setup(ctx, log, recovery.DeliveryConfig{}); err != nil {
+		return nil, fmt.Errorf("setup: %w", err)
+	}
+	if err := projections.EnsureProjectorConsumers(ctx, js, projections.ProjectorConfig{}, log.Partitions()); err != nil {
+		return nil, fmt.Errorf("setup: %w", err)
+	}
+	replicas := log.Config().Replicas
+	if err := reconciler.EnsureProbeBucket(ctx, js, replicas); err != nil {
+		return nil, fmt.Errorf("setup: %w", err)
+	}
+	_, had := js.KeyValue(ctx, projections.IndexBucket)
+	if err := ingestserver.EnsureQuarantineStream(ctx, js, replicas); err != nil {
+		return nil, fmt.Errorf("setup: %w", err)
+	}
+	if err := projections.EnsureIndexBucket(ctx, js, replicas); err != nil {
+		return nil, fmt.Errorf("setup: %w", err)
+	}
+	if errors.Is(had, jetstream.ErrBucketNotFound) {
+		// A log from before the index: summarise what it holds, once.
+		store, err := projections.NewSnapshotStore(js, projections.SnapshotConfig{})
+		if err != nil {
+			return nil, fmt.Errorf("setup: %w", err)
+		}
+		n, err := projections.RebuildIndex(ctx, log, store)
+		if err != nil {
+			return nil, fmt.Errorf("setup: %w", err)
+		}
+		if n > 0 && logger != nil {
+			logger.Info().Int("sessions", n).Msg("fleet index built from the log")
+		}
+	}
+	if _, err := pgroup.OpenBucket(ctx, js, pgroup.DefaultBucket, true, replicas, pgroup.DefaultTTL); err != nil {
+		return nil, fmt.Errorf("setup: %w", err)
+	}
+	if err := audit.Ensure(ctx, js, replicas); err != nil {
+		return nil, fmt.Errorf("setup: %w", err)
+	}
+	if changes := log.Changed(); len(changes) > 0 {
+		reason := "engine setup: this version's stream settings"
+		if cfg.UpdateStreams {
+			reason = "engine setup --update-streams"
+		}
+		if _, err := audit.Append(ctx, js, audit.Record{Action: audit.ActionStreamsUpdated, Who: audit.Who(js.Conn()), Reason: reason, Changes: changes}); err != nil {
+			return nil, fmt.Errorf("setup: stream settings changed (%s) but not recorded: %w", strings.Join(changes, "; "), err)
+		}
+		if logger != nil {
+			logger.Warn().Strs("changes", changes).Msg("stream settings changed; recorded in " + audit.Stream)
+		}
+	}
+	return log, nil
+}
+
+// Open starts an engine on nc: it sets up JetStream (unless
+// Config.UseExisting), starts the projector, the reconciler and the
+// presence tracker, and joins the engines' group, taking its share of the
+// partitions, before it returns. logger may be nil. Close stops it.
+func Open(ctx context.Context, nc *nats.Conn, cfg Config, logger *zerolog.Logger) (*Engine, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("open engine: %w", err)
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, fmt.Errorf("open engine: %w", err)
+	}
+	if cfg.Name == "" {
+		// Known before the engine joins its group: it answers erase
+		// notices addressed to its members by that name.
+		cfg.Name = pgroup.MemberName()
+	}
+	if cfg.RetentionEvery == 0 {
+		cfg.RetentionEvery = time.Minute
+	}
+	e := &Engine{nc: nc, js: js, cfg: cfg, l: zerolog.Nop(), Gate: erasure.NewGate(erasure.Config{})}
+	if logger != nil {
+		e.l = logger.With().Str("component", "engine").Logger()
+	}
+	e.runCtx, e.cancel = context.WithCancel(context.Background())
+	ok := false
+	defer func() {
+		if !ok {
+			cctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			_ = e.Close(cctx)
+		}
+	}()
+
+	lcfg := cfg.Log
+	if cfg.UseExisting {
+		lcfg.UseExisting = true
+		e.Log, err = events.Open(ctx, js, lcfg, logger)
+	} else {
+		e.Log, err = Setup(ctx, js, lcfg, logger)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("open engine: %w", err)
+	}
+	if e.Store, err = projections.NewSnapshotStore(js, projections.SnapshotConfig{}); err != nil {
+		return nil, fmt.Errorf("open engine: %w", err)
+	}
+	if e.Presence, err = presence.New(nc, cfg.Presence, logger); err != nil {
+		return nil, fmt.Errorf("open engine: %w", err)
+	}
+	if err := e.Presence.Open(ctx); err != nil {
+		return nil, fmt.Errorf("open engine: %w", err)
+	}
+
+	m := cfg.Metrics
+	var rec *reconciler.Reconciler // set below, before any event is folded
+	e.Projector, err = projections.NewProjector(e.Log, e.Store, projections.ProjectorConfig{
+		SnapshotEvery: cfg.SnapshotEvery, MaxSessions: cfg.MaxSessions, IdleEvict: cfg.IdleEvict, CompactAfter: cfg.CompactAfter,
+		Shared: true, Index: true, Gate: e.Gate,
+		OnApply: func(s *projections.Session, ev events.Event, applied bool, vs []projections.Violation) {
+			if m != nil {
+				m.ObserveEvent(ev)
+				for _, v := range vs {
+					m.ObserveViolation(string(v.Rule))
+				}
+				// The sessions, orphans and violations gauges: the View's
+				// status and counts, also when a restore folded the event.
+				m.ObserveSession(s)
+			}
+			if cfg.OnApply != nil {
+				cfg.OnApply(s, ev, applied, vs)
+			}
+			rec.Observe(s, ev, applied, vs)
+		},
+	}, logger)
+	if err != nil {
+		return nil, fmt.Errorf("open engine: %w", err)
+	}
+	rcfg := reconciler.Config{Policy: cfg.Policy, Clock: cfg.Clock, Tick: cfg.Tick, Presence: e.Presence, MaxCommandBytes: cfg.MaxCommandBytes, Gate: e.Gate}
+	rcfg.OnIssue = func(c recovery.Command) {
+		if m != nil {
+			m.CommandIssued(string(c.Kind))
+		}
+		if cfg.OnIssue != nil {
+			cfg.OnIssue(c)
+		}
+	}
+	if m != nil {
+		rcfg.OnFailClosed = func(err error) {
+			if err != nil {
+				m.SetFailClosed(true, err.Error())
+			} else {
+				m.SetFailClosed(false, "")
+			}
+		}
+	}
+	rec = reconciler.New(e.Log, e.Projector, rcfg, logger)
+	e.Reconciler = rec
+	if err := e.Projector.Open(ctx); err != nil {
+		return nil, fmt.Errorf("open engine: %w", err)
+	}
+	if err := rec.Open(ctx); err != nil {
+		return nil, fmt.Errorf("open engine: %w", err)
+	}
+
+	// Answer erase notices before joining: an eraser that sees this
+	// engine in the group hears from it.
+	e.notice, err = erasure.Listen(nc, erasure.MemberConfig{Gate: e.Gate, Group: Group, Member: cfg.Name, Forget: e.forget}, logger)
+	if err != nil {
+		return nil, fmt.Errorf("open engine: %w", err)
+	}
+	e.mu.Lock()
+	e.joining = true
+	e.mu.Unlock()
+	e.member, err = pgroup.Join(ctx, js, pgroup.Config{
+		Group: Group, Member: cfg.Name, Partitions: e.Log.Partitions(), Heartbeat: cfg.Heartbeat, TTL: cfg.TTL,
+		CreateBucket: !cfg.UseExisting, Replicas: e.Log.Config().Replicas,
+		Info:      map[string]string{"kind": "engine"},
+		OnAcquire: e.acquire,
+		OnRelease: e.release,
+	}, logger)
+	e.mu.Lock()
+	e.joining = false
+	e.mu.Unlock()
+	if err != nil {
+		return nil, fmt.Errorf("open engine: %w", err)
+	}
+	// Answer the publishers' subjects for the partitions this engine
+	// owns, and reads of any session.
+	member := e.member
+	if e.Ingest, err = ingestserver.NewServer(nc, e.Log, ingestserver.Config{Owns: member.Owns, UseExisting: true, Gate: e.Gate}, logger); err != nil {
+		return nil, fmt.Errorf("open engine: %w", err)
+	}
+	if err := e.Ingest.Open(ctx); err != nil {
+		return nil, fmt.Errorf("open engine: %w", err)
+	}
+	ok = true
+	if m != nil {
+		e.wg.Add(1)
+		go e.observeLoop(m)
+	}
+	if cfg.RetentionEvery > 0 {
+		e.wg.Add(1)
+		go e.retentionLoop()
+	}
+	e.l.Info().Str("name", e.member.Name()).Ints("partitions", e.member.Owned()).Int("of", e.Log.Partitions()).Msg("engine ready")
+	return e, nil
+}
+
+// acquire starts folding and reconciling partition p, and scans its
+// sessions (restart recovery) in the background.
+func (e *Engine) acquire(ctx context.Context, p int, previousDead bool) error {
+	if err := e.Projector.Acquire(ctx, p, previousDead); err != nil {
+		return err
+	}
+	e.mu.Lock()
+	restart, closed := e.joining, e.closed
+	if !closed {
+		e.wg.Add(1)
+	}
+	e.mu.Unlock()
+	if closed {
+		return nil
+	}
+	go func() {
+		defer e.wg.Done()
+		_ = e.Reconciler.Scan(e.runCtx, []int{p}, restart)
+	}()
+	return nil
+}
+
+// forget drops the erased scope's state from the projector and the
+// reconciler (erasure.MemberConfig.Forget).
+func (e *Engine) forget(scope erasure.Scope) {
+	if e.Projector != nil {
+		e.Projector.Forget(scope)
+	}
+	if e.Reconciler != nil {
+		e.Reconciler.Forget(scope)
+	}
+}
+
+// release stops folding and reconciling partition p.
+func (e *Engine) release(ctx context.Context, p int) {
+	e.Projector.Release(ctx, p)
+	e.Reconciler.Release(p)
+}
+
+// observeLoop feeds the partition metrics every 5 seconds.
+func (e *Engine) observeLoop(m *telemetry.Metrics) {
+	defer e.wg.Done()
+	tick := time.NewTicker(5 * time.Second)
+	defer tick.Stop()
+	for {
+		owned := e.member.Owned()
+		m.SetPartitions(Group, len(owned), e.member.Rebalances())
+		ctx, cancel := context.WithTimeout(e.runCtx, 5*time.Second)
+		if states, err := projections.PartitionStates(ctx, e.js, "", owned); err == nil {
+			lags := make(map[int]uint64, len(states))
+			for _, st := range states {
+				lags[st.Partition] = st.Pending
+			}
+			m.SetPartitionLags(lags)
+		}
+		cancel()
+		select {
+		case <-e.runCtx.Done():
+			return
+		case <-tick.C:
+		}
+	}
+}
+
+// Name is the engine's name in its group.
+func (e *Engine) Name() string {
+	if e.member == nil {
+		return e.cfg.Name
+	}
+	return e.member.Name()
+}
+
+// Partitions returns the partitions the engine owns now.
+func (e *Engine) Partitions() []int {
+	if e.member == nil {
+		return nil
+	}
+	return e.member.Owned()
+}
+
+// Member is the engine's membership in the engines' group.
+func (e *Engine) Member() *pgroup.Member { return e.member }
+
+// Healthy returns nil, or why the engine cannot do its work: the NATS
+// connection is down, or the reconciler failed closed.
+func (e *Engine) Healthy() error {
+	if !e.nc.IsConnected() {
+		return fmt.Errorf("nats connection %s", e.nc.Status())
+	}
+	if e.Reconciler != nil {
+		return e.Reconciler.Healthy()
+	}
+	return nil
+}
+
+// Session returns the session's current state: the projector's copy when
+// this engine holds it, else its snapshot and tail from the log.
+func (e *Engine) Session(ctx context.Context, tenant, session string) (*projections.Session, error) {
+	if s, ok := e.Projector.Session(tenant, session); ok {
+		return s, nil
+	}
+	return projections.Restore(ctx, e.Log, e.Store, tenant, session)
+}
+
+// Close leaves the group (releasing every partition: the others take them
+// at once), stops the reconciler, the projector and the presence tracker,
+// and waits for them or for ctx. It does not close the NATS connection.
+func (e *Engine) Close(ctx context.Context) error {
+	e.mu.Lock()
+	if e.closed {
+		e.mu.Unlock()
+		return nil
+	}
+	e.closed = true
+	e.mu.Unlock()
+	var errs []error
+	if e.Ingest != nil {
+		errs = append(errs, e.Ingest.Close(ctx))
+	}
+	if e.member != nil {
+		errs = append(errs, e.member.Leave(ctx))
+	}
+	if e.notice != nil {
+		_ = e.notice.Unsubscribe()
+	}
+	if e.cancel != nil {
+		e.cancel()
+	}
+	e.wg.Wait()
+	if e.Reconciler != nil {
+		errs = append(errs, e.Reconciler.Close(ctx))
+	}
+	if e.Projector != nil {
+		if err := e.Projector.Close(ctx); err != nil && !errors.Is(err, context.Canceled) {
+			errs = append(errs, err)
+		}
+	}
+	if e.Presence != nil {
+		errs = append(errs, e.Presence.Close(ctx))
+	}
+	return errors.Join(errs...)
+}

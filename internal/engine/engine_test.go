@@ -1,0 +1,170 @@
+package engine_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/turnstone-dev/turnstone/events"
+	"github.com/turnstone-dev/turnstone/internal/embedded/embeddedtest"
+	"github.com/turnstone-dev/turnstone/internal/engine"
+	"github.com/turnstone-dev/turnstone/projections"
+)
+
+func openEngine(t *testing.T, nc *nats.Conn, name string) *engine.Engine {
+	t.Helper()
+	e, err := engine.Open(context.Background(), nc, engine.Config{Name: name, Heartbeat: 100 * time.Millisecond, TTL: 600 * time.Millisecond}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = e.Close(ctx)
+	})
+	return e
+}
+
+func eventually(t *testing.T, what string, within time.Duration, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within %s", what, within)
+		}
+		time.Sleep(25 * time.Millisecond)
+	}
+}
+
+// Two engines share the partitions; each session is folded by the engine
+// that owns its partition, and the index summarises every session. When
+// one engine dies, the other owns every partition within the group's
+// bound and goes on from where the dead one stopped.
+func TestEnginesShareThePartitionsAndTakeOver(t *testing.T) {
+	srv := embeddedtest.Start(t)
+	ncA, _ := embeddedtest.Connect(t, srv)
+	ncB, _ := embeddedtest.Connect(t, srv)
+	_, js := embeddedtest.Connect(t, srv)
+	a := openEngine(t, ncA, "a")
+	b := openEngine(t, ncB, "b")
+	eventually(t, "4 partitions each", 5*time.Second, func() bool {
+		return len(a.Partitions()) == 4 && len(b.Partitions()) == 4
+	})
+
+	ctx := context.Background()
+	log, err := events.Open(ctx, js, events.Config{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const sessions = 40
+	appendTurn := func(round int) {
+		for i := 0; i < sessions; i++ {
+			s := fmt.Sprintf("s%02d", i)
+			turn := fmt.Sprintf("t%d", round)
+			var evs []events.Event
+			for _, p := range []struct {
+				turn string
+				p    events.Payload
+			}{{turn, &events.TurnStarted{Prompt: "go"}}, {turn, &events.TurnCompleted{}}} {
+				ev, err := events.New("acme", s, p.turn, p.p)
+				if err != nil {
+					t.Fatal(err)
+				}
+				evs = append(evs, ev)
+			}
+			if _, err := log.Append(ctx, evs); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	indexed := func(turns int) func() bool {
+		return func() bool {
+			sums, err := projections.ReadIndex(ctx, js, projections.IndexFilter{Tenant: "acme"})
+			if err != nil || len(sums) != sessions {
+				return false
+			}
+			for _, m := range sums {
+				if m.Counts.TurnsTotal != turns || m.Status != projections.StatusIdle {
+					return false
+				}
+			}
+			return true
+		}
+	}
+	appendTurn(1)
+	eventually(t, "the index summarises every session", 10*time.Second, indexed(1))
+
+	// Each session is held by the engine of its partition only.
+	for i := 0; i < sessions; i++ {
+		s := fmt.Sprintf("s%02d", i)
+		p := events.Partition("acme", s, log.Partitions())
+		_, inA := a.Projector.Session("acme", s)
+		_, inB := b.Projector.Session("acme", s)
+		owner := "a"
+		if b.Member().Owns(p) {
+			owner = "b"
+		}
+		if inA == inB || (inA && owner != "a") || (inB && owner != "b") {
+			t.Fatalf("session %s (partition %d, owner %s): held by a %v, by b %v", s, p, owner, inA, inB)
+		}
+	}
+
+	// a dies: its connection drops without leaving the group.
+	ncA.Close()
+	start := time.Now()
+	eventually(t, "b owns every partition", 5*time.Second, func() bool { return len(b.Partitions()) == 8 })
+	if took := time.Since(start); took > 2*time.Second {
+		t.Errorf("takeover took %s, over the bound (TTL 600ms + heartbeats)", took)
+	}
+	appendTurn(2)
+	eventually(t, "b folds what a would have", 15*time.Second, indexed(2))
+	for i := 0; i < sessions; i++ {
+		s := fmt.Sprintf("s%02d", i)
+		got, err := b.Session(ctx, "acme", s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, err := projections.Restore(ctx, log, nil, "acme", s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.LastSeq != want.LastSeq || got.Totals.Turns != want.Totals.Turns || got.Events != want.Events {
+			t.Fatalf("%s: b's state (last seq %d, turns %d, events %d) differs from a fresh fold (%d, %d, %d)",
+				s, got.LastSeq, got.Totals.Turns, got.Events, want.LastSeq, want.Totals.Turns, want.Events)
+		}
+	}
+}
+
+// Settings that were not asked for never change an existing stream: an
+// engine restarted without --replicas keeps the stream's, and one asking
+// for another value is refused unless it says --update-streams.
+func TestRestartKeepsTheStreamsSettings(t *testing.T) {
+	srv := embeddedtest.Start(t)
+	nc, js := embeddedtest.Connect(t, srv)
+	ctx := context.Background()
+	if _, err := events.Open(ctx, js, events.Config{DuplicateWindow: 7 * time.Minute}, nil); err != nil {
+		t.Fatal(err)
+	}
+	e, err := engine.Open(ctx, nc, engine.Config{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := e.Log.Config().DuplicateWindow; got != 7*time.Minute {
+		t.Fatalf("duplicate window %s after a restart without it, want 7m kept", got)
+	}
+	_ = e.Close(ctx)
+	if _, err := engine.Open(ctx, nc, engine.Config{Log: events.Config{DuplicateWindow: time.Minute}}, nil); err == nil {
+		t.Fatal("a differing setting was applied without UpdateStreams")
+	}
+	e, err = engine.Open(ctx, nc, engine.Config{Log: events.Config{DuplicateWindow: time.Minute, UpdateStreams: true}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close(ctx)
+	st, _ := js.Stream(ctx, events.EventsStream)
+	if info, _ := st.Info(ctx); info.Config.Duplicates != time.Minute {
+		t.Fatalf("duplicates %s, want 1m after --update-streams", info.Config.Duplicates)
+	}
+}

@@ -1,0 +1,103 @@
+package engine_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/turnstone-dev/turnstone/events"
+	"github.com/turnstone-dev/turnstone/internal/audit"
+	"github.com/turnstone-dev/turnstone/internal/embedded/embeddedtest"
+	"github.com/turnstone-dev/turnstone/internal/engine"
+	"github.com/turnstone-dev/turnstone/internal/erasure"
+	"github.com/turnstone-dev/turnstone/internal/pgroup"
+	"github.com/turnstone-dev/turnstone/recovery"
+)
+
+// TestEraseNeedsEveryMember: a live worker that does not answer the
+// notice (here a heartbeat with no process behind it) stops the erase
+// before anything is purged, naming it; once it is gone, the erase runs.
+func TestEraseNeedsEveryMember(t *testing.T) {
+	ctx := context.Background()
+	srv := embeddedtest.Start(t)
+	nc, js := embeddedtest.Connect(t, srv)
+	e := openEngine(t, nc, "e1")
+	ev, _ := events.New("acme", "s1", "t1", &events.TurnStarted{Prompt: "hi"})
+	if _, err := e.Log.Append(ctx, []events.Event{ev}); err != nil {
+		t.Fatal(err)
+	}
+	kv, err := pgroup.OpenBucket(ctx, js, pgroup.DefaultBucket, false, 1, pgroup.DefaultTTL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ghost, _ := json.Marshal(pgroup.Record{Group: recovery.WorkerGroup, Member: "ghost", Started: time.Now(), Beat: time.Now()})
+	if _, err := kv.Put(ctx, recovery.WorkerGroup+".ghost", ghost); err != nil {
+		t.Fatal(err)
+	}
+	cnc, _ := embeddedtest.Connect(t, srv)
+	_, err = engine.Erase(ctx, cnc, engine.EraseRequest{Scope: erasure.Scope{Tenant: "acme", Sessions: []string{"s1"}}, Reason: "test", ConfirmWait: 500 * time.Millisecond})
+	if !errors.Is(err, engine.ErrNotConfirmed) || !strings.Contains(err.Error(), "workers.ghost") {
+		t.Fatalf("erase with a silent member: %v", err)
+	}
+	if _, err := e.Log.LastSeq(ctx, "acme", "s1"); err != nil {
+		t.Fatalf("the session was touched by an erase that was not confirmed: %v", err)
+	}
+	if e.Gate.Blocked("acme", "s1") {
+		t.Fatal("the given-up erase left the session blocked")
+	}
+	if err := kv.Purge(ctx, recovery.WorkerGroup+".ghost"); err != nil {
+		t.Fatal(err)
+	}
+	rec, err := engine.Erase(ctx, cnc, engine.EraseRequest{Scope: erasure.Scope{Tenant: "acme", Sessions: []string{"s1"}}, Reason: "test"})
+	if err != nil || rec.Counts.Events != 1 || rec.Action != audit.ActionEraseSession {
+		t.Fatalf("erase: %+v %v", rec, err)
+	}
+	if _, err := e.Log.LastSeq(ctx, "acme", "s1"); !errors.Is(err, events.ErrSessionNotFound) {
+		t.Fatalf("after the erase: %v", err)
+	}
+}
+
+// TestSetupRecordsStreamChanges: engine setup that changes an existing
+// stream's settings (--update-streams) records each change in the audit
+// stream; a setup that changes nothing records nothing; the audit stream
+// denies delete and purge.
+func TestSetupRecordsStreamChanges(t *testing.T) {
+	ctx := context.Background()
+	srv := embeddedtest.Start(t)
+	_, js := embeddedtest.Connect(t, srv)
+	if _, err := engine.Setup(ctx, js, events.Config{}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := engine.Setup(ctx, js, events.Config{}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if recs, err := audit.List(ctx, js, audit.Filter{}); err != nil || len(recs) != 0 {
+		t.Fatalf("setups that changed nothing: %+v %v", recs, err)
+	}
+	if _, err := engine.Setup(ctx, js, events.Config{DuplicateWindow: 10 * time.Minute, SnapshotsPerSession: 5, UpdateStreams: true}, nil); err != nil {
+		t.Fatal(err)
+	}
+	recs, err := audit.List(ctx, js, audit.Filter{Action: audit.ActionStreamsUpdated})
+	if err != nil || len(recs) != 1 {
+		t.Fatalf("records: %+v %v", recs, err)
+	}
+	r := recs[0]
+	changes := strings.Join(r.Changes, "; ")
+	if !strings.Contains(changes, "AGENT_EVENTS duplicate window: 5m0s -> 10m0s") || !strings.Contains(changes, "AGENT_SNAPSHOTS max messages per subject: 3 -> 5") ||
+		r.Reason != "engine setup --update-streams" || r.Who == "" || r.Seq == 0 {
+		t.Fatalf("record: %+v", r)
+	}
+	st, err := js.Stream(ctx, audit.Stream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Purge(ctx); err == nil {
+		t.Fatal("the audit stream was purged")
+	}
+	if err := st.DeleteMsg(ctx, r.Seq); err == nil {
+		t.Fatal("an audit record was deleted")
+	}
+}

@@ -1,0 +1,354 @@
+package forensics
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+	"github.com/turnstone-dev/turnstone/internal/correlate"
+	"github.com/turnstone-dev/turnstone/projections"
+)
+
+// ErrFleetClosed is returned by Fleet.Ready after Close.
+var ErrFleetClosed = errors.New("fleet index closed")
+
+// Fleet is an in-memory copy of the fleet index (one projections.Summary
+// per session, KV bucket projections.IndexBucket), loaded once and kept
+// fresh by a watch of the bucket: the engines write a session's summary
+// within about a second of a change, and the copy follows within
+// milliseconds of the write. Listing, filtering and paging the fleet reads
+// the copy only: no session's state is restored, so a page of 100,000
+// sessions costs a scan of 100,000 small structs.
+//
+// Incidents restores the anomalous sessions only, and caches their
+// signals by the summary's LastSeq, so a fleet whose sessions do not
+// change costs nothing after the first call.
+//
+// All methods are safe for concurrent use.
+type Fleet struct {
+	js    jetstream.JetStream
+	log   projections.SessionReader
+	store *projections.SnapshotStore
+	l     zerolog.Logger
+
+	w      jetstream.KeyWatcher
+	cancel context.CancelFunc
+	done   chan struct{}
+	ready  chan struct{}
+
+	mu       sync.RWMutex
+	byRef    map[ref]*projections.Summary
+	version  uint64 // bumped on every change
+	order    []*projections.Summary
+	orderVer uint64
+	tenants  []string
+	err      error
+
+	sigMu   sync.Mutex
+	signals map[ref]cachedSignals
+}
+
+type ref struct{ tenant, session string }
+
+type cachedSignals struct {
+	lastSeq uint64
+	sigs    []correlate.Signal
+	outs    []correlate.Outcome
+}
+
+// OpenFleet starts watching the fleet index of js. log and store are what
+// Incidents restores anomalous sessions from (store may be nil: replay
+// from the first event). logger may be nil. The copy loads in the
+// background; Ready waits for it. Close stops the watch. Errors:
+// jetstream.ErrBucketNotFound (wrapped) when there is no index yet (an
+// engine creates it); JetStream's.
+func OpenFleet(ctx context.Context, js jetstream.JetStream, log projections.SessionReader, store *projections.SnapshotStore, logger *zerolog.Logger) (*Fleet, error) {
+	kv, err := js.KeyValue(ctx, projections.IndexBucket)
+	if err != nil {
+		return nil, fmt.Errorf("open fleet index: %w", err)
+	}
+	wctx, cancel := context.WithCancel(context.Background())
+	w, err := kv.WatchAll(wctx)
+	if err != nil {
+		cancel()
+		return nil, fmt.Errorf("open fleet index: %w", err)
+	}
+	f := &Fleet{js: js, log: log, store: store, l: zerolog.Nop(), w: w, cancel: cancel,
+		done: make(chan struct{}), ready: make(chan struct{}), byRef: map[ref]*projections.Summary{}, signals: map[ref]cachedSignals{}}
+	if logger != nil {
+		f.l = logger.With().Str("component", "fleet").Logger()
+	}
+	go f.run()
+	return f, nil
+}
+
+func (f *Fleet) run() {
+	defer close(f.done)
+	loaded := false
+	for e := range f.w.Updates() {
+		if e == nil { // the initial values are all in
+			if !loaded {
+				loaded = true
+				close(f.ready)
+				f.l.Debug().Int("sessions", f.Len()).Msg("fleet index loaded")
+			}
+			continue
+		}
+		r, ok := refOfKey(e.Key())
+		if !ok {
+			continue
+		}
+		f.mu.Lock()
+		if e.Operation() != jetstream.KeyValuePut {
+			delete(f.byRef, r)
+		} else {
+			var s projections.Summary
+			if json.Unmarshal(e.Value(), &s) == nil {
+				f.byRef[r] = &s
+			}
+		}
+		f.version++
+		f.mu.Unlock()
+	}
+	f.mu.Lock()
+	if f.err == nil {
+		f.err = ErrFleetClosed
+	}
+	f.mu.Unlock()
+	if !loaded {
+		close(f.ready)
+	}
+}
+
+// refOfKey reads tenant and session from an index key
+// <partition>.<tenant>.<session>.
+func refOfKey(key string) (ref, bool) {
+	parts := strings.Split(key, ".")
+	if len(parts) != 3 {
+		return ref{}, false
+	}
+	return ref{parts[1], parts[2]}, true
+}
+
+// Ready waits until the copy holds every summary the bucket held when the
+// watch started, or ctx ends. It returns ErrFleetClosed when the watch
+// stopped before that.
+func (f *Fleet) Ready(ctx context.Context) error {
+	select {
+	case <-f.ready:
+		f.mu.RLock()
+		defer f.mu.RUnlock()
+		select {
+		case <-f.done:
+			if f.err != nil && len(f.byRef) == 0 {
+				return f.err
+			}
+		default:
+		}
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("fleet index: %w", ctx.Err())
+	}
+}
+
+// Close stops the watch and waits for it.
+func (f *Fleet) Close() {
+	_ = f.w.Stop()
+	f.cancel()
+	<-f.done
+}
+
+// Len is how many sessions the copy holds.
+func (f *Fleet) Len() int {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	return len(f.byRef)
+}
+
+// Get returns the summary of a session, if the index has one.
+func (f *Fleet) Get(tenant, session string) (projections.Summary, bool) {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	s, ok := f.byRef[ref{tenant, session}]
+	if !ok {
+		return projections.Summary{}, false
+	}
+	return *s, true
+}
+
+// Query selects sessions of the fleet. Empty fields select everything.
+type Query struct {
+	// Tenant selects one tenant (exact).
+	Tenant string
+	// Status selects one projections status: paused, in_turn, broken or
+	// idle.
+	Status string
+	// Runtime and Model select sessions whose runtime or model contains
+	// them (case-insensitive).
+	Runtime string
+	Model   string
+	// Session selects sessions whose token contains it.
+	Session string
+	// Since and Until select sessions whose last event time lies within.
+	Since, Until time.Time
+	// Anomalous selects sessions with an anomaly (Summary.Anomalous).
+	Anomalous bool
+	// Offset and Limit page the result (Limit 0: 50).
+	Offset, Limit int
+}
+
+// Page is one page of a Query's result.
+type Page struct {
+	// Rows are the page's sessions, latest last event first.
+	Rows []projections.Summary
+	// Total is how many sessions matched; Fleet how many the index holds.
+	Total int
+	Fleet int
+	// ByStatus counts the matches by status (before the status filter).
+	ByStatus map[string]int
+	// Tenants lists every tenant of the fleet, sorted.
+	Tenants []string
+	Offset  int
+	Limit   int
+}
+
+// Query returns a page of the sessions q selects, ordered by last event
+// time (latest first), then tenant and session. It reads the copy only.
+func (f *Fleet) Query(q Query) Page {
+	if q.Limit <= 0 {
+		q.Limit = 50
+	}
+	q.Offset = max(q.Offset, 0)
+	order, tenants, n := f.sorted()
+	p := Page{Fleet: n, Tenants: tenants, Offset: q.Offset, Limit: q.Limit, ByStatus: map[string]int{}}
+	runtime, model := strings.ToLower(q.Runtime), strings.ToLower(q.Model)
+	for _, s := range order {
+		switch {
+		case q.Tenant != "" && s.Tenant != q.Tenant,
+			q.Session != "" && !strings.Contains(s.Session, q.Session),
+			runtime != "" && !strings.Contains(strings.ToLower(s.Runtime), runtime),
+			model != "" && !strings.Contains(strings.ToLower(s.Model), model),
+			!q.Since.IsZero() && s.LastTime.Before(q.Since),
+			!q.Until.IsZero() && s.LastTime.After(q.Until),
+			q.Anomalous && !s.Anomalous:
+			continue
+		}
+		p.ByStatus[string(s.Status)]++
+		if q.Status != "" && string(s.Status) != q.Status {
+			continue
+		}
+		if p.Total >= q.Offset && len(p.Rows) < q.Limit {
+			p.Rows = append(p.Rows, *s)
+		}
+		p.Total++
+	}
+	return p
+}
+
+// sorted returns the summaries in page order, rebuilt when the copy
+// changed since the last call, the tenants, and the count.
+func (f *Fleet) sorted() ([]*projections.Summary, []string, int) {
+	f.mu.RLock()
+	if f.orderVer == f.version && f.order != nil {
+		o, t, n := f.order, f.tenants, len(f.byRef)
+		f.mu.RUnlock()
+		return o, t, n
+	}
+	f.mu.RUnlock()
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.orderVer != f.version || f.order == nil {
+		order := make([]*projections.Summary, 0, len(f.byRef))
+		seen := map[string]bool{}
+		var tenants []string
+		for _, s := range f.byRef {
+			order = append(order, s)
+			if !seen[s.Tenant] {
+				seen[s.Tenant] = true
+				tenants = append(tenants, s.Tenant)
+			}
+		}
+		slices.SortFunc(order, func(a, b *projections.Summary) int {
+			return cmp.Or(b.LastTime.Compare(a.LastTime), cmp.Compare(a.Tenant, b.Tenant), cmp.Compare(a.Session, b.Session))
+		})
+		slices.Sort(tenants)
+		f.order, f.tenants, f.orderVer = order, tenants, f.version
+	}
+	return f.order, f.tenants, len(f.byRef)
+}
+
+// Related lists the sessions linked to one: its sidechains (ParentSession
+// names it) and its forks (ForkedFrom names it), of the same tenant, in
+// page order.
+func (f *Fleet) Related(tenant, session string) []projections.Summary {
+	order, _, _ := f.sorted()
+	var out []projections.Summary
+	for _, s := range order {
+		if s.Tenant == tenant && (s.ParentSession == session || s.ForkedFrom == session) && s.Session != session {
+			out = append(out, *s)
+		}
+	}
+	return out
+}
+
+// Summaries returns every summary the copy holds, in page order.
+func (f *Fleet) Summaries() []projections.Summary {
+	order, _, _ := f.sorted()
+	out := make([]projections.Summary, len(order))
+	for i, s := range order {
+		out[i] = *s
+	}
+	return out
+}
+
+// Incidents correlates the fleet's incidents (see package Incidents): it
+// restores each anomalous session whose summary changed since the last
+// call, and reuses the signals of the others.
+func (f *Fleet) Incidents(ctx context.Context, cfg IncidentsConfig) ([]correlate.Incident, error) {
+	if err := f.Ready(ctx); err != nil {
+		return nil, err
+	}
+	cands := Candidates(f.Summaries(), cfg)
+	f.sigMu.Lock()
+	defer f.sigMu.Unlock()
+	var stale []projections.Summary
+	keep := make(map[ref]bool, len(cands))
+	for _, s := range cands {
+		r := ref{s.Tenant, s.Session}
+		keep[r] = true
+		if c, ok := f.signals[r]; !ok || c.lastSeq != s.LastSeq {
+			stale = append(stale, s)
+		}
+	}
+	fresh, err := collect(ctx, f.log, f.store, stale, cfg.Workers)
+	if err != nil {
+		return nil, err
+	}
+	for r, c := range fresh {
+		f.signals[r] = c
+	}
+	var sigs []correlate.Signal
+	var outs []correlate.Outcome
+	for r, c := range f.signals {
+		if !keep[r] {
+			continue
+		}
+		sigs = append(sigs, c.sigs...)
+		outs = append(outs, c.outs...)
+	}
+	// Forget the sessions the candidates no longer hold.
+	for r := range f.signals {
+		if !keep[r] {
+			delete(f.signals, r)
+		}
+	}
+	return correlate.Correlate(since(sigs, cfg.Since), outs, cfg.Correlate), nil
+}

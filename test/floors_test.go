@@ -1,0 +1,57 @@
+package test
+
+import (
+	"os/exec"
+	"strings"
+	"testing"
+)
+
+// TestBinariesLinkOnlyTheirFloors keeps the small binaries small (issue
+// 19): the worker and the reference runtime link neither the NATS server
+// nor the engine's packages, and the public packages (the contract and
+// the read model a runtime or an embedder imports) link no engine either.
+// It reads `go list -deps`, so an import that drags a floor up fails here
+// before it ships.
+func TestBinariesLinkOnlyTheirFloors(t *testing.T) {
+	if testing.Short() {
+		t.Skip("go list of the module: not in -short")
+	}
+	t.Parallel()
+	const mod = "github.com/turnstone-dev/turnstone/"
+	engineSide := []string{
+		"github.com/nats-io/nats-server/",
+		mod + "internal/engine",
+		mod + "internal/reconciler",
+		mod + "internal/ingestserver",
+		mod + "internal/presence",
+		mod + "internal/embedded",
+		mod + "internal/web",
+		mod + "internal/forensics",
+		mod + "internal/correlate",
+		mod + "internal/auth",
+	}
+	for _, c := range []struct {
+		pkg    string
+		forbid []string
+	}{
+		{"../cmd/worker", engineSide},
+		{"../cmd/refruntime", append(engineSide, mod+"internal/worker")},
+		{"../events", append(engineSide, mod+"internal/worker", mod+"projections", mod+"recovery")},
+		{"../recovery", append(engineSide, mod+"internal/worker", mod+"projections", mod+"internal/pgroup")},
+		{"../ingest", append(engineSide, mod+"internal/worker", mod+"projections")},
+		{"../projections", append(engineSide, mod+"internal/worker")},
+		{"../refruntime", append(engineSide, mod+"internal/worker")},
+	} {
+		out, err := exec.Command("go", "list", "-deps", c.pkg).CombinedOutput()
+		if err != nil {
+			t.Fatalf("go list -deps %s: %v\n%s", c.pkg, err, out)
+		}
+		for _, dep := range strings.Fields(string(out)) {
+			for _, f := range c.forbid {
+				if dep == f || strings.HasPrefix(dep, f) && (strings.HasSuffix(f, "/") || strings.HasPrefix(dep, f+"/")) {
+					t.Errorf("%s links %s", c.pkg, dep)
+				}
+			}
+		}
+	}
+}
