@@ -70,31 +70,45 @@ func span(from, to int) []int {
 	return out
 }
 
+// every is every step-th cut of a file of n lines.
+func every(n, step int) []int {
+	if raceEnabled {
+		step *= 3
+	}
+	var out []int
+	for k := 1; k < n; k += step {
+		out = append(out, k)
+	}
+	return out
+}
+
 // TestCutAnywhereThenGrow: real rollouts cut after any line, imported as
 // history or followed live, then imported whole, give the projection of
 // the whole file, and the cut flags nothing the whole file does not. Every
 // cut point of the 0.104 rollouts 019c8bfe (tool calls, a final answer)
-// and 019c8a70 (ends on a call), the 0.77 rollout (implicit turns) and the
-// 0.146 one (a late output after an abort, server tools, several
-// sessions' records, compactions); the first 60 lines of 019c8a4d
-// (parallel calls, two to five a response); the lines around 019c8a59's
-// compaction.
+// and 019c8a70 (ends on a call) and of the 0.77 rollout (implicit turns);
+// every cut point of the 0.146 one followed live (a late output after an
+// abort, server tools, several sessions' records, compactions), every
+// third imported as history; the first 48 lines of 019c8a4d (parallel
+// calls, two to five a response); cuts around 019c8a59's compaction.
 func TestCutAnywhereThenGrow(t *testing.T) {
 	cases := []struct {
-		rel  string
-		cuts []int
+		rel        string
+		live, hist func(n int) []int
 	}{
-		{rolloutShort, nil}, {rolloutPending, nil}, {rollout077, nil}, {rollout0146, nil},
-		{rolloutParallel, span(1, 60)},
-		{rolloutCompacted, []int{1785, 1786, 1788, 1789, 1791, 1793, 1796, 1798, 1799}},
+		{rolloutShort, nil, nil}, {rolloutPending, nil, nil}, {rollout077, nil, nil},
+		{rollout0146, nil, func(n int) []int { return every(n, 3) }},
+		{rolloutParallel, func(int) []int { return span(1, 48) }, func(int) []int { return span(1, 48) }},
+		{rolloutCompacted, func(int) []int { return []int{1786, 1789, 1791, 1796} }, func(int) []int { return []int{1786, 1789, 1791, 1796} }},
 	}
 	for _, tc := range cases {
 		path := wild(t, tc.rel)
-		cuts := tc.cuts
-		if cuts == nil && raceEnabled {
-			cuts = span(1, len(importertest.Lines(t, path))-1)
-		}
+		n := len(importertest.Lines(t, path))
 		for _, live := range []bool{true, false} {
+			cuts := every(n, 1)
+			if pick := map[bool]func(int) []int{true: tc.live, false: tc.hist}[live]; pick != nil {
+				cuts = pick(n)
+			}
 			t.Run(fmt.Sprintf("%s/live=%v", filepath.Base(tc.rel), live), func(t *testing.T) {
 				t.Parallel()
 				importertest.CutAnywhere(t, importertest.CutConfig{Format: Format, Live: live, Cuts: cuts, Allow: guesses(live)}, path)
