@@ -366,6 +366,7 @@ func (cv *conv) message(h *heldItem, meta bool, turn string) {
 // is the one a person typed (not meta).
 func (cv *conv) release(n int, prompt *heldItem) {
 	cv.start()
+	n = max(0, min(n, len(cv.held)))
 	if n > 0 {
 		cv.emitCompaction(false)
 	}
@@ -499,33 +500,39 @@ func (cv *conv) pair(h *heldItem, text string) {
 	if strings.TrimSpace(text) == "" {
 		h.pairText = textOf(h.blocks)
 	}
-	n := cv.heldIndex(h) + 1
 	t := cv.turn
 	switch {
 	case t != nil && !t.ended && t.ending == nil && !t.promptDone:
 		t.prompt, t.promptDone = h.pairText, true
-		cv.release(n, h)
+		cv.release(cv.heldIndex(h)+1, h)
 	case t != nil && !t.ended && t.ending == nil && !t.implicit:
-		cv.release(n, h) // a message into the running task
+		cv.release(cv.heldIndex(h)+1, h) // a message into the running task
 	case cv.taskMode:
 		// The task it starts is not open yet: task_started opens it.
 	default:
 		if t != nil && !t.ended {
+			// The items before the prompt end the old turn with it; the
+			// prompt and what came after it wait for the new one.
+			i := cv.heldIndex(h)
+			rest := append([]*heldItem(nil), cv.held[i:]...)
+			cv.held = cv.held[:i]
 			cv.endImplicit(h.l)
+			cv.held = append(cv.held, rest...)
 		}
 		cv.turn = &turn{id: importer.Token(fmt.Sprintf("implicit-L%d", h.l.n)), start: h.l.time, startLine: h.l.n, last: h.l.time,
 			implicit: true, prompt: h.pairText, promptDone: true}
-		cv.release(n, h)
+		cv.release(cv.heldIndex(h)+1, h)
 	}
 }
 
+// heldIndex is h's index in the held items (-1 when it is not held).
 func (cv *conv) heldIndex(h *heldItem) int {
 	for i, x := range cv.held {
 		if x == h {
 			return i
 		}
 	}
-	return len(cv.held) - 1
+	return -1
 }
 
 // assistant adds model output (a reasoning, message or call item) to the
