@@ -271,23 +271,7 @@ func (s *Session) appendMessage(ev events.Event, turn string, p *events.MessageA
 	m.Meta = m.Meta || p.Meta
 	m.Synthetic = m.Synthetic || p.Synthetic
 	if p.Role == events.RoleAssistant {
-		if p.Model != "" {
-			s.Model = IDKey(p.Model)
-		}
-		if p.StopReason != "" {
-			m.StopReason = IDKey(p.StopReason)
-		}
-		for i := range p.Content {
-			cb := &p.Content[i]
-			m.addBlock(digest(cb, ev.Seq))
-			m.Hash = chainOutput(m.Hash, cb)
-			if cb.Type == events.BlockToolUse {
-				s.toolUse(ev, turn, m, cb)
-			}
-		}
-		if !p.Synthetic {
-			s.stepPassed(turn, stageStep(events.StageExecute)) // the model answered
-		}
+		s.addOutput(ev, turn, m, p)
 		return
 	}
 	for i := range p.Content {
@@ -330,6 +314,29 @@ func (s *Session) appendMessage(ev events.Event, turn string, p *events.MessageA
 	}
 }
 
+// addOutput folds the content of p, an assistant record, into the
+// assistant message m: its blocks, its output hash, its tool_use blocks,
+// its model and stop_reason; the model answered.
+func (s *Session) addOutput(ev events.Event, turn string, m *Message, p *events.MessageAppended) {
+	if p.Model != "" {
+		s.Model = IDKey(p.Model)
+	}
+	if p.StopReason != "" {
+		m.StopReason = IDKey(p.StopReason)
+	}
+	for i := range p.Content {
+		cb := &p.Content[i]
+		m.addBlock(digest(cb, ev.Seq))
+		m.Hash = chainOutput(m.Hash, cb)
+		if cb.Type == events.BlockToolUse {
+			s.toolUse(ev, turn, m, cb)
+		}
+	}
+	if !p.Synthetic {
+		s.stepPassed(turn, stageStep(events.StageExecute)) // the model answered
+	}
+}
+
 // continued returns the assistant message that p, an assistant record,
 // continues, or nil. An importer that reads a transcript cut inside one
 // model response (Claude Code writes a response one content block a
@@ -365,23 +372,7 @@ func (s *Session) continueMessage(ev events.Event, turn string, a *Message, p *e
 	} else {
 		a.SeqsDropped++
 	}
-	if p.Model != "" {
-		s.Model = IDKey(p.Model)
-	}
-	if p.StopReason != "" {
-		a.StopReason = IDKey(p.StopReason)
-	}
-	for i := range p.Content {
-		cb := &p.Content[i]
-		a.addBlock(digest(cb, ev.Seq))
-		a.Hash = chainOutput(a.Hash, cb)
-		if cb.Type == events.BlockToolUse {
-			s.toolUse(ev, turn, a, cb)
-		}
-	}
-	if !p.Synthetic {
-		s.stepPassed(turn, stageStep(events.StageExecute))
-	}
+	s.addOutput(ev, turn, a, p)
 	if o := &s.Outputs; o.Message == a.Index && o.Before != nil {
 		o.restore(o.Before)
 		s.countOutput(a)

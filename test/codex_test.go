@@ -4,8 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -155,15 +153,7 @@ func TestCodexImportInspectAndWebView(t *testing.T) {
 		t.Errorf("inspect --json: %+v", st)
 	}
 
-	get := func(u string) (int, string) {
-		resp, err := http.Get(u)
-		if err != nil {
-			return 0, err.Error()
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, string(b)
-	}
+	get := httpGet
 	waitFor(t, "the web view lists the Codex sessions with their runtime", func() bool {
 		code, body := get("http://" + ui + "/ui/?tenant=default&runtime=codex")
 		return code == 200 && strings.Contains(body, `data-session="default/`+pending+`"`) &&

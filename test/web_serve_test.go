@@ -32,15 +32,7 @@ func TestServeWebViewAndIncidentMetrics(t *testing.T) {
 		t.Fatalf("refruntime: %v\n%s", err, out)
 	}
 	session := strings.TrimSpace(string(out))
-	get := func(u string) (int, string) {
-		resp, err := http.Get(u)
-		if err != nil {
-			return 0, err.Error()
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, string(b)
-	}
+	get := httpGet
 	waitFor(t, "the web view lists the session", func() bool {
 		code, body := get("http://" + ui + "/ui/?tenant=web")
 		return code == 200 && strings.Contains(body, `data-session="web/`+session+`"`)
@@ -59,4 +51,16 @@ func TestServeWebViewAndIncidentMetrics(t *testing.T) {
 	if code, _ := get("http://" + tele + "/ui/"); code != http.StatusNotFound {
 		t.Errorf("the telemetry address serves /ui/: %d", code)
 	}
+}
+
+// httpGet returns the status and body of a GET of u (status 0 and the
+// error's text when it fails).
+func httpGet(u string) (int, string) {
+	resp, err := http.Get(u)
+	if err != nil {
+		return 0, err.Error()
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/turnstone-dev/turnstone/events"
+	"github.com/turnstone-dev/turnstone/internal/importer"
 )
 
 // Record types (the "type" field) and system subtypes of a Claude Code
@@ -531,17 +532,8 @@ func between(s, open, close string) string {
 	return strings.TrimSpace(s[:j])
 }
 
-// clip returns the first n runes of s.
-func clip(s string, n int) string {
-	i := 0
-	for j := range s {
-		if i == n {
-			return s[:j]
-		}
-		i++
-	}
-	return s
-}
+// clip returns the first n runes of s (importer.Clip).
+func clip(s string, n int) string { return importer.Clip(s, n) }
 
 func nonNull(raw json.RawMessage) json.RawMessage {
 	raw = bytes.TrimSpace(raw)
