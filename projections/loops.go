@@ -73,10 +73,10 @@ type OutputStreak struct {
 	// that none counts twice.
 	Message int `json:"message,omitzero"`
 	// Before is the streak as it was before that message counted, kept
-	// when the message has a message_id: a later message.appended of the
-	// same response (a piece recorded after its tool results, see
-	// Message.MessageID) adds blocks to it, and it counts again, with its
-	// whole output, from there.
+	// when the message has a message_id and counted because tool results
+	// came: a later message.appended of the same response (a piece
+	// recorded after its tool results, see Message.MessageID) adds blocks
+	// to it, and it counts again, with its whole output, from there.
 	Before *OutputRun `json:"before,omitempty"`
 }
 
@@ -211,8 +211,10 @@ func InputHash(input json.RawMessage) string {
 }
 
 // countOutput counts assistant message m, now complete, in the output
-// streak, unless it counted already.
-func (s *Session) countOutput(m *Message) {
+// streak, unless it counted already. keep keeps the streak as it was
+// before (OutputStreak.Before), for a record of m's response that may
+// continue it.
+func (s *Session) countOutput(m *Message, keep bool) {
 	if m == nil || m.Role != events.RoleAssistant || m.Index <= s.Outputs.Message || len(m.Seqs) == 0 {
 		return
 	}
@@ -222,7 +224,7 @@ func (s *Session) countOutput(m *Message) {
 	}
 	o := &s.Outputs
 	o.Before = nil
-	if m.MessageID != "" {
+	if keep {
 		o.Before = o.run()
 	}
 	o.Message, o.LastSeq = m.Index, m.Seqs[0]
@@ -254,7 +256,7 @@ func (s *Session) message(i int) *Message {
 // assistant message that due accepts.
 func (s *Session) completeOutput(due func(*Message) bool) {
 	if m := s.lastMessage(); m != nil && m.Role == events.RoleAssistant && (due == nil || due(m)) {
-		s.countOutput(m)
+		s.countOutput(m, false)
 	}
 }
 

@@ -240,7 +240,9 @@ func (s *Session) appendMessage(ev events.Event, turn string, p *events.MessageA
 		return
 	}
 	if m != nil && m.Role == events.RoleAssistant && p.Role == events.RoleUser {
-		s.countOutput(m) // the assistant message is complete
+		// The assistant message is complete; a later record of its
+		// response may still continue it after results (see continued).
+		s.countOutput(m, m.MessageID != "" && onlyResults(p))
 	}
 	if m != nil && m.Role == p.Role {
 		if len(m.Seqs) < MaxMessageSeqs {
@@ -337,6 +339,20 @@ func (s *Session) addOutput(ev events.Event, turn string, m *Message, p *events.
 	}
 }
 
+// onlyResults reports whether p holds tool_result blocks only, and is no
+// runtime's or Turnstone's own addition (meta, synthetic).
+func onlyResults(p *events.MessageAppended) bool {
+	if p.Meta || p.Synthetic {
+		return false
+	}
+	for i := range p.Content {
+		if p.Content[i].Type != events.BlockToolResult {
+			return false
+		}
+	}
+	return true
+}
+
 // continued returns the assistant message that p, an assistant record,
 // continues, or nil. An importer that reads a transcript cut inside one
 // model response (Claude Code writes a response one content block a
@@ -375,7 +391,7 @@ func (s *Session) continueMessage(ev events.Event, turn string, a *Message, p *e
 	s.addOutput(ev, turn, a, p)
 	if o := &s.Outputs; o.Message == a.Index && o.Before != nil {
 		o.restore(o.Before)
-		s.countOutput(a)
+		s.countOutput(a, true)
 	}
 }
 
