@@ -10,7 +10,7 @@ import (
 // Emitter builds the events of one converted session: each with a
 // deterministic id, the session's source, validated; an event that fails
 // validation is a Diagnostic of the line it came from instead. It also
-// knows which events the log holds already (Input.Stored), for Resume.
+// knows which events the log holds already (Input.Stored), for Pieces.
 type Emitter struct {
 	s      *Session
 	res    *Result

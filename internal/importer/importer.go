@@ -27,7 +27,7 @@
 // assistant response cut by the end of the file is recorded as far as it
 // goes (a piece, keyed by its first and last records, PieceKey), and the
 // conversion of the grown file continues it from the first record no
-// stored piece holds (Emitter.Resume), as later message.appended events of
+// stored piece holds (Emitter.Pieces), as later message.appended events of
 // the same message_id, which the projection merges into one API message.
 // Importing a cut file and then the whole file gives the projection that
 // importing the whole file once gives, and flags nothing it does not.
