@@ -1,0 +1,180 @@
+package otel
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/cenkalti/backoff/v4"
+	"github.com/turnstone-dev/turnstone/events"
+	"github.com/turnstone-dev/turnstone/projections"
+	"go.opentelemetry.io/otel/sdk/resource"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/trace"
+)
+
+// newProvider returns a TracerProvider that gives each span the ids the
+// log derives (idGenerator), records every span (export is a copy of the
+// log, not a sample), and hands the spans that end to proc.
+func newProvider(res *resource.Resource, proc sdktrace.SpanProcessor) *sdktrace.TracerProvider {
+	if res == nil {
+		res = resource.Empty()
+	}
+	return sdktrace.NewTracerProvider(
+		sdktrace.WithIDGenerator(idGenerator{}),
+		sdktrace.WithSampler(sdktrace.AlwaysSample()),
+		sdktrace.WithResource(res),
+		sdktrace.WithSpanProcessor(proc),
+	)
+}
+
+func newMapper(tp *sdktrace.TracerProvider, log projections.SessionReader, cfg MapConfig) *mapper {
+	cfg.setDefaults()
+	m := &mapper{cfg: cfg}
+	if tp != nil {
+		m.tracer = tp.Tracer(ScopeName, trace.WithSchemaURL(SchemaURL))
+	}
+	if log != nil {
+		m.res = newResolver(log)
+	}
+	return m
+}
+
+// SessionRef names a session to export.
+type SessionRef struct {
+	Tenant, Session string
+	// Events is how many events it holds, when known (for progress).
+	Events uint64
+}
+
+// BackfillConfig configures Backfill.
+type BackfillConfig struct {
+	// Map is how sessions map to spans: the live export's, so that both
+	// send the same spans.
+	Map MapConfig
+	// Resource describes the process in every span (ResourceFromEnv).
+	Resource *resource.Resource
+	// Batch is the export's batching (OTEL_BSP_*; see BatchFromEnv).
+	Batch Batch
+	// Since, when set, sends only the spans that ended at or after it (a
+	// span running then is sent, with its children that ended after it);
+	// every session is still folded from its first event.
+	Since time.Time
+	// RetryFor is how long an export that fails is tried again before
+	// Backfill gives up. Default 1 minute.
+	RetryFor time.Duration
+	// Progress, when set, is called after each session with the counts
+	// so far.
+	Progress func(BackfillStats)
+}
+
+// BackfillStats counts what Backfill did.
+type BackfillStats struct {
+	Sessions int
+	Events   int
+	Spans    int
+}
+
+// Backfill replays each session of log (projections.Replay: the one fold
+// every replay takes) and sends the spans of its history to exp, in
+// batches of Batch.MaxExportBatchSize, retrying a failed export for up to
+// RetryFor. It sends the spans the live export sends for the same log,
+// with the same ids, so a second backfill, or a backfill of what was
+// exported live, sends identical spans. A session that does not exist is
+// skipped.
+//
+// Errors: the log's (events.ErrLogUnavailable), an export that failed for
+// RetryFor, ctx's; the stats say how far it got.
+func Backfill(ctx context.Context, log projections.SessionReader, exp sdktrace.SpanExporter, sessions []SessionRef, cfg BackfillConfig) (BackfillStats, error) {
+	cfg.Batch.setDefaults()
+	if cfg.RetryFor <= 0 {
+		cfg.RetryFor = time.Minute
+	}
+	col := &collector{}
+	tp := newProvider(cfg.Resource, col)
+	defer func() { _ = tp.Shutdown(context.Background()) }()
+	m := newMapper(tp, log, cfg.Map)
+	var stats BackfillStats
+	flush := func(all bool) error {
+		for col.len() > 0 && (all || col.len() >= cfg.Batch.MaxExportBatchSize) {
+			spans := col.take()
+			if !cfg.Since.IsZero() {
+				kept := spans[:0]
+				for _, s := range spans {
+					if !s.EndTime().Before(cfg.Since) {
+						kept = append(kept, s)
+					}
+				}
+				spans = kept
+			}
+			for len(spans) > 0 {
+				n := min(len(spans), cfg.Batch.MaxExportBatchSize)
+				if err := exportRetry(ctx, exp, spans[:n], cfg.Batch.ExportTimeout, cfg.RetryFor); err != nil {
+					return err
+				}
+				stats.Spans += n
+				spans = spans[n:]
+			}
+		}
+		return nil
+	}
+	for _, ref := range sessions {
+		sm := m.newSession(ref.Tenant, ref.Session)
+		var mapErr error
+		_, err := projections.Replay(ctx, log, ref.Tenant, ref.Session, projections.ReplayRange{}, func(st projections.Step) error {
+			stats.Events++
+			if err := sm.step(ctx, st); err != nil {
+				mapErr = err
+				return err
+			}
+			if col.len() >= cfg.Batch.MaxExportBatchSize {
+				return flush(false)
+			}
+			return nil
+		})
+		if mapErr != nil {
+			err = mapErr
+		}
+		if err != nil && !errors.Is(err, events.ErrSessionNotFound) {
+			return stats, fmt.Errorf("export %s/%s: %w", ref.Tenant, ref.Session, err)
+		}
+		stats.Sessions++
+		if err := flush(false); err != nil {
+			return stats, err
+		}
+		if cfg.Progress != nil {
+			cfg.Progress(stats)
+		}
+	}
+	if err := flush(true); err != nil {
+		return stats, err
+	}
+	if cfg.Progress != nil {
+		cfg.Progress(stats)
+	}
+	return stats, nil
+}
+
+// exportRetry exports spans, trying again with exponential back-off
+// while it fails, for up to retryFor (0: until ctx ends). Each try has
+// timeout.
+func exportRetry(ctx context.Context, exp sdktrace.SpanExporter, spans []sdktrace.ReadOnlySpan, timeout, retryFor time.Duration) error {
+	b := backoff.NewExponentialBackOff()
+	b.InitialInterval = 200 * time.Millisecond
+	b.MaxInterval = 10 * time.Second
+	b.MaxElapsedTime = retryFor
+	op := func() error {
+		tctx, cancel := context.WithTimeout(ctx, timeout)
+		defer cancel()
+		err := exp.ExportSpans(tctx, spans)
+		if err != nil && ctx.Err() != nil {
+			return backoff.Permanent(ctx.Err())
+		}
+		return err
+	}
+	if err := backoff.Retry(op, backoff.WithContext(b, ctx)); err != nil {
+		return fmt.Errorf("export %d spans: %w", len(spans), err)
+	}
+	return nil
+}
