@@ -54,10 +54,11 @@ func ConsumerName(durable string, p int) string {
 // ConsumerConfig is the durable consumer the live export reads partition p
 // through, apart from the projector's, so that a backend that is down
 // delays the export and never the engine: the events of agent.evt.<p>.>
-// from the first (DeliverAll: what the log held when the consumer was
-// created is exported once), acknowledged cumulatively (AckAll) once
-// their spans are exported, pulled by one engine at a time (the
-// pinned_client priority policy, ADR-42, in group).
+// stored after the consumer was created (DeliverNew: the live export
+// starts when it is set up; `engine export otel` sends the history),
+// acknowledged cumulatively (AckAll) once their spans are exported,
+// pulled by one engine at a time (the pinned_client priority policy,
+// ADR-42, in group).
 func ConsumerConfig(durable, group string, p int) jetstream.ConsumerConfig {
 	if group == "" {
 		group = DefaultGroup
@@ -69,7 +70,7 @@ func ConsumerConfig(durable, group string, p int) jetstream.ConsumerConfig {
 		AckPolicy:      jetstream.AckAllPolicy,
 		AckWait:        DefaultAckWait,
 		MaxAckPending:  DefaultMaxAckPending,
-		DeliverPolicy:  jetstream.DeliverAllPolicy,
+		DeliverPolicy:  jetstream.DeliverNewPolicy,
 		PriorityPolicy: jetstream.PriorityPolicyPinned,
 		PriorityGroups: []string{group},
 		PinnedTTL:      10 * time.Second,
@@ -77,9 +78,9 @@ func ConsumerConfig(durable, group string, p int) jetstream.ConsumerConfig {
 }
 
 // EnsureConsumers creates or updates the export consumer of every
-// partition: `engine setup` does, and an engine that sets up JetStream
-// itself, when its export is on. An engine never creates them otherwise
-// (Exporter.Acquire asks for them to exist).
+// partition: `engine setup` does (engine.WithOTelExport), and an engine
+// that sets up JetStream itself, when its export is on. An exporter never
+// creates them (Exporter.Acquire waits for them to exist).
 func EnsureConsumers(ctx context.Context, js jetstream.JetStream, partitions int) error {
 	st, err := js.Stream(ctx, events.EventsStream)
 	if err != nil {
@@ -213,52 +214,71 @@ func (e *Exporter) Open(ctx context.Context) error {
 		return nil
 	}
 	for p := 0; p < e.log.Partitions(); p++ {
-		if err := e.Acquire(ctx, p, false); err != nil {
-			return fmt.Errorf("open otel exporter: %w", err)
-		}
+			e.Acquire(ctx, p, false)
 	}
 	return nil
 }
 
-// Acquire starts exporting partition part through its export consumer,
-// which must exist (EnsureConsumers; else an error wrapping
-// ErrNoConsumer). unpin asks the server to unpin the consumer first (the
-// previous owner is dead). Acquiring a partition held is a no-op.
-func (e *Exporter) Acquire(ctx context.Context, part int, unpin bool) error {
+// Acquire starts exporting partition part through its export consumer
+// (EnsureConsumers), on a goroutine of its own. It never fails: while the
+// consumer cannot be read (JetStream unavailable, or the consumer not set
+// up: ErrNoConsumer) the goroutine logs why and tries again, and the
+// engine's other work goes on. unpin asks the server to unpin the
+// consumer first (the previous owner is dead). Acquiring a partition held
+// is a no-op.
+func (e *Exporter) Acquire(ctx context.Context, part int, unpin bool) {
 	e.mu.Lock()
-	_, held := e.parts[part]
-	closed := e.closed
-	e.mu.Unlock()
-	if held || closed {
-		return nil
-	}
-	st, err := e.log.JetStream().Stream(ctx, events.EventsStream)
-	if err != nil {
-		return fmt.Errorf("otel acquire partition %d: %w", part, err)
-	}
-	name := ConsumerName(e.cfg.Durable, part)
-	cons, err := st.Consumer(ctx, name)
-	if errors.Is(err, jetstream.ErrConsumerNotFound) {
-		return fmt.Errorf("otel acquire partition %d: consumer %s: %w", part, name, ErrNoConsumer)
-	}
-	if err != nil {
-		return fmt.Errorf("otel acquire partition %d: consumer %s: %w", part, name, err)
-	}
-	if unpin {
-		if err := st.UnpinConsumer(ctx, name, e.cfg.Group); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
-			e.l.Debug().Err(err).Int("partition", part).Msg("unpin")
-		}
+	defer e.mu.Unlock()
+	if _, held := e.parts[part]; held || e.closed {
+		return
 	}
 	col := &collector{}
 	tp := newProvider(e.cfg.Resource, col)
 	wctx, cancel := context.WithCancel(context.Background())
-	w := &partWorker{e: e, part: part, cons: cons, col: col, tp: tp, m: newMapper(tp, e.log, e.cfg.Map),
+	w := &partWorker{e: e, part: part, unpin: unpin, col: col, tp: tp, m: newMapper(tp, e.log, e.cfg.Map),
 		sessions: map[string]*liveSession{}, cancel: cancel, done: make(chan struct{})}
-	e.mu.Lock()
 	e.parts[part] = w
-	e.mu.Unlock()
 	go w.run(wctx)
-	return nil
+}
+
+// consumer looks the partition's export consumer up (and unpins it once
+// when asked), trying again until it is found or ctx ends.
+func (w *partWorker) consumer(ctx context.Context) (jetstream.Consumer, bool) {
+	e := w.e
+	name := ConsumerName(e.cfg.Durable, w.part)
+	var logged time.Time
+	for ctx.Err() == nil {
+		cons, err := func() (jetstream.Consumer, error) {
+			lctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			defer cancel()
+			st, err := e.log.JetStream().Stream(lctx, events.EventsStream)
+			if err != nil {
+				return nil, err
+			}
+			cons, err := st.Consumer(lctx, name)
+			if errors.Is(err, jetstream.ErrConsumerNotFound) {
+				return nil, fmt.Errorf("consumer %s: %w", name, ErrNoConsumer)
+			}
+			if err != nil {
+				return nil, fmt.Errorf("consumer %s: %w", name, err)
+			}
+			if w.unpin {
+				if err := st.UnpinConsumer(lctx, name, e.cfg.Group); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
+					e.l.Debug().Err(err).Int("partition", w.part).Msg("unpin")
+				}
+			}
+			return cons, nil
+		}()
+		if err == nil {
+			return cons, true
+		}
+		if time.Since(logged) > time.Minute {
+			e.l.Error().Err(err).Int("partition", w.part).Msg("export: cannot read the export consumer; trying again")
+			logged = time.Now()
+		}
+		sleep(ctx, 2*time.Second)
+	}
+	return nil, false
 }
 
 // Release stops exporting partition part: what it read is exported and
@@ -356,9 +376,10 @@ type liveSession struct {
 
 // partWorker exports one partition, on its own goroutine.
 type partWorker struct {
-	e    *Exporter
-	part int
-	cons jetstream.Consumer
+	e     *Exporter
+	part  int
+	unpin bool
+	cons  jetstream.Consumer
 	col  *collector
 	tp   *sdktrace.TracerProvider
 	m    *mapper
@@ -399,6 +420,11 @@ func (w *partWorker) forget(covers func(tenant, session string) bool) {
 func (w *partWorker) run(ctx context.Context) {
 	defer close(w.done)
 	defer func() { _ = w.tp.Shutdown(context.Background()) }()
+	cons, ok := w.consumer(ctx)
+	if !ok {
+		return
+	}
+	w.cons = cons
 	cfg := w.e.cfg
 	var (
 		pending   []jetstream.Msg // read, mapped, not yet acknowledged
