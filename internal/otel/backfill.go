@@ -9,6 +9,7 @@ import (
 	"github.com/cenkalti/backoff/v4"
 	"github.com/turnstone-dev/turnstone/events"
 	"github.com/turnstone-dev/turnstone/projections"
+	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
@@ -16,10 +17,11 @@ import (
 
 // newProvider returns a TracerProvider that gives each span the ids the
 // log derives (idGenerator), records every span (export is a copy of the
-// log, not a sample), and hands the spans that end to proc.
+// log, not a sample), and hands the spans that end to proc. A nil res
+// names the service "turnstone" and nothing else.
 func newProvider(res *resource.Resource, proc sdktrace.SpanProcessor) *sdktrace.TracerProvider {
 	if res == nil {
-		res = resource.Empty()
+		res = resource.NewSchemaless(attribute.String("service.name", DefaultServiceName))
 	}
 	return sdktrace.NewTracerProvider(
 		sdktrace.WithIDGenerator(idGenerator{}),

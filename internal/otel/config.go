@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/url"
 	"os"
 	"strconv"
 	"strings"
@@ -91,8 +92,13 @@ type ExportConfig struct {
 	// and neither OTEL_SDK_DISABLED=true nor OTEL_TRACES_EXPORTER=none
 	// turns it off.
 	Enabled bool
-	// Endpoint is the endpoint given (for logs).
+	// Endpoint is the endpoint given: OTEL_EXPORTER_OTLP_TRACES_ENDPOINT
+	// (the traces' URL, used as it is), else OTEL_EXPORTER_OTLP_ENDPOINT
+	// (a base URL, to which OTLP/HTTP adds /v1/traces).
 	Endpoint string
+	// TracesURL is the URL the traces go to: Endpoint with /v1/traces
+	// added when it is the base URL and the protocol is OTLP/HTTP.
+	TracesURL string
 	// Protocol is ProtocolHTTP (the specification's default) or
 	// ProtocolGRPC (OTEL_EXPORTER_OTLP_TRACES_PROTOCOL, else
 	// OTEL_EXPORTER_OTLP_PROTOCOL).
@@ -115,9 +121,10 @@ func ConfigFromEnv(getenv func(string) string) (ExportConfig, error) {
 	}
 	var c ExportConfig
 	var errs []error
-	c.Endpoint = getenv(EnvTracesEndpoint)
-	if c.Endpoint == "" {
-		c.Endpoint = getenv(EnvEndpoint)
+	c.Endpoint = strings.TrimSpace(getenv(EnvTracesEndpoint))
+	base := c.Endpoint == ""
+	if base {
+		c.Endpoint = strings.TrimSpace(getenv(EnvEndpoint))
 	}
 	exporter := strings.ToLower(strings.TrimSpace(getenv(EnvTracesExporter)))
 	disabled := strings.EqualFold(strings.TrimSpace(getenv(EnvSDKDisabled)), "true")
@@ -137,6 +144,15 @@ func ConfigFromEnv(getenv func(string) string) (ExportConfig, error) {
 		errs = append(errs, fmt.Errorf("%w: %s=http/json is not supported: use http/protobuf or grpc", ErrInvalidConfig, EnvProtocol))
 	default:
 		errs = append(errs, fmt.Errorf("%w: %s=%q: want grpc or http/protobuf", ErrInvalidConfig, EnvProtocol, c.Protocol))
+	}
+	c.TracesURL = c.Endpoint
+	if base && c.Endpoint != "" && c.Protocol == ProtocolHTTP {
+		c.TracesURL = strings.TrimSuffix(c.Endpoint, "/") + "/v1/traces"
+	}
+	if c.Endpoint != "" {
+		if u, err := url.Parse(c.Endpoint); err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") {
+			errs = append(errs, fmt.Errorf("%w: endpoint %q: want a URL such as http://localhost:4318", ErrInvalidConfig, c.Endpoint))
+		}
 	}
 	c.Map.CaptureContent = strings.EqualFold(strings.TrimSpace(getenv(EnvCaptureContent)), "true")
 	ms := func(name string) time.Duration {
@@ -166,22 +182,30 @@ func positive(getenv func(string) string, name string, errs *[]error) int {
 	return n
 }
 
-// NewSpanExporter returns the OTLP exporter of c's protocol, configured
-// by the standard variables (endpoint, headers, timeout, compression,
-// certificates). Its own retries are off: the caller retries a failed
+// NewSpanExporter returns the OTLP exporter of c's protocol, sending to
+// c.TracesURL, configured by the other standard variables (headers,
+// timeout, compression, certificates). Its own retries are off: the caller retries a failed
 // export until it succeeds (the live export) or for its RetryFor (the
 // backfill), so that a span is never dropped. It connects lazily: a
 // backend that is down fails the exports, not this call.
 func NewSpanExporter(ctx context.Context, c ExportConfig) (sdktrace.SpanExporter, error) {
 	switch c.Protocol {
 	case ProtocolGRPC:
-		exp, err := otlptracegrpc.New(ctx, otlptracegrpc.WithRetry(otlptracegrpc.RetryConfig{Enabled: false}))
+		opts := []otlptracegrpc.Option{otlptracegrpc.WithRetry(otlptracegrpc.RetryConfig{Enabled: false})}
+		if c.TracesURL != "" {
+			opts = append(opts, otlptracegrpc.WithEndpointURL(c.TracesURL))
+		}
+		exp, err := otlptracegrpc.New(ctx, opts...)
 		if err != nil {
 			return nil, fmt.Errorf("otlp grpc exporter: %w", err)
 		}
 		return exp, nil
 	case ProtocolHTTP, "":
-		exp, err := otlptracehttp.New(ctx, otlptracehttp.WithRetry(otlptracehttp.RetryConfig{Enabled: false}))
+		opts := []otlptracehttp.Option{otlptracehttp.WithRetry(otlptracehttp.RetryConfig{Enabled: false})}
+		if c.TracesURL != "" {
+			opts = append(opts, otlptracehttp.WithEndpointURL(c.TracesURL))
+		}
+		exp, err := otlptracehttp.New(ctx, opts...)
 		if err != nil {
 			return nil, fmt.Errorf("otlp http exporter: %w", err)
 		}

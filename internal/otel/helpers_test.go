@@ -5,6 +5,8 @@ import (
 	"os"
 	"testing"
 
+	"github.com/rs/zerolog"
+
 	"github.com/turnstone-dev/turnstone/events"
 	"github.com/turnstone-dev/turnstone/internal/claudecode"
 	"github.com/turnstone-dev/turnstone/internal/embedded/embeddedtest"
@@ -120,3 +122,18 @@ func byOp(spans tracetest.SpanStubs) map[string][]tracetest.SpanStub {
 }
 
 var _ sdktrace.SpanExporter = (*tracetest.InMemoryExporter)(nil)
+
+func newConverter(t testing.TB, tenant string) *claudecode.Converter {
+	t.Helper()
+	c, err := claudecode.NewConverter(claudecode.Options{Tenant: tenant})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// testLogger logs to the test's output.
+func testLogger(t testing.TB) *zerolog.Logger {
+	l := zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.DebugLevel)
+	return &l
+}

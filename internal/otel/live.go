@@ -514,6 +514,8 @@ func (w *partWorker) final(pending []jetstream.Msg) {
 	if p := w.flushCtx.Load(); p != nil {
 		ctx = *p
 	}
+	ctx, cancel := context.WithTimeout(ctx, w.e.cfg.Batch.ExportTimeout)
+	defer cancel()
 	if w.export(ctx, pending) {
 		_ = pending[len(pending)-1].Ack()
 	}
