@@ -137,3 +137,5 @@ func testLogger(t testing.TB) *zerolog.Logger {
 	l := zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.DebugLevel)
 	return &l
 }
+
+func attrKey(k string) attribute.Key { return attribute.Key(k) }
