@@ -2,13 +2,18 @@ package otel
 
 import (
 	"context"
+	"fmt"
 	"os"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/rs/zerolog"
 
 	"github.com/turnstone-dev/turnstone/events"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/turnstone-dev/turnstone/internal/claudecode"
+	"github.com/turnstone-dev/turnstone/internal/embedded"
 	"github.com/turnstone-dev/turnstone/internal/embedded/embeddedtest"
 	"go.opentelemetry.io/otel/attribute"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
@@ -32,6 +37,74 @@ func transcriptFiles(t testing.TB) []string {
 		t.Fatalf("found %d transcript files, want the 25 shipped", len(files))
 	}
 	return files
+}
+
+// shared is one log holding every shipped transcript under tenant
+// "real", imported once for the tests that only read it.
+var shared struct {
+	once sync.Once
+	srv  *embedded.Server
+	dir  string
+	log  *events.Log
+	err  error
+}
+
+// TestMain stops the shared server and removes its store at the end.
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if shared.srv != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		_ = shared.srv.Close(ctx)
+		cancel()
+	}
+	if shared.dir != "" {
+		_ = os.RemoveAll(shared.dir)
+	}
+	os.Exit(code)
+}
+
+// sharedLog returns the shared log, importing the transcripts on first
+// use (on an embedded server that lives as long as the test binary).
+func sharedLog(t testing.TB) *events.Log {
+	t.Helper()
+	files := transcriptFiles(t)
+	shared.once.Do(func() {
+		dir, err := os.MkdirTemp("", "turnstone-otel-test-")
+		if err != nil {
+			shared.err = err
+			return
+		}
+		shared.dir = dir
+		srv, err := embedded.Start(embedded.Config{Host: "127.0.0.1", Port: -1, DataDir: dir}, nil)
+		if err != nil {
+			shared.err = err
+			return
+		}
+		shared.srv = srv
+		nc, err := srv.Connect()
+		if err != nil {
+			shared.err = err
+			return
+		}
+		js, err := jetstream.New(nc)
+		if err != nil {
+			shared.err = err
+			return
+		}
+		if shared.log, err = events.Open(context.Background(), js, events.Config{}, nil); err != nil {
+			shared.err = err
+			return
+		}
+		rep, err := claudecode.Import(context.Background(), claudecode.LogStore(shared.log), files, claudecode.Options{Tenant: "real"}, nil)
+		if err == nil && len(rep.Diagnostics) > 0 {
+			err = fmt.Errorf("import diagnostics: %v", rep.Diagnostics)
+		}
+		shared.err = err
+	})
+	if shared.err != nil {
+		t.Fatal(shared.err)
+	}
+	return shared.log
 }
 
 // newLog opens a log on an embedded server of its own.

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 	"github.com/turnstone-dev/turnstone/events"
@@ -214,7 +215,7 @@ func (e *Exporter) Open(ctx context.Context) error {
 		return nil
 	}
 	for p := 0; p < e.log.Partitions(); p++ {
-			e.Acquire(ctx, p, false)
+		e.Acquire(ctx, p, false)
 	}
 	return nil
 }
@@ -380,12 +381,16 @@ type partWorker struct {
 	part  int
 	unpin bool
 	cons  jetstream.Consumer
-	col  *collector
-	tp   *sdktrace.TracerProvider
-	m    *mapper
+	col   *collector
+	tp    *sdktrace.TracerProvider
+	m     *mapper
 
 	mu       sync.Mutex
 	sessions map[string]*liveSession
+
+	// ackFloor is the last stream sequence acknowledged (AckAll): the
+	// consumer's at the start, then the worker's own.
+	ackFloor uint64
 
 	cancel   context.CancelFunc
 	done     chan struct{}
@@ -416,6 +421,10 @@ func (w *partWorker) forget(covers func(tenant, session string) bool) {
 	}
 }
 
+// maxHeld bounds the events a worker holds read and not yet
+// acknowledged: past it, it exports before it reads more.
+const maxHeld = DefaultMaxAckPending / 2
+
 // run reads, maps, exports and acknowledges until ctx ends.
 func (w *partWorker) run(ctx context.Context) {
 	defer close(w.done)
@@ -425,12 +434,21 @@ func (w *partWorker) run(ctx context.Context) {
 		return
 	}
 	w.cons = cons
+	if ci, err := cons.Info(ctx); err == nil {
+		w.ackFloor = ci.AckFloor.Stream
+	}
 	cfg := w.e.cfg
 	var (
 		pending   []jetstream.Msg // read, mapped, not yet acknowledged
 		firstSpan time.Time       // when the oldest span waiting was made
 		lastEvict = time.Now()
+		it        jetstream.MessagesContext
 	)
+	defer func() {
+		if it != nil {
+			it.Stop()
+		}
+	}()
 	fail := func(err error) {
 		// The state may hold events whose spans were not exported: forget
 		// it all, and have what is pending delivered again.
@@ -448,54 +466,75 @@ func (w *partWorker) run(ctx context.Context) {
 	for {
 		if ctx.Err() != nil {
 			w.final(pending)
+			if it != nil {
+				// Hand the events pulled and not read yet back too, for
+				// the next owner to have at once.
+				it.Drain()
+				for {
+					m, err := it.Next(jetstream.NextMaxWait(200 * time.Millisecond))
+					if err != nil {
+						break
+					}
+					_ = m.Nak()
+				}
+				it = nil
+			}
 			return
 		}
-		room := min(256, DefaultMaxAckPending-len(pending))
-		if w.col.len() < cfg.Batch.MaxQueueSize && room > 0 {
-			wait := time.Second
-			if len(pending) > 0 && w.col.len() > 0 {
-				wait = min(wait, max(time.Until(firstSpan.Add(cfg.Batch.ScheduleDelay)), 10*time.Millisecond))
-			}
-			batch, err := w.cons.Fetch(room, jetstream.FetchMaxWait(wait), jetstream.FetchPriorityGroup(cfg.Group))
-			if err != nil {
-				if ctx.Err() == nil {
-					w.e.l.Debug().Err(err).Int("partition", w.part).Msg("export fetch")
-					sleep(ctx, 200*time.Millisecond)
-				}
+		if it == nil {
+			var err error
+			if it, err = cons.Messages(jetstream.PullMaxMessages(256), jetstream.PullPriorityGroup(cfg.Group)); err != nil {
+				w.e.l.Warn().Err(err).Int("partition", w.part).Msg("export: cannot pull; trying again")
+				it = nil
+				sleep(ctx, time.Second)
 				continue
 			}
-			var mapErr error
-			for msg := range batch.Messages() {
-				pending = append(pending, msg)
-				if mapErr != nil {
-					continue
+		}
+		full := w.col.len() >= cfg.Batch.MaxExportBatchSize || w.col.len() >= cfg.Batch.MaxQueueSize || len(pending) >= maxHeld
+		if !full {
+			// Read while events come; once none comes within the wait,
+			// what was read is exported (spans: once ScheduleDelay has
+			// passed since the oldest was made; none: at once).
+			wait := 250 * time.Millisecond
+			if len(pending) > 0 {
+				wait = time.Millisecond
+				if w.col.len() > 0 {
+					wait = max(time.Until(firstSpan.Add(cfg.Batch.ScheduleDelay)), time.Millisecond)
 				}
+			}
+			msg, err := it.Next(jetstream.NextMaxWait(wait))
+			switch {
+			case err == nil:
+				pending = append(pending, msg)
 				before := w.col.len()
 				if err := w.handle(ctx, msg); err != nil {
-					mapErr = err
+					if ctx.Err() == nil {
+						fail(err)
+					}
+					continue
 				}
 				if before == 0 && w.col.len() > 0 {
 					firstSpan = time.Now()
 				}
-			}
-			if mapErr != nil && ctx.Err() == nil {
-				fail(mapErr)
+				continue
+			case errors.Is(err, nats.ErrTimeout):
+			default:
+				if ctx.Err() == nil {
+					w.e.l.Debug().Err(err).Int("partition", w.part).Msg("export: pull ended; pulling again")
+					it.Stop()
+					it = nil
+					sleep(ctx, 200*time.Millisecond)
+				}
 				continue
 			}
 		}
-		if len(pending) == 0 {
-			continue
-		}
-		due := w.col.len() == 0 || w.col.len() >= cfg.Batch.MaxExportBatchSize ||
-			w.col.len() >= cfg.Batch.MaxQueueSize || len(pending) >= DefaultMaxAckPending/2 ||
-			time.Since(firstSpan) >= cfg.Batch.ScheduleDelay
-		if !due {
+		if len(pending) == 0 || !full && w.col.len() > 0 && time.Since(firstSpan) < cfg.Batch.ScheduleDelay {
 			continue
 		}
 		if !w.export(ctx, pending) {
 			continue // ctx ended: final() decides
 		}
-		_ = pending[len(pending)-1].Ack() // AckAll: every event up to it
+		w.ack(pending[len(pending)-1])
 		pending = nil
 		if time.Since(lastEvict) > 10*time.Second {
 			w.evict()
@@ -504,8 +543,22 @@ func (w *partWorker) run(ctx context.Context) {
 	}
 }
 
+// ack acknowledges msg and every event before it (AckAll), and moves the
+// worker's ack floor.
+func (w *partWorker) ack(msg jetstream.Msg) {
+	_ = msg.Ack()
+	if meta, err := msg.Metadata(); err == nil {
+		w.mu.Lock()
+		if meta.Sequence.Stream > w.ackFloor {
+			w.ackFloor = meta.Sequence.Stream
+		}
+		w.mu.Unlock()
+	}
+}
+
 // final exports and acknowledges what the worker holds when it stops, if
-// the backend takes it before the release's context ends.
+// the backend takes it before the release's context ends; else it hands
+// the events back (a nak), for the next owner to export at once.
 func (w *partWorker) final(pending []jetstream.Msg) {
 	if len(pending) == 0 {
 		return
@@ -517,7 +570,11 @@ func (w *partWorker) final(pending []jetstream.Msg) {
 	ctx, cancel := context.WithTimeout(ctx, w.e.cfg.Batch.ExportTimeout)
 	defer cancel()
 	if w.export(ctx, pending) {
-		_ = pending[len(pending)-1].Ack()
+		w.ack(pending[len(pending)-1])
+		return
+	}
+	for _, m := range pending {
+		_ = m.Nak()
 	}
 }
 
@@ -601,12 +658,16 @@ func (w *partWorker) handle(ctx context.Context, msg jetstream.Msg) error {
 }
 
 // session returns the session of ev, restoring it when the worker does
-// not hold it: its events before ev replayed, the spans they made not
-// emitted again.
+// not hold it: its events before ev are replayed; the spans of those the
+// consumer's ack floor covers were exported already and are not emitted
+// again, those of the events after it (delivered to an owner before this
+// one, or to this one before an eviction, and not acknowledged) are: a
+// span may then be sent twice, with the same ids, never lost.
 func (w *partWorker) session(ctx context.Context, ev events.Event) (*liveSession, error) {
 	key := ev.Tenant + "/" + ev.Session
 	w.mu.Lock()
 	ls := w.sessions[key]
+	floor := w.ackFloor
 	w.mu.Unlock()
 	if ls != nil {
 		return ls, nil
@@ -621,9 +682,11 @@ func (w *partWorker) session(ctx context.Context, ev events.Event) (*liveSession
 	if ev.Seq <= 1 || first == 0 || first >= ev.Seq {
 		ls.rep = projections.NewReplayer(log)
 	} else {
-		sm.silent = true
 		state, err := projections.Replay(ctx, log, ev.Tenant, ev.Session, projections.ReplayRange{To: ev.Seq - 1},
-			func(st projections.Step) error { return sm.step(ctx, st) })
+			func(st projections.Step) error {
+				sm.silent = st.Event.Seq <= floor
+				return sm.step(ctx, st)
+			})
 		sm.silent = false
 		if err != nil {
 			return nil, fmt.Errorf("restore %s: %w", key, err)
@@ -640,13 +703,14 @@ func (w *partWorker) session(ctx context.Context, ev events.Event) (*liveSession
 	return ls, nil
 }
 
-// evict forgets the sessions idle for IdleEvict.
+// evict forgets the sessions idle for IdleEvict whose events are all
+// acknowledged (a restore emits nothing of them again).
 func (w *partWorker) evict() {
 	cut := time.Now().Add(-w.e.cfg.IdleEvict)
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	for k, ls := range w.sessions {
-		if ls.touched.Before(cut) {
+		if ls.touched.Before(cut) && ls.rep.State().LastSeq <= w.ackFloor {
 			delete(w.sessions, k)
 		}
 	}

@@ -2,6 +2,7 @@ package otel
 
 import (
 	"context"
+	"path/filepath"
 	"slices"
 	"testing"
 	"time"
@@ -73,8 +74,7 @@ func TestLiveExportMatchesBackfill(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = x.Close(context.Background()) })
 
-	files := transcriptFiles(t)
-	importFiles(t, log, "live", files[:8]...)
+	importFiles(t, log, "live", smallFiles(t)...)
 	sessions := sessionRefs(t, log, "live")
 
 	back := otlptest.Start(t)
@@ -157,8 +157,7 @@ func TestLiveExportRestoresOpenSpans(t *testing.T) {
 	}
 	// A session written in two halves, an exporter for each: the first
 	// half opens a turn (and tools) the second half ends.
-	file := transcriptFiles(t)[0]
-	evs := convert(t, file, "handover")
+	evs := convert(t, smallFiles(t)[2], "handover")
 	half := len(evs) / 2
 	x := start()
 	if _, err := log.Append(ctx, evs[:half]); err != nil {
@@ -222,4 +221,116 @@ func waitLag(t *testing.T, x *Exporter, n uint64) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// TestLiveExportHandsBackWhatItCouldNotSend: an exporter that stops while
+// its backend is down hands the events it read back; the next one (the
+// backend up again) exports every span of them. (Events handed back while
+// the old owner's pull request still waits at the server come again after
+// the consumer's AckWait: a minute by default, 2 s here.)
+func TestLiveExportHandsBackWhatItCouldNotSend(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	log := newLog(t)
+	st, err := log.JetStream().Stream(ctx, events.EventsStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for p := 0; p < log.Partitions(); p++ {
+		cc := ConsumerConfig("hand", "", p)
+		cc.AckWait = 2 * time.Second
+		if _, err := st.CreateOrUpdateConsumer(ctx, cc); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rcv := otlptest.Start(t)
+	rcv.Stop()
+	cfg := otlpExporter(t, rcv, ProtocolHTTP)
+	start := func() *Exporter {
+		exp, err := NewSpanExporter(ctx, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		x, err := NewExporter(log, exp, ExporterConfig{Durable: "hand", Map: cfg.Map, Batch: cfg.Batch, RetryMax: 100 * time.Millisecond}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := x.Open(ctx); err != nil {
+			t.Fatal(err)
+		}
+		return x
+	}
+	x := start()
+	evs := convert(t, smallFiles(t)[1], "back")
+	if _, err := log.Append(ctx, evs); err != nil {
+		t.Fatal(err)
+	}
+	// Everything is delivered to x, which cannot send it.
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		_, failures := x.Exported()
+		if failures > 0 && pendingOf(t, log, "hand") == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the events were not all delivered to the exporter")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	cctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	_ = x.Close(cctx)
+	cancel()
+	if rcv.SpanCount() != 0 {
+		t.Fatal("spans arrived at a stopped backend")
+	}
+	rcv.Restart()
+	y := start()
+	t.Cleanup(func() { _ = y.Close(context.Background()) })
+	waitLag(t, y, 0)
+	mem := backfill(t, log, sessionRefs(t, log, "back"), BackfillConfig{})
+	got := map[string]int{}
+	for _, s := range rcv.Spans() {
+		got[s.SpanID]++
+	}
+	for _, s := range mem {
+		if got[s.SpanContext.SpanID().String()] == 0 {
+			t.Errorf("span %q was lost", s.Name)
+		}
+	}
+	if len(got) != len(mem) {
+		t.Errorf("%d distinct spans arrived, the log makes %d", len(got), len(mem))
+	}
+}
+
+// pendingOf is how many events the export consumers have not delivered.
+func pendingOf(t *testing.T, log *events.Log, durable string) uint64 {
+	t.Helper()
+	st, err := log.JetStream().Stream(context.Background(), events.EventsStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n uint64
+	for p := 0; p < log.Partitions(); p++ {
+		c, err := st.Consumer(context.Background(), ConsumerName(durable, p))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ci, err := c.Info(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		n += ci.NumPending
+	}
+	return n
+}
+
+// smallFiles are the short shipped transcripts: a clean short session, a
+// tool-heavy one, one with a subagent, and an older Claude Code's.
+func smallFiles(t *testing.T) []string {
+	t.Helper()
+	var out []string
+	for _, f := range []string{"spotter/short.jsonl", "spotter/tool_heavy.jsonl", "spotter/subagent.jsonl", "ccviewer/1af7fc5e-8455-4414-9ccd-011d40f70b2a.jsonl"} {
+		out = append(out, filepath.Join(transcriptsDir, f))
+	}
+	return out
 }

@@ -2,6 +2,8 @@ package otel
 
 import (
 	"bufio"
+	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -12,57 +14,61 @@ import (
 	"testing"
 
 	"github.com/turnstone-dev/turnstone/events"
-	"github.com/turnstone-dev/turnstone/internal/claudecode"
 	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 )
 
-// rawUsage is the token accounting of one file, read from its JSONL
-// records by this test alone: the usage of the last record of each API
-// response (records sharing message.id), summed.
+// rawUsage is the token accounting of one API response, as the
+// transcripts record it: the usage of the last record of the response
+// (records sharing message.id) in a file, read by this test alone.
 type rawUsage struct{ in, out, cacheRead, cacheWrite int64 }
 
-func fileUsage(t *testing.T, path string) rawUsage {
+// fileUsage returns the usage of each response of a file with tokens, by
+// message id.
+func fileUsage(t *testing.T, path string) map[string]rawUsage {
 	t.Helper()
 	f, err := os.Open(path)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	type usage struct {
-		In         int64 `json:"input_tokens"`
-		Out        int64 `json:"output_tokens"`
-		CacheRead  int64 `json:"cache_read_input_tokens"`
-		CacheWrite int64 `json:"cache_creation_input_tokens"`
-	}
-	last := map[string]usage{}
+	last := map[string]rawUsage{}
 	sc := bufio.NewScanner(f)
 	sc.Buffer(make([]byte, 0, 1<<20), 64<<20)
 	for sc.Scan() {
+		line := sc.Bytes()
+		if !bytes.Contains(line, []byte(`"assistant"`)) || !bytes.Contains(line, []byte(`"usage"`)) {
+			continue
+		}
 		var rec struct {
 			Type    string `json:"type"`
 			Message struct {
 				ID    string `json:"id"`
-				Usage *usage `json:"usage"`
+				Usage *struct {
+					In         int64 `json:"input_tokens"`
+					Out        int64 `json:"output_tokens"`
+					CacheRead  int64 `json:"cache_read_input_tokens"`
+					CacheWrite int64 `json:"cache_creation_input_tokens"`
+				} `json:"usage"`
 			} `json:"message"`
 		}
-		if json.Unmarshal(sc.Bytes(), &rec) != nil || rec.Type != "assistant" || rec.Message.Usage == nil || rec.Message.ID == "" {
+		if json.Unmarshal(line, &rec) != nil || rec.Type != "assistant" || rec.Message.Usage == nil || rec.Message.ID == "" {
 			continue
 		}
-		last[rec.Message.ID] = *rec.Message.Usage
+		u := rec.Message.Usage
+		last[rec.Message.ID] = rawUsage{u.In, u.Out, u.CacheRead, u.CacheWrite}
 	}
 	if err := sc.Err(); err != nil {
 		t.Fatal(err)
 	}
-	var u rawUsage
-	for _, x := range last {
-		u.in += x.In
-		u.out += x.Out
-		u.cacheRead += x.CacheRead
-		u.cacheWrite += x.CacheWrite
+	for id, u := range last {
+		if u == (rawUsage{}) {
+			delete(last, id) // a synthetic record: no model call was accounted
+		}
 	}
-	return u
+	return last
 }
 
 // logFacts is what the log says, read by the test: each session's ended
@@ -120,9 +126,8 @@ func readFacts(t *testing.T, log *events.Log, sessions []SessionRef) logFacts {
 // under its Task call), and the transcripts' token counts.
 func TestShippedTranscripts(t *testing.T) {
 	t.Parallel()
-	log := newLog(t)
+	log := sharedLog(t)
 	files := transcriptFiles(t)
-	importFiles(t, log, "real", files...)
 	sessions := sessionRefs(t, log, "real")
 	facts := readFacts(t, log, sessions)
 	spans := backfill(t, log, sessions, BackfillConfig{})
@@ -246,48 +251,47 @@ func TestShippedTranscripts(t *testing.T) {
 		t.Error("no subagent turn nests under its Task call")
 	}
 
-	// Tokens: the chat spans of each file's sessions add up to the
-	// file's own usage records.
-	conv, err := claudecode.NewConverter(claudecode.Options{Tenant: "real"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	fileOf := map[string]string{}
+	// Tokens: each response the transcripts account for is one chat span
+	// (per file it appears in) with its tokens, the input counting the
+	// cached tokens too.
+	want := map[string][]rawUsage{}
 	for _, f := range files {
-		res, err := conv.ConvertFile(f)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, s := range res.Sessions {
-			fileOf[s.Session] = f
+		for id, u := range fileUsage(t, f) {
+			want[id] = append(want[id], u)
 		}
 	}
-	got := map[string]rawUsage{}
+	got := map[string][]rawUsage{}
+	var total int64
 	for _, s := range ops[OpChat] {
-		f := fileOf[attr(s, KeySession)]
-		u := got[f]
-		u.in += attrInt(s, KeyInputTokens)
-		u.out += attrInt(s, KeyOutputTokens)
-		u.cacheRead += attrInt(s, KeyCacheReadTokens)
-		u.cacheWrite += attrInt(s, KeyCacheCreateTokens)
-		got[f] = u
+		if s.Status.Code == codes.Error {
+			continue // a model call that failed
+		}
+		in, cr, cw := attrInt(s, KeyInputTokens), attrInt(s, KeyCacheReadTokens), attrInt(s, KeyCacheCreateTokens)
+		id := attr(s, KeyResponseID)
+		got[id] = append(got[id], rawUsage{in - cr - cw, attrInt(s, KeyOutputTokens), cr, cw})
+		total += attrInt(s, KeyOutputTokens)
 		if s.SpanKind != trace.SpanKindClient || !strings.HasPrefix(s.Name, "chat ") || attr(s, KeyResponseModel) == "" {
 			t.Errorf("chat span %q kind %s model %q", s.Name, s.SpanKind, attr(s, KeyResponseModel))
 		}
 	}
-	var total int64
-	for _, f := range files {
-		want := fileUsage(t, f)
-		g := got[f]
-		wantIn := want.in + want.cacheRead + want.cacheWrite
-		if g.in != wantIn || g.out != want.out || g.cacheRead != want.cacheRead || g.cacheWrite != want.cacheWrite {
-			t.Errorf("%s: spans count input %d output %d cache read %d write %d; the file says %d %d %d %d",
-				f, g.in, g.out, g.cacheRead, g.cacheWrite, wantIn, want.out, want.cacheRead, want.cacheWrite)
-		}
-		total += want.out
+	less := func(a, b rawUsage) int {
+		return cmp.Or(cmp.Compare(a.in, b.in), cmp.Compare(a.out, b.out), cmp.Compare(a.cacheRead, b.cacheRead), cmp.Compare(a.cacheWrite, b.cacheWrite))
 	}
-	if total == 0 {
-		t.Fatal("the transcripts count no output token")
+	for id, w := range want {
+		g := got[id]
+		slices.SortFunc(w, less)
+		slices.SortFunc(g, less)
+		if !slices.Equal(w, g) {
+			t.Errorf("response %s: the transcripts account %v, the chat spans %v", id, w, g)
+		}
+	}
+	for id := range got {
+		if _, ok := want[id]; !ok {
+			t.Errorf("chat span of response %q, which no transcript accounts for", id)
+		}
+	}
+	if total == 0 || len(want) < 500 {
+		t.Fatalf("%d responses, %d output tokens", len(want), total)
 	}
 }
 
@@ -295,10 +299,8 @@ func TestShippedTranscripts(t *testing.T) {
 // identical spans, ids included.
 func TestBackfillTwiceIsIdentical(t *testing.T) {
 	t.Parallel()
-	log := newLog(t)
-	files := transcriptFiles(t)
-	importFiles(t, log, "twice", files[:6]...)
-	sessions := sessionRefs(t, log, "twice")
+	log := sharedLog(t)
+	sessions := sessionRefs(t, log, "real")
 	a := canonical(backfill(t, log, sessions, BackfillConfig{}))
 	b := canonical(backfill(t, log, sessions, BackfillConfig{}))
 	if len(a) == 0 {

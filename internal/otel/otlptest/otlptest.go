@@ -131,11 +131,12 @@ func (r *Receiver) Restart() {
 	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/traces", r.serveHTTP)
-	r.httpSrv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-	r.grpcSrv = grpc.NewServer()
-	coltracepb.RegisterTraceServiceServer(r.grpcSrv, traceService{r: r})
-	go func() { _ = r.httpSrv.Serve(hl) }()
-	go func() { _ = r.grpcSrv.Serve(gl) }()
+	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	gs := grpc.NewServer()
+	coltracepb.RegisterTraceServiceServer(gs, traceService{r: r})
+	r.httpSrv, r.grpcSrv = hs, gs
+	go func() { _ = hs.Serve(hl) }()
+	go func() { _ = gs.Serve(gl) }()
 }
 
 // Stop shuts the receiver down: its ports refuse connections until
