@@ -10,8 +10,8 @@ import (
 
 	"github.com/rs/zerolog"
 
-	"github.com/turnstone-dev/turnstone/events"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/turnstone-dev/turnstone/events"
 	"github.com/turnstone-dev/turnstone/internal/claudecode"
 	"github.com/turnstone-dev/turnstone/internal/embedded"
 	"github.com/turnstone-dev/turnstone/internal/embedded/embeddedtest"
