@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
@@ -67,9 +68,15 @@ type BackfillConfig struct {
 	// Backfill gives up. Default 1 minute.
 	RetryFor time.Duration
 	// Progress, when set, is called after each session with the counts
-	// so far.
+	// so far (one call at a time, from the goroutines that replay).
 	Progress func(BackfillStats)
+	// Workers is how many sessions are replayed at once. Default
+	// DefaultBackfillWorkers.
+	Workers int
 }
+
+// DefaultBackfillWorkers is BackfillConfig.Workers' default.
+const DefaultBackfillWorkers = 4
 
 // BackfillStats counts what Backfill did.
 type BackfillStats struct {
@@ -93,11 +100,20 @@ func Backfill(ctx context.Context, log projections.SessionReader, exp sdktrace.S
 	if cfg.RetryFor <= 0 {
 		cfg.RetryFor = time.Minute
 	}
+	if cfg.Workers <= 0 {
+		cfg.Workers = DefaultBackfillWorkers
+	}
 	col := &collector{}
 	tp := newProvider(cfg.Resource, col)
 	defer func() { _ = tp.Shutdown(context.Background()) }()
 	m := newMapper(tp, log, cfg.Map)
-	var stats BackfillStats
+	var (
+		mu       sync.Mutex // guards stats and serialises the exports
+		stats    BackfillStats
+		firstErr error
+	)
+	// flush exports the spans waiting, in batches (all: down to the last
+	// one); mu must be held.
 	flush := func(all bool) error {
 		for col.len() > 0 && (all || col.len() >= cfg.Batch.MaxExportBatchSize) {
 			spans := col.take()
@@ -121,33 +137,79 @@ func Backfill(ctx context.Context, log projections.SessionReader, exp sdktrace.S
 		}
 		return nil
 	}
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	fail := func(err error) {
+		mu.Lock()
+		if firstErr == nil {
+			firstErr = err
+		}
+		mu.Unlock()
+		cancel()
+	}
+	// Sessions are replayed by Workers goroutines at once (each read is a
+	// round trip to the server); each session on one goroutine, in order.
+	next := make(chan SessionRef)
+	var wg sync.WaitGroup
+	for range cfg.Workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for ref := range next {
+				sm := m.newSession(ref.Tenant, ref.Session)
+				var mapErr error
+				n := 0
+				_, err := projections.Replay(wctx, log, ref.Tenant, ref.Session, projections.ReplayRange{}, func(st projections.Step) error {
+					n++
+					if err := sm.step(wctx, st); err != nil {
+						mapErr = err
+						return err
+					}
+					if col.len() >= cfg.Batch.MaxExportBatchSize {
+						mu.Lock()
+						defer mu.Unlock()
+						return flush(false)
+					}
+					return nil
+				})
+				if mapErr != nil {
+					err = mapErr
+				}
+				if err != nil && !errors.Is(err, events.ErrSessionNotFound) {
+					fail(fmt.Errorf("export %s/%s: %w", ref.Tenant, ref.Session, err))
+					continue
+				}
+				mu.Lock()
+				stats.Sessions++
+				stats.Events += n
+				err = flush(false)
+				if err == nil && cfg.Progress != nil {
+					cfg.Progress(stats)
+				}
+				mu.Unlock()
+				if err != nil {
+					fail(err)
+				}
+			}
+		}()
+	}
+feed:
 	for _, ref := range sessions {
-		sm := m.newSession(ref.Tenant, ref.Session)
-		var mapErr error
-		_, err := projections.Replay(ctx, log, ref.Tenant, ref.Session, projections.ReplayRange{}, func(st projections.Step) error {
-			stats.Events++
-			if err := sm.step(ctx, st); err != nil {
-				mapErr = err
-				return err
-			}
-			if col.len() >= cfg.Batch.MaxExportBatchSize {
-				return flush(false)
-			}
-			return nil
-		})
-		if mapErr != nil {
-			err = mapErr
+		select {
+		case next <- ref:
+		case <-wctx.Done():
+			break feed
 		}
-		if err != nil && !errors.Is(err, events.ErrSessionNotFound) {
-			return stats, fmt.Errorf("export %s/%s: %w", ref.Tenant, ref.Session, err)
-		}
-		stats.Sessions++
-		if err := flush(false); err != nil {
-			return stats, err
-		}
-		if cfg.Progress != nil {
-			cfg.Progress(stats)
-		}
+	}
+	close(next)
+	wg.Wait()
+	mu.Lock()
+	defer mu.Unlock()
+	if firstErr != nil {
+		return stats, firstErr
+	}
+	if err := ctx.Err(); err != nil {
+		return stats, err
 	}
 	if err := flush(true); err != nil {
 		return stats, err

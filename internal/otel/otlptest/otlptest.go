@@ -62,7 +62,8 @@ type Event struct {
 
 // Receiver is an OTLP trace receiver.
 type Receiver struct {
-	tb testing.TB
+	// discard: count the spans, keep none (New(false)).
+	discard bool
 	// HTTP is the OTLP/HTTP endpoint, "http://127.0.0.1:<port>" (a value
 	// of OTEL_EXPORTER_OTLP_ENDPOINT: traces go to /v1/traces); GRPC the
 	// OTLP/gRPC one.
@@ -72,6 +73,7 @@ type Receiver struct {
 
 	mu       sync.Mutex
 	spans    []Span
+	count    int
 	requests int
 	refused  int
 	httpSrv  *http.Server
@@ -82,22 +84,38 @@ type Receiver struct {
 // end.
 func Start(tb testing.TB) *Receiver {
 	tb.Helper()
-	r := &Receiver{tb: tb, httpAddr: freeAddr(tb), grpcAddr: freeAddr(tb)}
-	r.HTTP = "http://" + r.httpAddr
-	r.GRPC = "http://" + r.grpcAddr
-	r.Restart()
+	r, err := New(true)
+	if err != nil {
+		tb.Fatal(err)
+	}
 	tb.Cleanup(r.Stop)
 	return r
 }
 
-func freeAddr(tb testing.TB) string {
-	tb.Helper()
+// New starts a receiver on two free loopback ports, for a program that is
+// not a test (a benchmark): keep false counts the spans and keeps none.
+// The caller stops it.
+func New(keep bool) (*Receiver, error) {
+	r := &Receiver{discard: !keep}
+	var err error
+	if r.httpAddr, err = freeAddr(); err != nil {
+		return nil, err
+	}
+	if r.grpcAddr, err = freeAddr(); err != nil {
+		return nil, err
+	}
+	r.HTTP = "http://" + r.httpAddr
+	r.GRPC = "http://" + r.grpcAddr
+	return r, r.start()
+}
+
+func freeAddr() (string, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		tb.Fatal(err)
+		return "", fmt.Errorf("otlp receiver: %w", err)
 	}
 	defer l.Close()
-	return l.Addr().String()
+	return l.Addr().String(), nil
 }
 
 // listen listens on addr, waiting for a port just released to be free.
@@ -112,22 +130,28 @@ func listen(addr string) (net.Listener, error) {
 	}
 }
 
-// Restart starts the receiver on its ports (a no-op while it runs).
+// Restart starts the receiver again on its ports (a no-op while it
+// runs); it panics if a port cannot be had within 10 seconds.
 func (r *Receiver) Restart() {
-	r.tb.Helper()
+	if err := r.start(); err != nil {
+		panic(err)
+	}
+}
+
+func (r *Receiver) start() error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.httpSrv != nil {
-		return
+		return nil
 	}
 	hl, err := listen(r.httpAddr)
 	if err != nil {
-		r.tb.Fatalf("otlp receiver: %v", err)
+		return fmt.Errorf("otlp receiver: %w", err)
 	}
 	gl, err := listen(r.grpcAddr)
 	if err != nil {
 		hl.Close()
-		r.tb.Fatalf("otlp receiver: %v", err)
+		return fmt.Errorf("otlp receiver: %w", err)
 	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/traces", r.serveHTTP)
@@ -137,6 +161,7 @@ func (r *Receiver) Restart() {
 	r.httpSrv, r.grpcSrv = hs, gs
 	go func() { _ = hs.Serve(hl) }()
 	go func() { _ = gs.Serve(gl) }()
+	return nil
 }
 
 // Stop shuts the receiver down: its ports refuse connections until
@@ -223,7 +248,10 @@ func (r *Receiver) accept(req *coltracepb.ExportTraceServiceRequest) error {
 		r.refused++
 		return errors.Join(errs...)
 	}
-	r.spans = append(r.spans, got...)
+	r.count += len(got)
+	if !r.discard {
+		r.spans = append(r.spans, got...)
+	}
 	return nil
 }
 
@@ -304,7 +332,7 @@ func (r *Receiver) Spans() []Span {
 func (r *Receiver) SpanCount() int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return len(r.spans)
+	return r.count
 }
 
 // Refused is how many export requests it refused, of how many.
