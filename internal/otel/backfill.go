@@ -76,7 +76,7 @@ type BackfillConfig struct {
 }
 
 // DefaultBackfillWorkers is BackfillConfig.Workers' default.
-const DefaultBackfillWorkers = 4
+const DefaultBackfillWorkers = 8
 
 // BackfillStats counts what Backfill did.
 type BackfillStats struct {
