@@ -1,9 +1,7 @@
 package test
 
 import (
-	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"net/http"
 	"os"
@@ -171,25 +169,7 @@ func TestJaegerShowsACrashedSession(t *testing.T) {
 	otlp, ui := startJaeger(t)
 	eng := startEngine(t, t.TempDir(), "--sync", "1s")
 	startWorker(t, eng.url, "w1")
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	rt := exec.CommandContext(ctx, filepath.Join(binDir, "refruntime"), "--nats-url", eng.url, "--tenant", "demo",
-		"--sessions", "1", "--turns", "2", "--tools", "2", "--fault", "crash-mid-tool", "--exit-on-crash")
-	rt.Env = withoutNATSURL()
-	out, err := rt.Output()
-	var exit *exec.ExitError
-	if !errors.As(err, &exit) || exit.ExitCode() != 3 {
-		t.Fatalf("refruntime: want exit status 3 (crash), got %v", err)
-	}
-	s := strings.TrimSpace(string(out))
-	var state struct {
-		InFlight []string `json:"in_flight"`
-	}
-	_ = json.Unmarshal([]byte(run(t, eng.url, "inspect", "demo/"+s, "--json")), &state)
-	if len(state.InFlight) != 1 {
-		t.Fatalf("in flight after the crash: %v", state.InFlight)
-	}
-	run(t, eng.url, "recovery", "issue", "demo/"+s, "--kind", "abandon_turn", "--turn", state.InFlight[0], "--reason", "runtime crashed")
+	s := crashAndAbandon(t, eng)
 	deadline := time.Now().Add(30 * time.Second)
 	for !strings.Contains(run(t, eng.url, "replay", "demo/"+s), "RECOVERED") || !strings.Contains(run(t, eng.url, "recovery", "list"), "repair_orphans") {
 		if time.Now().After(deadline) {

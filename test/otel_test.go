@@ -31,24 +31,7 @@ func TestOTelExportsACrashedRuntime(t *testing.T) {
 	}, "--sync", "1s")
 	_, wout := startWorker(t, eng.url, "w1")
 
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	rt := exec.CommandContext(ctx, filepath.Join(binDir, "refruntime"), "--nats-url", eng.url, "--tenant", "demo",
-		"--sessions", "1", "--turns", "2", "--tools", "2", "--fault", "crash-mid-tool", "--exit-on-crash")
-	rt.Env = withoutNATSURL()
-	out, err := rt.Output()
-	var exit *exec.ExitError
-	if !errors.As(err, &exit) || exit.ExitCode() != 3 {
-		t.Fatalf("refruntime: want exit status 3 (crash), got %v", err)
-	}
-	session := strings.TrimSpace(string(out))
-	var state struct {
-		InFlight []string `json:"in_flight"`
-	}
-	if err := json.Unmarshal([]byte(run(t, eng.url, "inspect", "demo/"+session, "--json")), &state); err != nil || len(state.InFlight) != 1 {
-		t.Fatalf("in flight after the crash: %v %v", state.InFlight, err)
-	}
-	run(t, eng.url, "recovery", "issue", "demo/"+session, "--kind", "abandon_turn", "--turn", state.InFlight[0], "--reason", "runtime crashed")
+	session := crashAndAbandon(t, eng)
 
 	// Live: the orphans' spans, their anomalies, the repair under them.
 	var orphans []otlptest.Span
@@ -117,6 +100,33 @@ func TestOTelExportsACrashedRuntime(t *testing.T) {
 	if !slices.Equal(a, b) {
 		t.Fatalf("live export: %d spans; engine export otel: %d\nlive: %v\nbackfill: %v", len(a), len(b), a, b)
 	}
+}
+
+// crashAndAbandon runs the reference runtime with a crash between a
+// turn's two tool_use blocks and their results (it exits with status 3),
+// abandons the crashed turn by hand (the reconciler then repairs the
+// orphans), and returns the session.
+func crashAndAbandon(t *testing.T, eng *engineProc) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	rt := exec.CommandContext(ctx, filepath.Join(binDir, "refruntime"), "--nats-url", eng.url, "--tenant", "demo",
+		"--sessions", "1", "--turns", "2", "--tools", "2", "--fault", "crash-mid-tool", "--exit-on-crash")
+	rt.Env = withoutNATSURL()
+	out, err := rt.Output()
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) || exit.ExitCode() != 3 {
+		t.Fatalf("refruntime: want exit status 3 (crash), got %v", err)
+	}
+	session := strings.TrimSpace(string(out))
+	var state struct {
+		InFlight []string `json:"in_flight"`
+	}
+	if err := json.Unmarshal([]byte(run(t, eng.url, "inspect", "demo/"+session, "--json")), &state); err != nil || len(state.InFlight) != 1 {
+		t.Fatalf("in flight after the crash: %v %v", state.InFlight, err)
+	}
+	run(t, eng.url, "recovery", "issue", "demo/"+session, "--kind", "abandon_turn", "--turn", state.InFlight[0], "--reason", "runtime crashed")
+	return session
 }
 
 func hasEvent(s otlptest.Span, name string) bool {

@@ -64,8 +64,9 @@ type BackfillConfig struct {
 	// span running then is sent, with its children that ended after it);
 	// every session is still folded from its first event.
 	Since time.Time
-	// RetryFor is how long an export that fails is tried again before
-	// Backfill gives up. Default 1 minute.
+	// RetryFor is how long an export that fails, or a session's replay
+	// the log fails, is tried again before Backfill gives up. Default 1
+	// minute.
 	RetryFor time.Duration
 	// Progress, when set, is called after each session with the counts
 	// so far (one call at a time, from the goroutines that replay).
@@ -76,7 +77,7 @@ type BackfillConfig struct {
 }
 
 // DefaultBackfillWorkers is BackfillConfig.Workers' default.
-const DefaultBackfillWorkers = 8
+const DefaultBackfillWorkers = 4
 
 // BackfillStats counts what Backfill did.
 type BackfillStats struct {
@@ -103,37 +104,22 @@ func Backfill(ctx context.Context, log projections.SessionReader, exp sdktrace.S
 	if cfg.Workers <= 0 {
 		cfg.Workers = DefaultBackfillWorkers
 	}
-	col := &collector{}
-	tp := newProvider(cfg.Resource, col)
-	defer func() { _ = tp.Shutdown(context.Background()) }()
-	m := newMapper(tp, log, cfg.Map)
 	var (
-		mu       sync.Mutex // guards stats and serialises the exports
+		mu       sync.Mutex // guards stats and waiting, and serialises the exports
 		stats    BackfillStats
+		waiting  []sdktrace.ReadOnlySpan
 		firstErr error
 	)
 	// flush exports the spans waiting, in batches (all: down to the last
 	// one); mu must be held.
 	flush := func(all bool) error {
-		for col.len() > 0 && (all || col.len() >= cfg.Batch.MaxExportBatchSize) {
-			spans := col.take()
-			if !cfg.Since.IsZero() {
-				kept := spans[:0]
-				for _, s := range spans {
-					if !s.EndTime().Before(cfg.Since) {
-						kept = append(kept, s)
-					}
-				}
-				spans = kept
+		for len(waiting) > 0 && (all || len(waiting) >= cfg.Batch.MaxExportBatchSize) {
+			n := min(len(waiting), cfg.Batch.MaxExportBatchSize)
+			if err := exportRetry(ctx, exp, waiting[:n], cfg.Batch.ExportTimeout, cfg.RetryFor); err != nil {
+				return err
 			}
-			for len(spans) > 0 {
-				n := min(len(spans), cfg.Batch.MaxExportBatchSize)
-				if err := exportRetry(ctx, exp, spans[:n], cfg.Batch.ExportTimeout, cfg.RetryFor); err != nil {
-					return err
-				}
-				stats.Spans += n
-				spans = spans[n:]
-			}
+			stats.Spans += n
+			waiting = waiting[n:]
 		}
 		return nil
 	}
@@ -148,40 +134,40 @@ func Backfill(ctx context.Context, log projections.SessionReader, exp sdktrace.S
 		cancel()
 	}
 	// Sessions are replayed by Workers goroutines at once (each read is a
-	// round trip to the server); each session on one goroutine, in order.
+	// round trip to the server); each session on one goroutine, in order,
+	// its spans kept until its replay ends: a replay the log fails (a read
+	// that timed out) is run again, for up to RetryFor, and sends nothing
+	// twice.
 	next := make(chan SessionRef)
 	var wg sync.WaitGroup
 	for range cfg.Workers {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			col := &collector{}
+			tp := newProvider(cfg.Resource, col)
+			defer func() { _ = tp.Shutdown(context.Background()) }()
+			m := newMapper(tp, log, cfg.Map)
 			for ref := range next {
-				sm := m.newSession(ref.Tenant, ref.Session)
-				var mapErr error
-				n := 0
-				_, err := projections.Replay(wctx, log, ref.Tenant, ref.Session, projections.ReplayRange{}, func(st projections.Step) error {
-					n++
-					if err := sm.step(wctx, st); err != nil {
-						mapErr = err
-						return err
-					}
-					if col.len() >= cfg.Batch.MaxExportBatchSize {
-						mu.Lock()
-						defer mu.Unlock()
-						return flush(false)
-					}
-					return nil
-				})
-				if mapErr != nil {
-					err = mapErr
-				}
-				if err != nil && !errors.Is(err, events.ErrSessionNotFound) {
-					fail(fmt.Errorf("export %s/%s: %w", ref.Tenant, ref.Session, err))
+				n, err := replaySession(wctx, m, col, log, ref, cfg.RetryFor)
+				if err != nil {
+					fail(err)
 					continue
+				}
+				spans := col.take()
+				if !cfg.Since.IsZero() {
+					kept := spans[:0]
+					for _, s := range spans {
+						if !s.EndTime().Before(cfg.Since) {
+							kept = append(kept, s)
+						}
+					}
+					spans = kept
 				}
 				mu.Lock()
 				stats.Sessions++
 				stats.Events += n
+				waiting = append(waiting, spans...)
 				err = flush(false)
 				if err == nil && cfg.Progress != nil {
 					cfg.Progress(stats)
@@ -218,6 +204,46 @@ feed:
 		cfg.Progress(stats)
 	}
 	return stats, nil
+}
+
+// replaySession maps one session's replay into col, and returns how many
+// events it replayed. A replay the log fails (events.ErrLogUnavailable:
+// a read that timed out) is run again with back-off for up to retryFor,
+// its spans so far dropped. A session that does not exist maps nothing.
+func replaySession(ctx context.Context, m *mapper, col *collector, log projections.SessionReader, ref SessionRef, retryFor time.Duration) (int, error) {
+	b := backoff.NewExponentialBackOff()
+	b.InitialInterval = 200 * time.Millisecond
+	b.MaxElapsedTime = retryFor
+	n := 0
+	op := func() error {
+		n = 0
+		_ = col.take()
+		sm := m.newSession(ref.Tenant, ref.Session)
+		var mapErr error
+		_, err := projections.Replay(ctx, log, ref.Tenant, ref.Session, projections.ReplayRange{}, func(st projections.Step) error {
+			n++
+			if err := sm.step(ctx, st); err != nil {
+				mapErr = err
+				return err
+			}
+			return nil
+		})
+		if mapErr != nil {
+			err = mapErr
+		}
+		switch {
+		case err == nil, errors.Is(err, events.ErrSessionNotFound):
+			return nil
+		case errors.Is(err, events.ErrLogUnavailable) && ctx.Err() == nil:
+			return err
+		}
+		return backoff.Permanent(err)
+	}
+	if err := backoff.Retry(op, backoff.WithContext(b, ctx)); err != nil {
+		_ = col.take()
+		return 0, fmt.Errorf("export %s/%s: %w", ref.Tenant, ref.Session, err)
+	}
+	return n, nil
 }
 
 // exportRetry exports spans, trying again with exponential back-off

@@ -545,13 +545,7 @@ func (sm *sessionMapper) message(ctx context.Context, ev events.Event, p *events
 	}
 	if sm.chat == nil {
 		tr, parent := sm.under(ev)
-		start := sm.lastTime
-		if start.IsZero() || start.After(ev.Time) {
-			start = ev.Time
-		}
-		if t := sm.turns[ev.Turn]; t != nil && start.Before(t.d.start) {
-			start = t.d.start
-		}
+		start := sm.callStart(ev)
 		sm.chat = &openChat{messageID: p.MessageID, turn: ev.Turn, d: spanData{kind: trace.SpanKindClient,
 			ref: spanRef{Trace: tr, Span: chatSpanID(sm.tenant, sm.session, ev.ID)}, parent: parent, start: start,
 			attrs: append(sm.base(OpChat, KindLLM, s), KeyEventID.String(ev.ID))}}
@@ -580,6 +574,20 @@ func (sm *sessionMapper) message(ctx context.Context, ev events.Event, p *events
 			sm.startTool(ev, b, s)
 		}
 	}
+}
+
+// callStart is when the model call that ev answers began: the time of
+// the session's event before it (the call's input was complete), within
+// ev's turn and not after ev.
+func (sm *sessionMapper) callStart(ev events.Event) time.Time {
+	start := sm.lastTime
+	if start.IsZero() || start.After(ev.Time) {
+		start = ev.Time
+	}
+	if t := sm.turns[ev.Turn]; t != nil && start.Before(t.d.start) {
+		start = t.d.start
+	}
+	return start
 }
 
 func (sm *sessionMapper) startTool(ev events.Event, b *events.ContentBlock, s *projections.Session) {
@@ -677,13 +685,7 @@ func (sm *sessionMapper) errorRecorded(ctx context.Context, ev events.Event, p *
 		return
 	}
 	tr, parent := sm.under(ev)
-	start := sm.lastTime
-	if start.IsZero() || start.After(ev.Time) {
-		start = ev.Time
-	}
-	if t := sm.turns[ev.Turn]; t != nil && start.Before(t.d.start) {
-		start = t.d.start
-	}
+	start := sm.callStart(ev)
 	d := spanData{name: "chat", kind: trace.SpanKindClient, ref: spanRef{Trace: tr, Span: chatSpanID(sm.tenant, sm.session, ev.ID)},
 		parent: parent, start: start, attrs: append(sm.base(OpChat, KindLLM, s), KeyEventID.String(ev.ID)), events: []spanEvent{exc}}
 	if s.Model != "" {
