@@ -58,3 +58,11 @@ func TestConfigFromEnv(t *testing.T) {
 		t.Fatalf("batch %+v (want %+v), capture %v", cfg.Batch, want, cfg.Map.CaptureContent)
 	}
 }
+
+// TestConsumerNameMatchesTheGrants: the auth role table names the export's
+// consumers without importing this package.
+func TestConsumerNameMatchesTheGrants(t *testing.T) {
+	if got := ConsumerName("", 0); got != "turnstone-otel-p0" {
+		t.Fatalf("ConsumerName = %q: change internal/auth/roles.go's otelP with it", got)
+	}
+}
