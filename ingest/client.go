@@ -228,7 +228,7 @@ func (c *Client) appendBatch(ctx context.Context, evs []events.Event, bodies [][
 	}
 	acks := make([]events.Ack, len(evs))
 	for j := range evs {
-		acks[j] = events.Ack{ID: evs[j].ID, Seq: ack.Seq - uint64(len(evs)-1-j)}
+		acks[j] = events.Ack{ID: evs[j].ID, Seq: ack.Seq - uint64(len(evs)-1-j), Duplicate: ack.Duplicate}
 	}
 	return acks, nil
 }
@@ -253,6 +253,8 @@ func classify(err error) error {
 		return fmt.Errorf("%w: %w", events.ErrConflict, err)
 	case int(jetstream.JSErrCodeStreamMessageExceedsMaximum):
 		return fmt.Errorf("%w: %w", events.ErrTooLarge, err)
+	case events.JSErrCodeBatchDuplicateID:
+		return fmt.Errorf("%w: %w", events.ErrDuplicateID, err)
 	}
 	return fmt.Errorf("%w: %w", events.ErrLogUnavailable, err)
 }

@@ -416,6 +416,7 @@ func (s *Server) handle(ln *lane, m *nats.Msg) {
 	defer gate.Leave(tenant, session)
 	// A conditional append or a batch: one atomic batch, in the lane.
 	var opts []events.AppendOption
+	ownCondition := expectHdr == "" // the condition is the ingest's, not the publisher's
 	if expectHdr != "" {
 		n, err := strconv.ParseUint(expectHdr, 10, 64)
 		if err != nil {
@@ -437,17 +438,47 @@ func (s *Server) handle(ln *lane, m *nats.Msg) {
 	ctx, cancel := context.WithTimeout(context.Background(), s.log.Config().Timeout)
 	defer cancel()
 	acks, err := s.log.Append(ctx, evs, opts...)
+	if ownCondition {
+		acks, err = s.resentBatch(ctx, evs, acks, err)
+	}
+	outcome, ack := batchReply(acks, err)
+	s.count(outcome)
+	s.reply(m, ack)
+}
+
+// resentBatch answers a batch sent without a condition (the ingest set
+// one: the session's last sequence as it read it) that JetStream refused
+// for a duplicate id or a moved session: when the batch is the call's
+// own, stored before (a resend after a lost reply), the original acks,
+// Duplicate set (events.Log.Resent, over the duplicate window); else the
+// refusal.
+func (s *Server) resentBatch(ctx context.Context, evs []events.Event, acks []events.Ack, err error) ([]events.Ack, error) {
+	if !errors.Is(err, events.ErrDuplicateID) && !errors.Is(err, events.ErrConflict) {
+		return acks, err
+	}
+	orig, found, ferr := s.log.Resent(ctx, evs, 0, false)
+	if ferr != nil || !found {
+		return acks, err
+	}
+	return orig, nil
+}
+
+// batchReply is the reply to an atomic batch and its outcome (metrics):
+// the last event's sequence and the count, with Duplicate set when the
+// call was stored before (a resend); or the refusal, in JetStream's codes
+// (10071 conflict, 10201 an id another call stored) or CodeUnavailable.
+func batchReply(acks []events.Ack, err error) (string, ingest.PubAck) {
 	switch {
 	case errors.Is(err, events.ErrConflict):
-		s.count("conflict")
-		s.reply(m, ingest.PubAck{Error: &ingest.APIError{Code: 400, ErrCode: int(jetstream.JSErrCodeStreamWrongLastSequence), Description: "wrong last sequence: the session changed since it was read; read it again and decide again"}})
+		return "conflict", ingest.PubAck{Error: &ingest.APIError{Code: 400, ErrCode: int(jetstream.JSErrCodeStreamWrongLastSequence), Description: "wrong last sequence: the session changed since it was read; read it again and decide again"}}
+	case errors.Is(err, events.ErrDuplicateID):
+		return "invalid", ingest.PubAck{Error: &ingest.APIError{Code: 400, ErrCode: events.JSErrCodeBatchDuplicateID, Description: "an event id of the batch is stored already by another call: a resend must repeat the call as it was; new events need new ids"}}
 	case err != nil:
-		s.count("unavailable")
-		s.reply(m, ingest.PubAck{Error: &ingest.APIError{Code: 503, ErrCode: ingest.CodeUnavailable, Description: err.Error()}})
-	default:
-		s.count("stored")
-		s.reply(m, ingest.PubAck{Stream: events.EventsStream, Seq: acks[len(acks)-1].Seq, Count: len(acks)})
+		return "unavailable", ingest.PubAck{Error: &ingest.APIError{Code: 503, ErrCode: ingest.CodeUnavailable, Description: err.Error()}}
+	case len(acks) > 0 && acks[0].Duplicate:
+		return "duplicate", ingest.PubAck{Stream: events.EventsStream, Seq: acks[len(acks)-1].Seq, Count: len(acks), Duplicate: true}
 	}
+	return "stored", ingest.PubAck{Stream: events.EventsStream, Seq: acks[len(acks)-1].Seq, Count: len(acks)}
 }
 
 // awaitReply replies to an async append once JetStream acknowledged it.
