@@ -93,7 +93,7 @@ func (l *Log) resentWithin(ctx context.Context, tenant, session string, ids []st
 		window = DefaultDuplicateWindow
 	}
 	from := time.Now().Add(-window - time.Minute) // a minute for clocks and store time
-	var tail []Event                                  // the events from the first id's on
+	var tail []Event                              // the events from the first id's on
 	err := l.ReadSession(ctx, tenant, session, ReadOptions{FromTime: from}, func(ev Event) error {
 		if len(tail) == 0 && ev.ID != ids[0] {
 			return nil
