@@ -125,6 +125,9 @@ func run(ctx context.Context, f flags, stderr io.Writer) error {
 		var err error
 		w, err = worker.New(nc, log, worker.Config{
 			OnCommand:      metrics.WorkerCommand,
+			OnLease: func(p int, token uint64, held bool) {
+				metrics.SetPartitionLease(recovery.WorkerGroup, p, token, held)
+			},
 			Name:           f.name,
 			ControlTimeout: f.controlTimeout,
 			UseExisting:    f.useExisting,

@@ -61,6 +61,13 @@ type Config struct {
 	// present; sessions are live by the live horizon only). A
 	// *presence.Tracker implements it.
 	Presence Presence
+	// Owns, when set, says whether the engine may act on partition p now
+	// (it holds p's lease: package pgroup). An action of a session in a
+	// partition the engine does not hold when the action's turn to be
+	// carried out comes is dropped, not carried out: the partition's
+	// holder decides for it (issue 21: at most one owner acts on a
+	// partition). Nil: every partition is the engine's.
+	Owns func(p int) bool
 	// Gate, when set, is the engine's erasure gate: an action is carried
 	// out only if no erase of its session began since the state it was
 	// decided from was read, and Forget drops what the reconciler holds
@@ -206,6 +213,19 @@ func (r *Reconciler) dropped(q queued) bool {
 		}
 	}
 	return false
+}
+
+// owned reports whether the engine holds the partition of a's session
+// now (Config.Owns).
+func (r *Reconciler) owned(a Action) bool {
+	if r.cfg.Owns == nil {
+		return true
+	}
+	tenant, session := actionSession(a)
+	if tenant == "" {
+		return true
+	}
+	return r.cfg.Owns(events.Partition(tenant, session, r.log.Partitions()))
 }
 
 // actionSession is the session an action writes to.
@@ -595,7 +615,7 @@ func (r *Reconciler) executeLoop(ctx context.Context) {
 		case q = <-r.queue:
 		}
 		a := q.Action
-		if r.dropped(q) {
+		if r.dropped(q) || !r.owned(a) {
 			r.forget(a.Key)
 			continue
 		}
@@ -611,6 +631,10 @@ func (r *Reconciler) executeLoop(ctx context.Context) {
 				// or erased since the state this action comes from was
 				// read (the action is moot: dropped).
 				tenant, session := actionSession(a)
+				if !r.owned(a) {
+					moot = true // the partition's lease ended meanwhile
+					break
+				}
 				if !r.cfg.Gate.Enter(tenant, session, q.since) {
 					moot = true
 					break

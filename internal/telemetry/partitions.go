@@ -24,3 +24,35 @@ func (m *Metrics) SetPartitionLags(lags map[int]uint64) {
 		m.partitionLag.WithLabelValues(strconv.Itoa(p)).Set(float64(lag))
 	}
 }
+
+// SetPartitionLease records that this process holds partition p of group
+// with the lease's fencing token (pgroup.Lease.Token); held false removes
+// the series (the lease ended).
+func (m *Metrics) SetPartitionLease(group string, p int, token uint64, held bool) {
+	if m == nil {
+		return
+	}
+	if !held {
+		m.partitionLease.DeleteLabelValues(group, strconv.Itoa(p))
+		return
+	}
+	m.partitionLease.WithLabelValues(group, strconv.Itoa(p)).Set(float64(token))
+}
+
+// PinMoved counts a move of a partition's pin away from this process
+// (group "engines" or "workers").
+func (m *Metrics) PinMoved(group string) {
+	if m == nil {
+		return
+	}
+	m.pinMoves.WithLabelValues(group).Inc()
+}
+
+// SnapshotDisagreed counts a session whose snapshot or held state
+// disagreed with the log (the log won).
+func (m *Metrics) SnapshotDisagreed() {
+	if m == nil {
+		return
+	}
+	m.snapshotMisses.Inc()
+}

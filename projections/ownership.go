@@ -1,0 +1,199 @@
+package projections
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/turnstone-dev/turnstone/events"
+)
+
+// What a projector does so that the states it holds are those of a fresh
+// fold of the log whenever it acts on them, whoever held its partitions
+// before (issue 21): it drops a partition's states when it acquires the
+// partition, when it releases it, and the moment the partition's pin moves
+// away from it; and it checks a session's snapshot, and a state before it
+// saves it, against the log's count of the session's events.
+
+// pinHeader is the header that carries the pin id of a pinned_client
+// priority group on each delivery (ADR-42).
+const pinHeader = "Nats-Pin-Id"
+
+// The subjects of the server's pin advisories for a consumer of
+// AGENT_EVENTS: $JS.EVENT.ADVISORY.CONSUMER.PINNED.<stream>.<consumer>
+// and .UNPINNED.<stream>.<consumer> (nats-server, ADR-42).
+const (
+	pinnedAdvisoryPrefix   = "$JS.EVENT.ADVISORY.CONSUMER.PINNED." + events.EventsStream + "."
+	unpinnedAdvisoryPrefix = "$JS.EVENT.ADVISORY.CONSUMER.UNPINNED." + events.EventsStream + "."
+)
+
+// PinAdvisorySubjects are the subjects a projector sharing its partitions
+// subscribes to, to hear at once that the pin of one of its consumers
+// moved: the PINNED and UNPINNED advisories of AGENT_EVENTS' consumers.
+func PinAdvisorySubjects() []string {
+	return []string{pinnedAdvisoryPrefix + "*", unpinnedAdvisoryPrefix + "*"}
+}
+
+// pinMoved records the pin id of a delivery of partition part and reports
+// whether the pin moved since the partition's last delivery (another id,
+// or a move heard of meanwhile). The first delivery after Acquire moves
+// nothing: nothing of the partition is held then.
+func (p *Projector) pinMoved(ps *partition, part int, pin string) bool {
+	ps.mu.Lock()
+	moved := ps.lost || (ps.pin != "" && pin != "" && pin != ps.pin)
+	if pin != "" {
+		ps.pin = pin
+	}
+	ps.lost = false
+	ps.mu.Unlock()
+	if moved {
+		p.l.Warn().Int("partition", part).Msg("the partition's pin moved: its states are dropped and restored from the log")
+		if p.cfg.OnPinMoved != nil {
+			p.cfg.OnPinMoved(part)
+		}
+	}
+	return moved
+}
+
+// pinLost drops the states of partition part at once: its pin moved away
+// (heard from the server). The next delivery, whatever its pin id, finds
+// the partition's states dropped again before it is folded.
+func (p *Projector) pinLost(part int, why string) {
+	p.mu.Lock()
+	ps, held := p.parts[part]
+	p.mu.Unlock()
+	if !held {
+		return
+	}
+	ps.mu.Lock()
+	had := ps.pin != ""
+	if had {
+		ps.lost, ps.pin = true, ""
+	}
+	ps.mu.Unlock()
+	if !had {
+		return // never pinned to this projector in this holding: nothing folded to lose
+	}
+	p.l.Warn().Int("partition", part).Str("why", why).Msg("the partition's pin moved away: its states are dropped")
+	p.dropPartition(part)
+	if p.cfg.OnPinMoved != nil {
+		p.cfg.OnPinMoved(part)
+	}
+}
+
+// dropPartition forgets every session state of partition part.
+func (p *Projector) dropPartition(part int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, t := range p.sessions {
+		if t.partition == part {
+			p.drop(t)
+		}
+	}
+}
+
+// redeliver resets partition part's consumer to its acknowledgement floor
+// after its pin moved back to this projector, so that what was delivered
+// to another client (or lost with a server) and not acknowledged comes
+// again now, not after AckWait; what comes again and is folded already is
+// skipped by the fold.
+func (p *Projector) redeliver(part int, consumer string) {
+	defer p.wg.Done()
+	p.mu.Lock()
+	ps, held := p.parts[part]
+	p.mu.Unlock()
+	lease := p.runCtx
+	if held {
+		lease = ps.lease
+	}
+	ctx, cancel := context.WithTimeout(lease, p.log.Config().Timeout)
+	defer cancel()
+	if _, err := p.log.JetStream().ResetConsumer(ctx, events.EventsStream, consumer); err != nil && ctx.Err() == nil {
+		p.l.Debug().Err(err).Int("partition", part).Msg("reset to the acknowledgement floor")
+	}
+}
+
+// watchPins subscribes to the pin advisories of AGENT_EVENTS' consumers.
+func (p *Projector) watchPins() error {
+	nc := p.log.JetStream().Conn()
+	for _, subject := range PinAdvisorySubjects() {
+		sub, err := nc.Subscribe(subject, p.pinAdvisory)
+		if err != nil {
+			return err
+		}
+		p.pinSubs = append(p.pinSubs, sub)
+	}
+	return nil
+}
+
+// pinAdvisory handles a PINNED or UNPINNED advisory of a consumer of a
+// partition this projector holds: UNPINNED, or PINNED to another id than
+// the one its deliveries carry, means another client may receive the
+// partition now.
+func (p *Projector) pinAdvisory(m *nats.Msg) {
+	unpinned := strings.HasPrefix(m.Subject, unpinnedAdvisoryPrefix)
+	consumer := strings.TrimPrefix(strings.TrimPrefix(m.Subject, unpinnedAdvisoryPrefix), pinnedAdvisoryPrefix)
+	var adv struct {
+		PinnedClientID string `json:"pinned_id"`
+		Group          string `json:"group"`
+	}
+	_ = json.Unmarshal(m.Data, &adv)
+	if adv.Group != "" && adv.Group != p.cfg.Group {
+		return
+	}
+	p.mu.Lock()
+	part := -1
+	var ps *partition
+	for n, x := range p.parts {
+		if x.consumer == consumer {
+			part, ps = n, x
+		}
+	}
+	p.mu.Unlock()
+	if ps == nil {
+		return
+	}
+	if !unpinned {
+		ps.mu.Lock()
+		same := adv.PinnedClientID == "" || adv.PinnedClientID == ps.pin
+		ps.mu.Unlock()
+		if same {
+			return
+		}
+	}
+	why := "advisory: unpinned"
+	if !unpinned {
+		why = "advisory: pinned to another client"
+	}
+	p.pinLost(part, why)
+}
+
+// checked returns s when the log holds, up to s.LastSeq, no more events of
+// its session than s folded; otherwise the session folded afresh from the
+// log alone (the log wins: a snapshot written from a state that missed
+// events, or a held state that did), after OnSnapshotMismatch. When the
+// log cannot be counted or read, s.
+func (p *Projector) checked(ctx context.Context, s *Session) *Session {
+	if s == nil || s.LastSeq == 0 || s.Session == "" {
+		return s
+	}
+	logged, err := p.log.CountThrough(ctx, s.Tenant, s.Session, s.LastSeq)
+	if err != nil || logged <= s.Events {
+		return s
+	}
+	p.l.Warn().Str("session", s.Tenant+"/"+s.Session).Uint64("last_seq", s.LastSeq).Int("folded", s.Events).Int("logged", logged).
+		Msg("a state disagrees with the log (it missed events): the log wins, the session is folded again from it")
+	if p.cfg.OnSnapshotMismatch != nil {
+		p.cfg.OnSnapshotMismatch(s.Tenant, s.Session, s.Events, logged)
+	}
+	rctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	fresh, err := Restore(rctx, p.log, nil, s.Tenant, s.Session)
+	if err != nil {
+		p.l.Warn().Err(err).Str("session", s.Tenant+"/"+s.Session).Msg("refold from the log failed; the state is dropped at its next event")
+		return s
+	}
+	return fresh
+}
