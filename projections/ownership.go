@@ -3,6 +3,7 @@ package projections
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"time"
 
@@ -170,11 +171,54 @@ func (p *Projector) pinAdvisory(m *nats.Msg) {
 	p.pinLost(part, why)
 }
 
+// current returns the state of ev's session as the log holds it now, at
+// least up to ev (which the log holds: it was delivered): empty when ev is
+// the session's first and only event (one direct get tells; nothing to
+// restore), else its last snapshot and the events after it (Restore),
+// checked against the log. A read served by a replica a moment behind
+// the stream's leader can end before ev: it is read again, a few times,
+// before current gives up (ErrLogUnavailable), so that no state is ever
+// folded on from a point short of the session's events before ev.
+func (p *Projector) current(ctx context.Context, ev events.Event) (*Session, error) {
+	if first, n, err := p.log.Head(ctx, ev.Tenant, ev.Session); err == nil && first == ev.Seq && n == 1 && ev.Seq != 0 {
+		p.mu.Lock()
+		p.newFast++
+		p.mu.Unlock()
+		return &Session{}, nil
+	}
+	pause := 20 * time.Millisecond
+	for try := 1; ; try++ {
+		state, err := Restore(ctx, p.log, p.store, ev.Tenant, ev.Session)
+		if err == nil && state.LastSeq >= ev.Seq {
+			return p.checked(ctx, state), nil
+		}
+		if err == nil {
+			err = fmt.Errorf("%w: the log read ends at seq %d, before the event at %d (a replica behind its leader)", events.ErrLogUnavailable, state.LastSeq, ev.Seq)
+		}
+		if try == restoreTries || ctx.Err() != nil {
+			return nil, err
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(pause):
+		}
+		pause *= 2
+	}
+}
+
+// restoreTries is how many times current reads a session before it gives
+// up (the pauses between double from 20 ms: 300 ms in all).
+const restoreTries = 5
+
 // checked returns s when the log holds, up to s.LastSeq, no more events of
 // its session than s folded; otherwise the session folded afresh from the
-// log alone (the log wins: a snapshot written from a state that missed
-// events, or a held state that did), after OnSnapshotMismatch. When the
-// log cannot be counted or read, s.
+// log (the log wins: a snapshot written from a state that missed events,
+// or a held state that did), after OnSnapshotMismatch. The count is
+// looked at first (events.Log.CountThrough, two direct gets); only when it
+// says the log holds more is the session read, up to s.LastSeq, to
+// confirm it: a read that a replica behind its leader serves can only
+// hold fewer events, never more. When the log cannot be read, s.
 func (p *Projector) checked(ctx context.Context, s *Session) *Session {
 	if s == nil || s.LastSeq == 0 || s.Session == "" {
 		return s
@@ -183,17 +227,30 @@ func (p *Projector) checked(ctx context.Context, s *Session) *Session {
 	if err != nil || logged <= s.Events {
 		return s
 	}
-	p.l.Warn().Str("session", s.Tenant+"/"+s.Session).Uint64("last_seq", s.LastSeq).Int("folded", s.Events).Int("logged", logged).
+	var evs []events.Event
+	err = p.log.ReadSession(ctx, s.Tenant, s.Session, events.ReadOptions{UntilSeq: s.LastSeq}, func(ev events.Event) error {
+		evs = append(evs, ev)
+		return nil
+	})
+	if err != nil || len(evs) == 0 {
+		return s
+	}
+	through := FoldLog(evs)
+	if through.Events <= s.Events {
+		return s // the count was a replica's, a moment behind
+	}
+	p.l.Warn().Str("session", s.Tenant+"/"+s.Session).Uint64("last_seq", s.LastSeq).Int("folded", s.Events).Int("logged", through.Events).
 		Msg("a state disagrees with the log (it missed events): the log wins, the session is folded again from it")
 	if p.cfg.OnSnapshotMismatch != nil {
-		p.cfg.OnSnapshotMismatch(s.Tenant, s.Session, s.Events, logged)
+		p.cfg.OnSnapshotMismatch(s.Tenant, s.Session, s.Events, through.Events)
 	}
 	rctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	fresh, err := Restore(rctx, p.log, nil, s.Tenant, s.Session)
-	if err != nil {
-		p.l.Warn().Err(err).Str("session", s.Tenant+"/"+s.Session).Msg("refold from the log failed; the state is dropped at its next event")
-		return s
+	if err != nil || fresh.LastSeq < s.LastSeq {
+		// The fold up to s.LastSeq is right; what follows comes as it is
+		// delivered, or is read at the next restore.
+		return through
 	}
 	return fresh
 }

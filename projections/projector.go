@@ -34,6 +34,12 @@ const (
 	// DefaultProjectorMaxAckPending bounds the events of one partition
 	// delivered and not yet acknowledged.
 	DefaultProjectorMaxAckPending = 1024
+	// PullExpiry is how long a pull request of a partition's holder
+	// lasts: well inside the pin's TTL (10 s), so that a holder of an
+	// idle partition renews its pin (each request does) and never loses
+	// it for want of events (ADR-42), and a lost server is noticed within
+	// two missed idle heartbeats (half of it each).
+	PullExpiry = 4 * time.Second
 )
 
 // ProjectorConfig configures a Projector. The zero value takes the
@@ -343,10 +349,11 @@ type partition struct {
 	lease    context.Context
 	consumer string
 
-	mu     sync.Mutex
-	closed bool
-	pin    string // the Nats-Pin-Id of the last delivery ("" before the first)
-	lost   bool   // the pin was seen to move away since
+	mu        sync.Mutex
+	closed    bool
+	releasing bool   // Release began: consumption is not started again
+	pin       string // the Nats-Pin-Id of the last delivery ("" before the first)
+	lost      bool   // the pin was seen to move away since
 }
 
 // wait hands pa to the acker; once the partition is released the event
@@ -423,10 +430,12 @@ func (p *Projector) Open(ctx context.Context) error {
 // group fenced this engine, or let the partition go) nothing more is
 // folded, written or acknowledged, and what was delivered is left for the
 // next holder. takenOver says the previous holder's lease ran out: the
-// consumer is unpinned (waiting for its pin to expire would only delay)
-// and reset to its acknowledgement floor, so what the previous holder was
-// delivered and never acknowledged comes again at once (ADR-42; the
-// consumer reset of nats-server 2.14+).
+// consumer is unpinned (waiting for its pin to expire would only delay).
+// The consumer is reset to its acknowledgement floor, so what an earlier
+// holder (this projector too, before its lease ended) was delivered and
+// never acknowledged comes again at once, not after AckWait (ADR-42; the
+// consumer reset of nats-server 2.14+); what comes again folded already is
+// skipped by the fold.
 //
 // The projector holds no state of the partition when it acquires it, and
 // drops every state of the partition the moment the consumer's pin is
@@ -465,44 +474,16 @@ func (p *Projector) Acquire(lease context.Context, part int, takenOver bool) err
 		if err := st.UnpinConsumer(ctx, name, p.cfg.Group); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
 			p.l.Debug().Err(err).Int("partition", part).Msg("unpin")
 		}
-		if _, err := st.ResetConsumer(ctx, name); err != nil {
-			p.l.Debug().Err(err).Int("partition", part).Msg("reset to the acknowledgement floor")
-		}
+	}
+	// What an earlier holder (this engine too, before a fence) was
+	// delivered and did not acknowledge comes again now, not after
+	// AckWait.
+	if _, err := st.ResetConsumer(ctx, name); err != nil {
+		p.l.Debug().Err(err).Int("partition", part).Msg("reset to the acknowledgement floor")
 	}
 	ps := &partition{acks: make(chan pendingAck, p.cfg.MaxAckPending), done: make(chan struct{}), lease: lease, consumer: name}
 	go p.acker(ps)
-	cc, err := cons.Consume(func(msg jetstream.Msg) {
-		if lease.Err() != nil {
-			return // fenced: not folded, not acknowledged; the next holder has it
-		}
-		if p.pinMoved(ps, part, msg.Headers().Get(pinHeader)) {
-			// Synchronously, before this delivery is folded: the states of
-			// the partition are restored from the log as their events come.
-			p.dropPartition(part)
-			p.wg.Add(1)
-			go p.redeliver(part, name)
-		}
-		meta, err := msg.Metadata()
-		if err != nil {
-			_ = msg.Term()
-			return
-		}
-		ev := events.DecodeStoredAt(msg.Subject(), meta.Sequence.Stream, meta.Timestamp, msg.Data())
-		fut := p.apply(lease, part, ev)
-		if lease.Err() != nil {
-			return // the lease ended while it folded: left for the next holder
-		}
-		if fut != nil {
-			ps.wait(pendingAck{msg: msg, fut: fut, key: ev.Tenant + "/" + ev.Session, tenant: ev.Tenant, session: ev.Session})
-			return
-		}
-		_ = msg.Ack()
-	}, jetstream.PullPriorityGroup(p.cfg.Group), jetstream.PullMaxMessages(256),
-		jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
-			if errors.Is(err, jetstream.ErrPinIDMismatch) {
-				p.pinLost(part, "a pull was refused: the pin moved")
-			}
-		}))
+	cc, err := p.consume(ps, part, cons)
 	if err != nil {
 		ps.close()
 		<-ps.done
@@ -512,7 +493,107 @@ func (p *Projector) Acquire(lease context.Context, part int, takenOver bool) err
 	p.mu.Lock()
 	p.parts[part] = ps
 	p.mu.Unlock()
+	p.wg.Add(1)
+	go p.keepConsuming(ps, part, cons)
 	return nil
+}
+
+// consume starts pulling partition part's consumer into the fold.
+func (p *Projector) consume(ps *partition, part int, cons jetstream.Consumer) (jetstream.ConsumeContext, error) {
+	lease := ps.lease
+	return cons.Consume(func(msg jetstream.Msg) {
+		if lease.Err() != nil {
+			return // fenced: not folded, not acknowledged; the next holder has it
+		}
+		if p.pinMoved(ps, part, msg.Headers().Get(pinHeader)) {
+			// Synchronously, before this delivery is folded: the states of
+			// the partition are restored from the log as their events come.
+			p.dropPartition(part)
+			p.wg.Add(1)
+			go p.redeliver(part, ps.consumer)
+		}
+		meta, err := msg.Metadata()
+		if err != nil {
+			_ = msg.Term()
+			return
+		}
+		ev := events.DecodeStoredAt(msg.Subject(), meta.Sequence.Stream, meta.Timestamp, msg.Data())
+		fut, ok := p.apply(lease, part, ev)
+		if lease.Err() != nil {
+			return // the lease ended while it folded: left for the next holder
+		}
+		if !ok {
+			_ = msg.NakWithDelay(time.Second)
+			return
+		}
+		if fut != nil {
+			ps.wait(pendingAck{msg: msg, fut: fut, key: ev.Tenant + "/" + ev.Session, tenant: ev.Tenant, session: ev.Session})
+			return
+		}
+		_ = msg.Ack()
+	}, jetstream.PullPriorityGroup(p.cfg.Group), jetstream.PullMaxMessages(256), jetstream.PullExpiry(PullExpiry),
+		jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
+			switch {
+			case errors.Is(err, jetstream.ErrPinIDMismatch):
+				p.pinLost(part, "a pull was refused: the pin moved")
+			case errors.Is(err, jetstream.ErrConsumerDeleted), errors.Is(err, jetstream.ErrBadRequest):
+				p.l.Warn().Err(err).Int("partition", part).Msg("the partition's consumer stopped")
+			}
+		}))
+}
+
+// keepConsuming consumes partition part again whenever its consumption
+// stops on its own (nats.go stops it on a terminal status: the consumer
+// deleted, a bad request) while the lease holds, so that a held partition
+// is never left unfolded; what was delivered and not acknowledged comes
+// again (reset). It returns when the lease ends or the partition is
+// released.
+func (p *Projector) keepConsuming(ps *partition, part int, cons jetstream.Consumer) {
+	defer p.wg.Done()
+	wait := 100 * time.Millisecond
+	for {
+		ps.mu.Lock()
+		cc := ps.cc
+		ps.mu.Unlock()
+		select {
+		case <-ps.lease.Done():
+			return
+		case <-p.runCtx.Done():
+			return
+		case <-cc.Closed():
+		}
+		for {
+			ps.mu.Lock()
+			releasing := ps.releasing
+			ps.mu.Unlock()
+			if releasing || ps.lease.Err() != nil || p.runCtx.Err() != nil {
+				return
+			}
+			p.l.Warn().Int("partition", part).Msg("the partition's consumption stopped while it is held: consuming again")
+			p.dropPartition(part)
+			p.wg.Add(1)
+			p.redeliver(part, ps.consumer)
+			ncc, err := p.consume(ps, part, cons)
+			if err == nil {
+				ps.mu.Lock()
+				if ps.releasing {
+					ps.mu.Unlock()
+					ncc.Stop()
+					return
+				}
+				ps.cc = ncc
+				ps.mu.Unlock()
+				wait = 100 * time.Millisecond
+				break
+			}
+			select {
+			case <-ps.lease.Done():
+				return
+			case <-time.After(wait):
+			}
+			wait = min(2*wait, 5*time.Second)
+		}
+	}
 }
 
 // acker acknowledges the events of a partition that wait for their index
@@ -565,15 +646,19 @@ func (p *Projector) Release(ctx context.Context, part int, fenced bool) {
 	if !held {
 		return
 	}
+	ps.mu.Lock()
+	ps.releasing = true
+	cc := ps.cc
+	ps.mu.Unlock()
 	if fenced {
-		ps.cc.Stop()
+		cc.Stop()
 	} else {
-		ps.cc.Drain()
+		cc.Drain()
 	}
 	select {
-	case <-ps.cc.Closed():
+	case <-cc.Closed():
 	case <-ctx.Done():
-		ps.cc.Stop()
+		cc.Stop()
 	}
 	ps.close()
 	select {
@@ -679,7 +764,7 @@ func (p *Projector) expand(t *tracked) bool {
 // p.mu guards the map and the LRU, and a state while Session copies it.
 // It returns the index write to wait for before the event is
 // acknowledged, or nil.
-func (p *Projector) apply(ctx context.Context, part int, ev events.Event) jetstream.PubAckFuture {
+func (p *Projector) apply(ctx context.Context, part int, ev events.Event) (jetstream.PubAckFuture, bool) {
 	key := ev.Tenant + "/" + ev.Session
 	gate := p.cfg.Gate
 	// The fold holds the gate: an erase that begins waits for it, and
@@ -690,31 +775,22 @@ func (p *Projector) apply(ctx context.Context, part int, ev events.Event) jetstr
 		// state is dropped, so that if the erase is given up the session
 		// is restored from the log (which still holds this event).
 		p.forgetKey(key)
-		return nil
+		return nil, true
 	}
 	defer gate.Leave(ev.Tenant, ev.Session)
 	if gate.Skip(ev.Tenant, ev.Session, ev.Seq) {
-		return nil // a delivery of an erased event, buffered before the purge
+		return nil, true // a delivery of an erased event, buffered before the purge
 	}
 	p.mu.Lock()
 	t, ok := p.sessions[key]
 	p.mu.Unlock()
 	if !ok {
-		var state *Session
-		// A brand-new session (this event is its first) has nothing to
-		// restore: no snapshot can exist, and one direct get tells.
-		if first, err := p.log.FirstSeq(ctx, ev.Tenant, ev.Session); err == nil && first == ev.Seq && ev.Seq != 0 {
-			state = &Session{}
-			p.mu.Lock()
-			p.newFast++
-			p.mu.Unlock()
-		} else if state, err = Restore(ctx, p.log, p.store, ev.Tenant, ev.Session); err != nil {
-			// The log is the truth: fold from this event and let the
-			// next restore set it right.
-			p.l.Warn().Err(err).Str("session", key).Msg("restore failed; folding from this event")
-			state = &Session{}
-		} else {
-			state = p.checked(ctx, state)
+		state, err := p.current(ctx, ev)
+		if err != nil {
+			// Never folded from the middle of a session: the event comes
+			// again, and the session is restored then.
+			p.l.Warn().Err(err).Str("session", key).Uint64("seq", ev.Seq).Msg("restore failed; the event is delivered again")
+			return nil, false
 		}
 		t = &tracked{key: key, tenant: ev.Tenant, session: ev.Session, partition: part, state: state, touched: time.Now()}
 		p.mu.Lock()
@@ -771,7 +847,7 @@ func (p *Projector) apply(ctx context.Context, part int, ev events.Event) jetstr
 			if p.cfg.OnApply != nil {
 				p.cfg.OnApply(st, ev, applied, vs)
 			}
-			return nil
+			return nil, true
 		}
 		// Snapshot it at once, so that the next restore need not refold.
 		st = fresh
@@ -827,7 +903,7 @@ func (p *Projector) apply(ctx context.Context, part int, ev events.Event) jetstr
 		}
 		p.snapshot(ctx, snap)
 	}
-	return fut
+	return fut, true
 }
 
 // summary is the session's index row and its key: st's Summary (st is

@@ -126,7 +126,11 @@ func run(ctx context.Context, f flags, stderr io.Writer) error {
 		w, err = worker.New(nc, log, worker.Config{
 			OnCommand: metrics.WorkerCommand,
 			OnLease: func(p int, token uint64, held bool) {
-				metrics.SetPartitionLease(recovery.WorkerGroup, p, token, held)
+				if held {
+					metrics.SetPartitionLease(recovery.WorkerGroup, p, token)
+				} else {
+					metrics.EndPartitionLease(recovery.WorkerGroup, p, token)
+				}
 			},
 			Name:           f.name,
 			ControlTimeout: f.controlTimeout,

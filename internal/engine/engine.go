@@ -369,7 +369,11 @@ func (e *Engine) acquire(ctx context.Context, p int, lease pgroup.Lease) error {
 	if closed {
 		return nil
 	}
-	e.cfg.Metrics.SetPartitionLease(Group, p, lease.Token, true)
+	if m := e.cfg.Metrics; m != nil {
+		m.SetPartitionLease(Group, p, lease.Token)
+		// The lease's series goes the moment the lease ends.
+		context.AfterFunc(ctx, func() { m.EndPartitionLease(Group, p, lease.Token) })
+	}
 	go func() {
 		defer e.wg.Done()
 		_ = e.Reconciler.Scan(ctx, []int{p}, restart)
@@ -424,7 +428,6 @@ func (e *Engine) release(ctx context.Context, p int, fenced bool) {
 	e.mu.Lock()
 	delete(e.leases, p)
 	e.mu.Unlock()
-	e.cfg.Metrics.SetPartitionLease(Group, p, 0, false)
 	e.Projector.Release(ctx, p, fenced)
 	e.Reconciler.Release(p)
 }

@@ -156,6 +156,7 @@ type Server struct {
 	subs   []*nats.Subscription
 	closed bool
 	wg     sync.WaitGroup
+	epochs sync.Map // *nats.Msg -> the connection's reconnects when it was received (see answerable)
 }
 
 // lane serialises one partition's appends, so a publisher's events of a
@@ -262,6 +263,7 @@ func (s *Server) receive(m *nats.Msg) {
 		// Any engine may answer a subject no partition can hold; the
 		// lowest-numbered partition's owner does.
 		if s.owns(0) {
+			s.received(m)
 			s.quarantine(m, tenant, session, ingest.CodeInvalid, fmt.Sprintf("subject %q: tenant and session must be tokens of 1-%d characters of [A-Za-z0-9_-]", m.Subject, events.MaxTokenLen))
 		}
 		return
@@ -270,6 +272,7 @@ func (s *Server) receive(m *nats.Msg) {
 	if !s.owns(p) {
 		return
 	}
+	s.received(m)
 	ln := s.lane(p)
 	if ln == nil {
 		return
@@ -623,7 +626,7 @@ func publisherOf(info string) string {
 }
 
 func (s *Server) reply(m *nats.Msg, ack ingest.PubAck) {
-	if m.Reply == "" {
+	if m.Reply == "" || !s.answerable(m) {
 		return
 	}
 	b, _ := json.Marshal(ack)
@@ -636,9 +639,10 @@ func (s *Server) reply(m *nats.Msg, ack ingest.PubAck) {
 func (s *Server) read(m *nats.Msg) {
 	tenant, session := tokens(m.Subject, 2)
 	rep := ingest.ReadReply{Tenant: tenant, Session: session, Events: []ingest.StoredItem{}}
+	s.received(m)
 	send := func() {
 		b, _ := json.Marshal(rep)
-		if m.Reply != "" {
+		if m.Reply != "" && s.answerable(m) {
 			_ = s.nc.Publish(m.Reply, b)
 		}
 	}
@@ -750,4 +754,31 @@ func Rejects(ctx context.Context, js jetstream.JetStream, f RejectFilter) ([]Rej
 		out = out[len(out)-f.Limit:]
 	}
 	return out, nil
+}
+
+// received notes the connection's reconnect count when a request this
+// engine will answer arrived (answerable).
+func (s *Server) received(m *nats.Msg) {
+	if m.Reply != "" {
+		s.epochs.Store(m, s.nc.Stats().Reconnects)
+	}
+}
+
+// answerable reports whether the reply to m may be sent: not when the
+// connection reconnected (to another server) since m arrived. Under auth
+// the engine may answer a request (nats-server's allow_responses) only
+// through the server it received it on: on another the reply is refused
+// as a permission violation, and it would reach no one anyway. The
+// publisher sends the request again (docs/events.md: "When no engine
+// answers"), and its ids make that safe.
+func (s *Server) answerable(m *nats.Msg) bool {
+	v, ok := s.epochs.LoadAndDelete(m)
+	if !ok {
+		return true
+	}
+	if v.(uint64) != s.nc.Stats().Reconnects {
+		s.l.Debug().Str("subject", m.Subject).Msg("no reply: the connection moved to another server since the request came")
+		return false
+	}
+	return true
 }

@@ -541,7 +541,9 @@ func (r *Reconciler) tick(ctx context.Context) {
 			r.rescan = append(r.rescan, rescan...)
 			r.mu.Unlock()
 		}
-		return
+		// The watched sessions are judged too: a scan that keeps failing
+		// (the index's stream electing a leader) must not hold back the
+		// deadlines of the sessions already known.
 	}
 	for _, k := range keys {
 		tenant, session, _ := strings.Cut(k, "/")

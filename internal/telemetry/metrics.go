@@ -60,6 +60,9 @@ type Metrics struct {
 
 	incidentsOpen *prometheus.GaugeVec
 
+	leaseMu sync.Mutex
+	leases  map[string]uint64 // "<group>/<partition>" -> the token of its series
+
 	failMu     sync.Mutex
 	failOn     bool
 	failReason string

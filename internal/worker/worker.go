@@ -65,8 +65,8 @@ type Config struct {
 	// long it took (metrics).
 	OnCommand func(kind, outcome string, took time.Duration)
 	// OnLease, when set, is called when the worker takes partition p
-	// (held, with its lease's fencing token) and when it stops holding it
-	// (metrics).
+	// (held, with its lease's fencing token) and the moment that lease
+	// ends (not held, with the same token) (metrics).
 	OnLease func(p int, token uint64, held bool)
 }
 
@@ -211,10 +211,13 @@ func pgroupName(name string) string {
 
 // acquire starts consuming partition p's commands under its lease (ctx:
 // done the moment the worker must stop acting on p). When the previous
-// holder's lease ran out (lease.TakenOver), its pin is lifted and the
-// consumer reset to its acknowledgement floor, so the command it was
-// running comes to this worker at once, not after AckWait (commands are
-// idempotent: what it recorded is found done or stored once).
+// holder's lease ran out (lease.TakenOver), its pin is lifted. The
+// consumer is reset to its acknowledgement floor, on acquiring and
+// whenever its pin is seen to move and come back, so a command an
+// earlier holder (this worker too, before a fence) was running, or one
+// delivered by a consumer leader that was lost, comes again at once, not
+// after AckWait (commands are idempotent: what it recorded is found done
+// or stored once).
 func (w *Worker) acquire(ctx context.Context, p int, lease pgroup.Lease) error {
 	js := w.log.JetStream()
 	name := recovery.ConsumerName(p)
@@ -222,16 +225,26 @@ func (w *Worker) acquire(ctx context.Context, p int, lease pgroup.Lease) error {
 		if err := pgroup.Unpin(ctx, js, recovery.Stream, name, recovery.PriorityGroup); err != nil {
 			w.l.Debug().Err(err).Int("partition", p).Msg("unpin")
 		}
-		if _, err := js.ResetConsumer(ctx, recovery.Stream, name); err != nil {
-			w.l.Debug().Err(err).Int("partition", p).Msg("reset to the acknowledgement floor")
-		}
 	}
+	w.redeliver(ctx, p)
 	cons, err := js.Consumer(ctx, recovery.Stream, name)
 	if err != nil {
 		return fmt.Errorf("consumer %s: %w", name, err)
 	}
-	cc, err := cons.Consume(func(msg jetstream.Msg) { w.handle(ctx, msg) },
-		jetstream.PullPriorityGroup(recovery.PriorityGroup), jetstream.PullMaxMessages(1))
+	pin := &pinWatch{}
+	cc, err := cons.Consume(func(msg jetstream.Msg) {
+		if pin.moved(msg.Headers().Get("Nats-Pin-Id")) {
+			// The pin moved and came back (a consumer leader elected
+			// anew): what was delivered meanwhile comes again now.
+			w.redeliver(ctx, p)
+		}
+		w.handle(ctx, msg)
+	}, jetstream.PullPriorityGroup(recovery.PriorityGroup), jetstream.PullMaxMessages(1), jetstream.PullExpiry(projections.PullExpiry),
+		jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
+			if errors.Is(err, jetstream.ErrPinIDMismatch) {
+				pin.lost()
+			}
+		}))
 	if err != nil {
 		return fmt.Errorf("consume %s: %w", name, err)
 	}
@@ -240,8 +253,48 @@ func (w *Worker) acquire(ctx context.Context, p int, lease pgroup.Lease) error {
 	w.mu.Unlock()
 	if w.cfg.OnLease != nil {
 		w.cfg.OnLease(p, lease.Token, true)
+		context.AfterFunc(ctx, func() { w.cfg.OnLease(p, lease.Token, false) })
 	}
 	return nil
+}
+
+// redeliver resets partition p's consumer to its acknowledgement floor.
+func (w *Worker) redeliver(ctx context.Context, p int) {
+	rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if _, err := w.log.JetStream().ResetConsumer(rctx, recovery.Stream, recovery.ConsumerName(p)); err != nil && rctx.Err() == nil {
+		w.l.Debug().Err(err).Int("partition", p).Msg("reset to the acknowledgement floor")
+	}
+}
+
+// pinWatch follows the pin id (ADR-42's Nats-Pin-Id) of one partition's
+// deliveries.
+type pinWatch struct {
+	mu   sync.Mutex
+	pin  string
+	gone bool
+}
+
+// moved records a delivery's pin id and reports whether the pin moved
+// since the last delivery (another id, or a pull refused for a wrong one).
+func (w *pinWatch) moved(pin string) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	moved := w.gone || (w.pin != "" && pin != "" && pin != w.pin)
+	if pin != "" {
+		w.pin = pin
+	}
+	w.gone = false
+	return moved
+}
+
+// lost records that a pull was refused for a wrong pin id.
+func (w *pinWatch) lost() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.pin != "" {
+		w.gone, w.pin = true, ""
+	}
 }
 
 // release stops consuming partition p. Let go (not fenced): the command in
@@ -251,9 +304,6 @@ func (w *Worker) acquire(ctx context.Context, p int, lease pgroup.Lease) error {
 // acknowledged, and the pin is left alone (another worker may hold the
 // partition already).
 func (w *Worker) release(ctx context.Context, p int, fenced bool) {
-	if w.cfg.OnLease != nil {
-		w.cfg.OnLease(p, 0, false)
-	}
 	w.mu.Lock()
 	cc, ok := w.ccs[p]
 	delete(w.ccs, p)
