@@ -172,7 +172,8 @@ func (p *Projector) pinAdvisory(m *nats.Msg) {
 }
 
 // current returns the state of ev's session as the log holds it now, at
-// least up to ev (which the log holds: it was delivered): empty when ev is
+// least up to ev (which the log holds: it was delivered): empty when its
+// subject names no valid session (nothing to read back), or when ev is
 // the session's first and only event (one direct get tells; nothing to
 // restore), else its last snapshot and the events after it (Restore),
 // checked against the log. A read served by a replica a moment behind
@@ -180,6 +181,11 @@ func (p *Projector) pinAdvisory(m *nats.Msg) {
 // before current gives up (ErrLogUnavailable), so that no state is ever
 // folded on from a point short of the session's events before ev.
 func (p *Projector) current(ctx context.Context, ev events.Event) (*Session, error) {
+	if !events.ValidToken(ev.Tenant) || !events.ValidToken(ev.Session) {
+		// A subject that names no session: nothing can be read back by
+		// it; its events are folded as they come (an invalid index row).
+		return &Session{}, nil
+	}
 	if first, n, err := p.log.Head(ctx, ev.Tenant, ev.Session); err == nil && first == ev.Seq && n == 1 && ev.Seq != 0 {
 		p.mu.Lock()
 		p.newFast++

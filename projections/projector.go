@@ -34,8 +34,9 @@ const (
 	// DefaultProjectorMaxAckPending bounds the events of one partition
 	// delivered and not yet acknowledged.
 	DefaultProjectorMaxAckPending = 1024
-	// PullExpiry is how long a pull request of a partition's holder
-	// lasts: well inside the pin's TTL (10 s), so that a holder of an
+	// PullExpiry is how long, at most, a pull request of a partition's
+	// holder lasts (PullExpiryFor makes it shorter for a shorter pinned
+	// TTL): inside the pin's TTL (10 s by default), so that a holder of an
 	// idle partition renews its pin (each request does) and never loses
 	// it for want of events (ADR-42), and a lost server is noticed within
 	// two missed idle heartbeats (half of it each).
@@ -168,6 +169,17 @@ func (c *ProjectorConfig) Validate() error {
 // bucket's group): engines share the projector consumers of AGENT_EVENTS'
 // partitions in it.
 const EngineGroup = "engines"
+
+// PullExpiryFor is the expiry of the pull requests of a consumer whose
+// pinned TTL (priority_timeout) is pinnedTTL: PullExpiry, or less than
+// half the TTL when that is shorter, and at least 1 s (nats.go's floor).
+func PullExpiryFor(pinnedTTL time.Duration) time.Duration {
+	d := PullExpiry
+	if pinnedTTL > 0 && pinnedTTL*2/5 < d {
+		d = pinnedTTL * 2 / 5
+	}
+	return max(d, time.Second)
+}
 
 // ProjectorConsumerName is the durable consumer of partition p for a
 // projector whose Durable is durable: "<durable>-p<p>".
@@ -531,7 +543,8 @@ func (p *Projector) consume(ps *partition, part int, cons jetstream.Consumer) (j
 			return
 		}
 		_ = msg.Ack()
-	}, jetstream.PullPriorityGroup(p.cfg.Group), jetstream.PullMaxMessages(256), jetstream.PullExpiry(PullExpiry),
+	}, jetstream.PullPriorityGroup(p.cfg.Group), jetstream.PullMaxMessages(256),
+		jetstream.PullExpiry(PullExpiryFor(cons.CachedInfo().Config.PinnedTTL)),
 		jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
 			switch {
 			case errors.Is(err, jetstream.ErrPinIDMismatch):

@@ -681,13 +681,18 @@ func (m *Member) run(ctx context.Context, w jetstream.KeyWatcher) {
 		case <-m.kick:
 			m.reap(ctx)
 		case <-tick.C:
-			m.reap(ctx)
-			m.rebalance(ctx)
 			if w == nil {
+				// Unwatched, it sees no revision change: it counts nobody
+				// dead until it watches again.
+				m.mu.Lock()
+				m.grace = time.Now()
+				m.mu.Unlock()
 				if nw, err := m.kv.Watch(ctx, m.cfg.Group+".>"); err == nil {
 					w, updates = nw, nw.Updates()
 				}
 			}
+			m.reap(ctx)
+			m.rebalance(ctx)
 		}
 	}
 }

@@ -212,12 +212,12 @@ func pgroupName(name string) string {
 // acquire starts consuming partition p's commands under its lease (ctx:
 // done the moment the worker must stop acting on p). When the previous
 // holder's lease ran out (lease.TakenOver), its pin is lifted. The
-// consumer is reset to its acknowledgement floor, on acquiring and
-// whenever its pin is seen to move and come back, so a command an
-// earlier holder (this worker too, before a fence) was running, or one
-// delivered by a consumer leader that was lost, comes again at once, not
-// after AckWait (commands are idempotent: what it recorded is found done
-// or stored once).
+// consumer is reset to its acknowledgement floor before it is consumed,
+// so a command an earlier holder (this worker too, before a fence) was
+// running comes again at once, not after AckWait (commands are
+// idempotent: what it recorded is found done or stored once). Pull
+// requests expire inside the consumer's pinned TTL, so the pin stays
+// while the partition is idle.
 func (w *Worker) acquire(ctx context.Context, p int, lease pgroup.Lease) error {
 	js := w.log.JetStream()
 	name := recovery.ConsumerName(p)
@@ -231,20 +231,9 @@ func (w *Worker) acquire(ctx context.Context, p int, lease pgroup.Lease) error {
 	if err != nil {
 		return fmt.Errorf("consumer %s: %w", name, err)
 	}
-	pin := &pinWatch{}
-	cc, err := cons.Consume(func(msg jetstream.Msg) {
-		if pin.moved(msg.Headers().Get("Nats-Pin-Id")) {
-			// The pin moved and came back (a consumer leader elected
-			// anew): what was delivered meanwhile comes again now.
-			w.redeliver(ctx, p)
-		}
-		w.handle(ctx, msg)
-	}, jetstream.PullPriorityGroup(recovery.PriorityGroup), jetstream.PullMaxMessages(1), jetstream.PullExpiry(projections.PullExpiry),
-		jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
-			if errors.Is(err, jetstream.ErrPinIDMismatch) {
-				pin.lost()
-			}
-		}))
+	cc, err := cons.Consume(func(msg jetstream.Msg) { w.handle(ctx, msg) },
+		jetstream.PullPriorityGroup(recovery.PriorityGroup), jetstream.PullMaxMessages(1),
+		jetstream.PullExpiry(projections.PullExpiryFor(cons.CachedInfo().Config.PinnedTTL)))
 	if err != nil {
 		return fmt.Errorf("consume %s: %w", name, err)
 	}
@@ -264,36 +253,6 @@ func (w *Worker) redeliver(ctx context.Context, p int) {
 	defer cancel()
 	if _, err := w.log.JetStream().ResetConsumer(rctx, recovery.Stream, recovery.ConsumerName(p)); err != nil && rctx.Err() == nil {
 		w.l.Debug().Err(err).Int("partition", p).Msg("reset to the acknowledgement floor")
-	}
-}
-
-// pinWatch follows the pin id (ADR-42's Nats-Pin-Id) of one partition's
-// deliveries.
-type pinWatch struct {
-	mu   sync.Mutex
-	pin  string
-	gone bool
-}
-
-// moved records a delivery's pin id and reports whether the pin moved
-// since the last delivery (another id, or a pull refused for a wrong one).
-func (w *pinWatch) moved(pin string) bool {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	moved := w.gone || (w.pin != "" && pin != "" && pin != w.pin)
-	if pin != "" {
-		w.pin = pin
-	}
-	w.gone = false
-	return moved
-}
-
-// lost records that a pull was refused for a wrong pin id.
-func (w *pinWatch) lost() {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if w.pin != "" {
-		w.gone, w.pin = true, ""
 	}
 }
 
