@@ -270,7 +270,7 @@ func (c *leaderCluster) leaderKill(t *testing.T, target, other string, auth bool
 		name := fmt.Sprintf("%s-e%d", prefix, i)
 		port := freePort(t)
 		args := []string{"serve", "--nats-url", c.url, "--use-existing", "--name", name, "--telemetry-listen", fmt.Sprintf("127.0.0.1:%d", port),
-			"--policy", c.policy, "--snapshot-every", "10", "--log-level", "warn"}
+			"--policy", c.policy, "--snapshot-every", "10", "--log-level", "info"}
 		if auth {
 			args = append(args, "--auth", c.spec)
 		}
@@ -281,14 +281,14 @@ func (c *leaderCluster) leaderKill(t *testing.T, target, other string, auth bool
 		name := fmt.Sprintf("%s-w%d", prefix, i)
 		port := freePort(t)
 		args := append([]string{"--nats-url", c.url, "--use-existing", "--name", name, "--telemetry-listen", fmt.Sprintf("127.0.0.1:%d", port),
-			"--control-timeout", "2s", "--log-level", "warn"}, c.nkeyArgs(auth, "worker")...)
+			"--control-timeout", "2s", "--log-level", "info"}, c.nkeyArgs(auth, "worker")...)
 		members = append(members, &member{name: name, group: recovery.WorkerGroup, metrics: fmt.Sprintf("http://127.0.0.1:%d/metrics", port),
 			p: startProc(t, c.url, "worker", args...)})
 	}
 	t.Cleanup(func() {
 		if t.Failed() {
 			for _, m := range members {
-				t.Logf("%s:\n%s", m.name, tail(m.p.errOut.String(), 4000))
+				t.Logf("%s:\n%s", m.name, tail(warnings(m.p.errOut.String()), 4000))
 			}
 		}
 		for _, m := range members {
@@ -427,6 +427,20 @@ func (c *leaderCluster) leaderKill(t *testing.T, target, other string, auth bool
 			if states, err := projections.PartitionStates(context.Background(), c.js, "", allPartitions(leaderPartitions)); err == nil {
 				t.Logf("projector consumers: %+v (the session's partition: %d)", states, events.Partition(tenant, waiting, leaderPartitions))
 			}
+			if sums, err := projections.ReadIndex(context.Background(), c.js, projections.IndexFilter{Tenant: tenant}); err == nil {
+				for _, sum := range sums {
+					if sum.Session == waiting {
+						t.Logf("index row: %+v", sum)
+					}
+				}
+			}
+			for _, m := range members {
+				for _, line := range strings.Split(m.p.errOut.String(), "\n") {
+					if strings.Contains(line, waiting) || strings.Contains(line, "partition=") || strings.Contains(line, "scan") || strings.Contains(line, "failed closed") || strings.Contains(line, "writable again") {
+						t.Logf("%s: %s", m.name, line)
+					}
+				}
+			}
 			t.Fatalf("%s/%s not repaired within 60s; its commands: %s", tenant, waiting, commandsOf(t, c.js, tenant, waiting))
 		}
 		time.Sleep(250 * time.Millisecond)
@@ -532,6 +546,17 @@ func waitUntil(t *testing.T, what string, d time.Duration, cond func() bool) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
+}
+
+// warnings keeps the lines of a process's log at WRN and ERR.
+func warnings(s string) string {
+	var out []string
+	for _, line := range strings.Split(s, "\n") {
+		if strings.Contains(line, " WRN ") || strings.Contains(line, " ERR ") {
+			out = append(out, line)
+		}
+	}
+	return strings.Join(out, "\n")
 }
 
 func tail(s string, n int) string {
@@ -885,6 +910,7 @@ func (p *ingestPublisher) turn(ctx context.Context, session string, round int) e
 		ev(turn, &events.MessageAppended{Role: events.RoleUser, Content: text("hello")}),
 		ev(turn, &events.MessageAppended{Role: events.RoleAssistant, Content: text(fmt.Sprintf("hi, for the %d time", round+1))}),
 		ev(turn, &events.TurnCompleted{}))
+	pause := 50 * time.Millisecond
 	for {
 		var opts []events.AppendOption
 		p.mu.Lock()
@@ -896,7 +922,10 @@ func (p *ingestPublisher) turn(ctx context.Context, session string, round int) e
 		acks, err := p.cl.Append(ctx, evs, opts...)
 		if errors.Is(err, events.ErrConflict) {
 			// The engine appended to the session (a snapshot.taken): read
-			// it again and decide again.
+			// it again and decide again (a read a replica behind its
+			// leader serves can still be short: with back-off).
+			time.Sleep(pause)
+			pause = min(2*pause, time.Second)
 			n, err := p.cl.LastSeq(ctx, p.tenant, session)
 			if err != nil {
 				return fmt.Errorf("%s: last sequence after a conflict: %w", session, err)

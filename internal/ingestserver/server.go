@@ -759,18 +759,23 @@ func Rejects(ctx context.Context, js jetstream.JetStream, f RejectFilter) ([]Rej
 // received notes the connection's reconnect count when a request this
 // engine will answer arrived (answerable).
 func (s *Server) received(m *nats.Msg) {
-	if m.Reply != "" {
+	if strings.HasPrefix(m.Reply, serviceReplyPrefix) {
 		s.epochs.Store(m, s.nc.Stats().Reconnects)
 	}
 }
 
-// answerable reports whether the reply to m may be sent: not when the
-// connection reconnected (to another server) since m arrived. Under auth
-// the engine may answer a request (nats-server's allow_responses) only
-// through the server it received it on: on another the reply is refused
-// as a permission violation, and it would reach no one anyway. The
-// publisher sends the request again (docs/events.md: "When no engine
-// answers"), and its ids make that safe.
+// serviceReplyPrefix starts the reply subject nats-server gives a request
+// that came through a service import (a tenant's, under auth): the
+// engine may answer it only through the server that delivered it.
+const serviceReplyPrefix = "_R_."
+
+// answerable reports whether the reply to m may be sent: not when m came
+// through a service import and the connection reconnected (to another
+// server) since. Under auth the engine may answer such a request
+// (nats-server's allow_responses) only through the server it received it
+// on: on another the reply is refused as a permission violation, and it
+// would reach no one anyway. The publisher sends the request again
+// (docs/events.md: "When no engine answers"), and its ids make that safe.
 func (s *Server) answerable(m *nats.Msg) bool {
 	v, ok := s.epochs.LoadAndDelete(m)
 	if !ok {

@@ -282,7 +282,7 @@ func (r *Reconciler) Scan(ctx context.Context, partitions []int, restart bool) e
 	if err := r.scan(ctx, partitions, restart); err != nil {
 		r.l.Warn().Err(err).Ints("partitions", partitions).Msg("scan incomplete; it is retried")
 		r.mu.Lock()
-		r.rescan = append(r.rescan, partitions...)
+		r.rescan = mergePartitions(r.rescan, partitions)
 		r.mu.Unlock()
 		return err
 	}
@@ -302,6 +302,19 @@ func (r *Reconciler) Release(p int) {
 		}
 	}
 	r.rescan = slices.DeleteFunc(r.rescan, func(x int) bool { return x == p })
+}
+
+// mergePartitions adds the partitions of more to have that it does not
+// hold yet, and returns them sorted.
+func mergePartitions(have, more []int) []int {
+	out := slices.Clone(have)
+	for _, p := range more {
+		if !slices.Contains(out, p) {
+			out = append(out, p)
+		}
+	}
+	slices.Sort(out)
+	return out
 }
 
 // Close stops the loop and waits for it, or for ctx to end.
@@ -431,6 +444,9 @@ func (r *Reconciler) enqueue(actions []Action, since uint64) {
 // moment; without an index it lists the log. At start (restart) the
 // policy's restart rule applies to the turns found in flight.
 func (r *Reconciler) scan(ctx context.Context, partitions []int, restart bool) error {
+	// Each partition once: a read of the index with one filter twice is
+	// refused (JetStream error 10136), and would be on every retry.
+	partitions = mergePartitions(nil, partitions)
 	if len(partitions) == 0 {
 		return nil
 	}
@@ -457,6 +473,7 @@ func (r *Reconciler) scan(ctx context.Context, partitions []int, restart bool) e
 	default:
 		return err
 	}
+	r.l.Info().Ints("partitions", partitions).Int("sessions", len(refs)).Msg("scanning the sessions that may need the reconciler")
 	for _, x := range refs {
 		if strings.HasPrefix(x.session, "_") {
 			continue
@@ -537,8 +554,9 @@ func (r *Reconciler) tick(ctx context.Context) {
 	r.mu.Unlock()
 	if len(rescan) > 0 {
 		if err := r.scan(ctx, rescan, false); err != nil {
+			r.l.Debug().Err(err).Ints("partitions", rescan).Msg("scan incomplete; it is retried")
 			r.mu.Lock()
-			r.rescan = append(r.rescan, rescan...)
+			r.rescan = mergePartitions(r.rescan, rescan)
 			r.mu.Unlock()
 		}
 		// The watched sessions are judged too: a scan that keeps failing
@@ -804,7 +822,7 @@ func (r *Reconciler) failClosed(err error, byWrite bool) {
 	if r.proj != nil {
 		// Judge everything again once the log is writable: what was
 		// decided meanwhile may have been dropped.
-		r.rescan = append(r.rescan, r.proj.Partitions()...)
+		r.rescan = mergePartitions(r.rescan, r.proj.Partitions())
 	}
 	r.mu.Unlock()
 	if first {
