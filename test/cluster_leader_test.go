@@ -396,11 +396,6 @@ func (c *leaderCluster) leaderKill(t *testing.T, target, other string, auth bool
 	// within the deadline plus the handover (the member handover bound,
 	// or longer when the node's death made JetStream elect leaders for
 	// longer) plus the two commands' run.
-	election := <-elected
-	_, _, _, memberHandover, _ := s.report()
-	handover := max(pgroup.DefaultTTL+2*pgroup.DefaultHeartbeat, election, memberHandover)
-	repairBound := leaderTurnDeadline + handover + 5*time.Second
-	t.Logf("after the kill: every stream led again in %s; partitions held again in %s", election.Round(time.Millisecond), memberHandover.Round(time.Millisecond))
 	var worst time.Duration
 	var slowest, waiting string
 	deadline := time.Now().Add(60 * time.Second)
@@ -445,6 +440,12 @@ func (c *leaderCluster) leaderKill(t *testing.T, target, other string, auth bool
 		}
 		time.Sleep(250 * time.Millisecond)
 	}
+	election := <-elected
+	_, _, _, memberHandover, _ := s.report()
+	handover := max(pgroup.DefaultTTL+2*pgroup.DefaultHeartbeat, election, memberHandover)
+	repairBound := leaderTurnDeadline + handover + 5*time.Second
+	t.Logf("after the kill: every stream and partition consumer led again in %s; every partition held again in %s",
+		election.Round(time.Millisecond), memberHandover.Round(time.Millisecond))
 	if testing.Verbose() {
 		_ = c.log.ReadSession(context.Background(), tenant, slowest, events.ReadOptions{}, func(ev events.Event) error {
 			t.Logf("  slowest: %s seq %d %s turn %s source %s", ev.Stored.Format("15:04:05.000"), ev.Seq, ev.Type, ev.Turn, ev.Source)
@@ -495,10 +496,11 @@ func (c *leaderCluster) leaderKill(t *testing.T, target, other string, auth bool
 	}
 }
 
-// electedAgain waits until every stream has a leader other than the
-// killed node, and returns how long after the kill that was (at most 60
-// s).
+// electedAgain waits until every stream, and every partition's projector
+// and recovery consumer, has a leader other than the killed node, and
+// returns how long after the kill that was (at most 60 s).
 func (c *leaderCluster) electedAgain(killed string, at time.Time) time.Duration {
+	led := func(cl *jetstream.ClusterInfo) bool { return cl != nil && cl.Leader != "" && cl.Leader != killed }
 	for time.Since(at) < time.Minute {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		names := c.js.StreamNames(ctx)
@@ -517,7 +519,20 @@ func (c *leaderCluster) electedAgain(killed string, at time.Time) time.Duration 
 				break
 			}
 			info, err := st.Info(ctx)
-			ok = err == nil && info.Cluster != nil && info.Cluster.Leader != "" && info.Cluster.Leader != killed
+			ok = err == nil && led(info.Cluster)
+		}
+		for p := 0; ok && p < leaderPartitions; p++ {
+			for _, sc := range [][2]string{{events.EventsStream, projections.ProjectorConsumerName("", p)}, {recovery.Stream, recovery.ConsumerName(p)}} {
+				cons, err := c.js.Consumer(ctx, sc[0], sc[1])
+				if err != nil {
+					ok = false
+					break
+				}
+				info, err := cons.Info(ctx)
+				if ok = err == nil && led(info.Cluster); !ok {
+					break
+				}
+			}
 		}
 		cancel()
 		if ok {
