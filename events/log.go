@@ -333,7 +333,9 @@ type AppendOption func(*appendOpts)
 
 // ExpectLastSeq makes Append conditional and atomic: the session's last
 // stored event must be at stream sequence seq (0: the session must have no
-// event yet), or Append stores nothing and returns ErrConflict. The events
+// event yet), or Append stores nothing and returns ErrConflict. The same
+// call sent again after it was stored (its reply lost) is answered with
+// the original acks, Duplicate set, not with a conflict (Resent). The events
 // of the call (one session's, at most MaxAtomicEvents) are stored as one
 // JetStream atomic batch: all of them at consecutive sequences, or none, so
 // no other writer interleaves and a crash never leaves half of them. It is
@@ -407,7 +409,10 @@ func (l *Log) PrepareBody(ev Event, body []byte) (*nats.Msg, error) {
 // Nothing is sent when any event is invalid: the error joins one
 // *EventError per bad event, wrapping ErrInvalid (with *FieldError values)
 // or ErrTooLarge. Other errors: ErrConflict (see ExpectLastSeq; the acks of
-// events stored before the conflict are returned), ErrLogUnavailable.
+// events stored before the conflict are returned), ErrDuplicateID (a
+// conditional append reusing ids another call stored), ErrLogUnavailable.
+// Every form is idempotent: the identical call sent again returns the
+// original acks, Duplicate set.
 func (l *Log) Append(ctx context.Context, evs []Event, opts ...AppendOption) ([]Ack, error) {
 	var o appendOpts
 	for _, opt := range opts {
@@ -552,7 +557,9 @@ func (l *Log) appendAtomic(ctx context.Context, evs []Event, msgs []*nats.Msg, e
 			return nil, fmt.Errorf("append events: %w: bad ack %q", ErrLogUnavailable, resp.Data)
 		}
 		if ack.Error != nil {
-			return nil, fmt.Errorf("append events: %w", classify(ack.Error))
+			// A refusal of a batch that may be this call's own, stored
+			// before (a resend after a lost reply): resend.go.
+			return l.resendOrRefusal(ctx, evs, expect, ack.Error)
 		}
 		acks := make([]Ack, len(evs))
 		for j := range evs {

@@ -228,7 +228,7 @@ func (c *Client) appendBatch(ctx context.Context, evs []events.Event, bodies [][
 	}
 	acks := make([]events.Ack, len(evs))
 	for j := range evs {
-		acks[j] = events.Ack{ID: evs[j].ID, Seq: ack.Seq - uint64(len(evs)-1-j)}
+		acks[j] = events.Ack{ID: evs[j].ID, Seq: ack.Seq - uint64(len(evs)-1-j), Duplicate: ack.Duplicate}
 	}
 	return acks, nil
 }
@@ -253,20 +253,23 @@ func classify(err error) error {
 		return fmt.Errorf("%w: %w", events.ErrConflict, err)
 	case int(jetstream.JSErrCodeStreamMessageExceedsMaximum):
 		return fmt.Errorf("%w: %w", events.ErrTooLarge, err)
+	case events.JSErrCodeBatchDuplicateID:
+		return fmt.Errorf("%w: %w", events.ErrDuplicateID, err)
 	}
 	return fmt.Errorf("%w: %w", events.ErrLogUnavailable, err)
 }
 
-// read asks for one page. While no engine answers at all (no
-// responders: none is running yet, as when a runtime starts with the
-// engines), it asks again with the appends' back-off for up to RetryFor;
-// a read is safe to repeat.
+// read asks for one page. While no engine answers (no responders: none
+// is running yet, as when a runtime starts with the engines; or no reply
+// in time: the engine that took the request lost its server, or the log
+// is unavailable), it asks again with the appends' back-off for up to
+// RetryFor; a read is safe to repeat.
 func (c *Client) read(ctx context.Context, tenant, session string, req ReadRequest) (*ReadReply, error) {
 	b := backoff.WithContext(backoff.NewExponentialBackOff(backoff.WithInitialInterval(100*time.Millisecond),
 		backoff.WithMaxInterval(2*time.Second), backoff.WithMaxElapsedTime(max(c.cfg.RetryFor, 0))), ctx)
 	for {
 		rep, err := c.readOnce(ctx, tenant, session, req)
-		if !errors.Is(err, nats.ErrNoResponders) || c.cfg.RetryFor < 0 {
+		if !errors.Is(err, events.ErrLogUnavailable) || c.cfg.RetryFor < 0 || ctx.Err() != nil {
 			return rep, err
 		}
 		wait := b.NextBackOff()

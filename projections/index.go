@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -176,7 +177,11 @@ func ReadIndex(ctx context.Context, js jetstream.JetStream, f IndexFilter) ([]Su
 	if f.Partitions != nil {
 		parts = nil
 		for _, p := range f.Partitions {
-			parts = append(parts, strconv.Itoa(p))
+			// Each once: JetStream refuses a consumer with a filter
+			// subject twice (error 10136).
+			if q := strconv.Itoa(p); !slices.Contains(parts, q) {
+				parts = append(parts, q)
+			}
 		}
 		if len(parts) == 0 {
 			return nil, nil

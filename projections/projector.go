@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 	"github.com/turnstone-dev/turnstone/events"
@@ -33,6 +34,13 @@ const (
 	// DefaultProjectorMaxAckPending bounds the events of one partition
 	// delivered and not yet acknowledged.
 	DefaultProjectorMaxAckPending = 1024
+	// PullExpiry is how long, at most, a pull request of a partition's
+	// holder lasts (PullExpiryFor makes it shorter for a shorter pinned
+	// TTL): inside the pin's TTL (10 s by default), so that a holder of an
+	// idle partition renews its pin (each request does) and never loses
+	// it for want of events (ADR-42), and a lost server is noticed within
+	// two missed idle heartbeats (half of it each).
+	PullExpiry = 4 * time.Second
 )
 
 // ProjectorConfig configures a Projector. The zero value takes the
@@ -83,6 +91,15 @@ type ProjectorConfig struct {
 	// OnRelease, when set, is called after a partition was released, with
 	// its number (the reconciler forgets that partition's sessions).
 	OnRelease func(partition int)
+	// OnPinMoved, when set, is called when the pin of a partition's
+	// consumer moved away from this projector while it held the
+	// partition (the partition's states were dropped: see Acquire).
+	OnPinMoved func(partition int)
+	// OnSnapshotMismatch, when set, is called when a session's snapshot,
+	// or the state the projector held, counted fewer events up to its last
+	// sequence than the log holds (folded, logged): the log won, and the
+	// session was refolded from it.
+	OnSnapshotMismatch func(tenant, session string, folded, logged int)
 	// Index makes the projector keep the fleet index (IndexBucket, which
 	// must exist: EnsureIndexBucket): a Summary per session, written
 	// before the event is acknowledged when what the reconciler acts on
@@ -152,6 +169,17 @@ func (c *ProjectorConfig) Validate() error {
 // bucket's group): engines share the projector consumers of AGENT_EVENTS'
 // partitions in it.
 const EngineGroup = "engines"
+
+// PullExpiryFor is the expiry of the pull requests of a consumer whose
+// pinned TTL (priority_timeout) is pinnedTTL: PullExpiry, or less than
+// half the TTL when that is shorter, and at least 1 s (nats.go's floor).
+func PullExpiryFor(pinnedTTL time.Duration) time.Duration {
+	d := PullExpiry
+	if pinnedTTL > 0 && pinnedTTL*2/5 < d {
+		d = pinnedTTL * 2 / 5
+	}
+	return max(d, time.Second)
+}
 
 // ProjectorConsumerName is the durable consumer of partition p for a
 // projector whose Durable is durable: "<durable>-p<p>".
@@ -279,9 +307,10 @@ type Projector struct {
 	newFast  int // sessions folded from empty without a restore (new ones)
 	nCompact int // states held in compact form
 
-	runCtx context.Context
-	cancel context.CancelFunc
-	wg     sync.WaitGroup
+	runCtx  context.Context
+	cancel  context.CancelFunc
+	wg      sync.WaitGroup
+	pinSubs []*nats.Subscription
 }
 
 type tracked struct {
@@ -322,15 +351,21 @@ func attentionOf(s *Session) attention {
 		paused: s.Paused, cause: s.PauseCause, orphans: s.openOrphans(), history: s.History}
 }
 
-// partition is one partition the projector folds: its consumer, and the
+// partition is one partition the projector folds: its consumer, the
+// lease it is folded under, the pin its deliveries carry, and the
 // acknowledgements that wait for an index write.
 type partition struct {
-	cc   jetstream.ConsumeContext
-	acks chan pendingAck
-	done chan struct{}
+	cc       jetstream.ConsumeContext
+	acks     chan pendingAck
+	done     chan struct{}
+	lease    context.Context
+	consumer string
 
-	mu     sync.Mutex
-	closed bool
+	mu        sync.Mutex
+	closed    bool
+	releasing bool   // Release began: consumption is not started again
+	pin       string // the Nats-Pin-Id of the last delivery ("" before the first)
+	lost      bool   // the pin was seen to move away since
 }
 
 // wait hands pa to the acker; once the partition is released the event
@@ -388,10 +423,10 @@ func (p *Projector) Open(ctx context.Context) error {
 		go p.indexLoop(p.runCtx)
 	}
 	if p.cfg.Shared {
-		return nil
+		return p.watchPins()
 	}
 	for part := 0; part < p.log.Partitions(); part++ {
-		if err := p.Acquire(ctx, part, false); err != nil {
+		if err := p.Acquire(p.runCtx, part, false); err != nil {
 			p.cancel()
 			p.wg.Wait()
 			return fmt.Errorf("open projector: %w", err)
@@ -400,18 +435,37 @@ func (p *Projector) Open(ctx context.Context) error {
 	return nil
 }
 
-// Acquire starts folding partition part: it pulls the partition's durable
-// consumer (created with ProjectorConsumerConfig when it does not exist
-// yet) in the priority group. unpin asks the server to unpin the
-// consumer first (the previous owner is dead, so waiting for its pin to
-// expire would only delay). Acquiring a partition held is a no-op.
-func (p *Projector) Acquire(ctx context.Context, part int, unpin bool) error {
+// Acquire starts folding partition part under lease: it pulls the
+// partition's durable consumer (created with ProjectorConsumerConfig when
+// it does not exist yet) in the priority group, and folds and
+// acknowledges only while lease is live: once it is done (the partition
+// group fenced this engine, or let the partition go) nothing more is
+// folded, written or acknowledged, and what was delivered is left for the
+// next holder. takenOver says the previous holder's lease ran out: the
+// consumer is unpinned (waiting for its pin to expire would only delay).
+// The consumer is reset to its acknowledgement floor, so what an earlier
+// holder (this projector too, before its lease ended) was delivered and
+// never acknowledged comes again at once, not after AckWait (ADR-42; the
+// consumer reset of nats-server 2.14+); what comes again folded already is
+// skipped by the fold.
+//
+// The projector holds no state of the partition when it acquires it, and
+// drops every state of the partition the moment the consumer's pin is
+// seen to move away from it (a delivery with another Nats-Pin-Id, a pull
+// refused for a wrong pin id, a PINNED or UNPINNED advisory): another
+// holder may have folded and acknowledged events meanwhile, so each
+// session is restored from its snapshot and the log at its next event,
+// never continued from what this projector folded before. Acquiring a
+// partition held is a no-op.
+func (p *Projector) Acquire(lease context.Context, part int, takenOver bool) error {
 	p.mu.Lock()
 	_, held := p.parts[part]
 	p.mu.Unlock()
 	if held {
 		return nil
 	}
+	ctx, cancel := context.WithTimeout(lease, p.log.Config().Timeout)
+	defer cancel()
 	js := p.log.JetStream()
 	st, err := js.Stream(ctx, events.EventsStream)
 	if err != nil {
@@ -425,26 +479,23 @@ func (p *Projector) Acquire(ctx context.Context, part int, unpin bool) error {
 	if err != nil {
 		return fmt.Errorf("acquire partition %d: consumer %s: %w", part, name, err)
 	}
-	if unpin {
+	// Nothing of the partition is held from before: whatever was, another
+	// holder may have moved past it.
+	p.dropPartition(part)
+	if takenOver {
 		if err := st.UnpinConsumer(ctx, name, p.cfg.Group); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
 			p.l.Debug().Err(err).Int("partition", part).Msg("unpin")
 		}
 	}
-	ps := &partition{acks: make(chan pendingAck, p.cfg.MaxAckPending), done: make(chan struct{})}
+	// What an earlier holder (this engine too, before a fence) was
+	// delivered and did not acknowledge comes again now, not after
+	// AckWait.
+	if _, err := st.ResetConsumer(ctx, name); err != nil {
+		p.l.Debug().Err(err).Int("partition", part).Msg("reset to the acknowledgement floor")
+	}
+	ps := &partition{acks: make(chan pendingAck, p.cfg.MaxAckPending), done: make(chan struct{}), lease: lease, consumer: name}
 	go p.acker(ps)
-	cc, err := cons.Consume(func(msg jetstream.Msg) {
-		meta, err := msg.Metadata()
-		if err != nil {
-			_ = msg.Term()
-			return
-		}
-		ev := events.DecodeStoredAt(msg.Subject(), meta.Sequence.Stream, meta.Timestamp, msg.Data())
-		if fut := p.apply(p.runCtx, part, ev); fut != nil {
-			ps.wait(pendingAck{msg: msg, fut: fut, key: ev.Tenant + "/" + ev.Session, tenant: ev.Tenant, session: ev.Session})
-			return
-		}
-		_ = msg.Ack()
-	}, jetstream.PullPriorityGroup(p.cfg.Group), jetstream.PullMaxMessages(256))
+	cc, err := p.consume(ps, part, cons)
 	if err != nil {
 		ps.close()
 		<-ps.done
@@ -454,7 +505,108 @@ func (p *Projector) Acquire(ctx context.Context, part int, unpin bool) error {
 	p.mu.Lock()
 	p.parts[part] = ps
 	p.mu.Unlock()
+	p.wg.Add(1)
+	go p.keepConsuming(ps, part, cons)
 	return nil
+}
+
+// consume starts pulling partition part's consumer into the fold.
+func (p *Projector) consume(ps *partition, part int, cons jetstream.Consumer) (jetstream.ConsumeContext, error) {
+	lease := ps.lease
+	return cons.Consume(func(msg jetstream.Msg) {
+		if lease.Err() != nil {
+			return // fenced: not folded, not acknowledged; the next holder has it
+		}
+		if p.pinMoved(ps, part, msg.Headers().Get(pinHeader)) {
+			// Synchronously, before this delivery is folded: the states of
+			// the partition are restored from the log as their events come.
+			p.dropPartition(part)
+			p.wg.Add(1)
+			go p.redeliver(part, ps.consumer)
+		}
+		meta, err := msg.Metadata()
+		if err != nil {
+			_ = msg.Term()
+			return
+		}
+		ev := events.DecodeStoredAt(msg.Subject(), meta.Sequence.Stream, meta.Timestamp, msg.Data())
+		fut, ok := p.apply(lease, part, ev)
+		if lease.Err() != nil {
+			return // the lease ended while it folded: left for the next holder
+		}
+		if !ok {
+			_ = msg.NakWithDelay(time.Second)
+			return
+		}
+		if fut != nil {
+			ps.wait(pendingAck{msg: msg, fut: fut, key: ev.Tenant + "/" + ev.Session, tenant: ev.Tenant, session: ev.Session})
+			return
+		}
+		_ = msg.Ack()
+	}, jetstream.PullPriorityGroup(p.cfg.Group), jetstream.PullMaxMessages(256),
+		jetstream.PullExpiry(PullExpiryFor(cons.CachedInfo().Config.PinnedTTL)),
+		jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
+			switch {
+			case errors.Is(err, jetstream.ErrPinIDMismatch):
+				p.pinLost(part, "a pull was refused: the pin moved")
+			case errors.Is(err, jetstream.ErrConsumerDeleted), errors.Is(err, jetstream.ErrBadRequest):
+				p.l.Warn().Err(err).Int("partition", part).Msg("the partition's consumer stopped")
+			}
+		}))
+}
+
+// keepConsuming consumes partition part again whenever its consumption
+// stops on its own (nats.go stops it on a terminal status: the consumer
+// deleted, a bad request) while the lease holds, so that a held partition
+// is never left unfolded; what was delivered and not acknowledged comes
+// again (reset). It returns when the lease ends or the partition is
+// released.
+func (p *Projector) keepConsuming(ps *partition, part int, cons jetstream.Consumer) {
+	defer p.wg.Done()
+	wait := 100 * time.Millisecond
+	for {
+		ps.mu.Lock()
+		cc := ps.cc
+		ps.mu.Unlock()
+		select {
+		case <-ps.lease.Done():
+			return
+		case <-p.runCtx.Done():
+			return
+		case <-cc.Closed():
+		}
+		for {
+			ps.mu.Lock()
+			releasing := ps.releasing
+			ps.mu.Unlock()
+			if releasing || ps.lease.Err() != nil || p.runCtx.Err() != nil {
+				return
+			}
+			p.l.Warn().Int("partition", part).Msg("the partition's consumption stopped while it is held: consuming again")
+			p.dropPartition(part)
+			p.wg.Add(1)
+			p.redeliver(part, ps.consumer)
+			ncc, err := p.consume(ps, part, cons)
+			if err == nil {
+				ps.mu.Lock()
+				if ps.releasing {
+					ps.mu.Unlock()
+					ncc.Stop()
+					return
+				}
+				ps.cc = ncc
+				ps.mu.Unlock()
+				wait = 100 * time.Millisecond
+				break
+			}
+			select {
+			case <-ps.lease.Done():
+				return
+			case <-time.After(wait):
+			}
+			wait = min(2*wait, 5*time.Second)
+		}
+	}
 }
 
 // acker acknowledges the events of a partition that wait for their index
@@ -466,7 +618,9 @@ func (p *Projector) acker(ps *partition) {
 		timer := time.NewTimer(p.cfg.AckWait / 2)
 		select {
 		case <-pa.fut.Ok():
-			_ = pa.msg.Ack()
+			if ps.lease.Err() == nil {
+				_ = pa.msg.Ack()
+			}
 		case err := <-pa.fut.Err():
 			p.indexFailed(pa.key, err)
 			_ = pa.msg.Nak()
@@ -489,11 +643,15 @@ func (p *Projector) indexFailed(key string, err error) {
 	p.mu.Unlock()
 }
 
-// Release stops folding partition part: it drains the partition's
-// consumer (the events delivered are folded and acknowledged), unpins it
-// so the next owner receives it at once, and forgets the partition's
-// session states. Releasing a partition not held is a no-op.
-func (p *Projector) Release(ctx context.Context, part int) {
+// Release stops folding partition part and forgets the partition's
+// session states. fenced false (the engine lets the partition go while
+// its lease holds): it drains the partition's consumer (the events
+// delivered are folded and acknowledged) and unpins it so that the next
+// holder receives it at once. fenced true (the lease ended on its own):
+// it stops at once, acknowledges nothing more and leaves the pin alone
+// (another engine may hold the partition already). Releasing a partition
+// not held is a no-op.
+func (p *Projector) Release(ctx context.Context, part int, fenced bool) {
 	p.mu.Lock()
 	ps, held := p.parts[part]
 	delete(p.parts, part)
@@ -501,29 +659,33 @@ func (p *Projector) Release(ctx context.Context, part int) {
 	if !held {
 		return
 	}
-	ps.cc.Drain()
+	ps.mu.Lock()
+	ps.releasing = true
+	cc := ps.cc
+	ps.mu.Unlock()
+	if fenced {
+		cc.Stop()
+	} else {
+		cc.Drain()
+	}
 	select {
-	case <-ps.cc.Closed():
+	case <-cc.Closed():
 	case <-ctx.Done():
-		ps.cc.Stop()
+		cc.Stop()
 	}
 	ps.close()
 	select {
 	case <-ps.done:
 	case <-ctx.Done():
 	}
-	uctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	if st, err := p.log.JetStream().Stream(uctx, events.EventsStream); err == nil {
-		_ = st.UnpinConsumer(uctx, ProjectorConsumerName(p.cfg.Durable, part), p.cfg.Group)
-	}
-	p.mu.Lock()
-	for _, t := range p.sessions {
-		if t.partition == part {
-			p.drop(t)
+	if !fenced {
+		uctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if st, err := p.log.JetStream().Stream(uctx, events.EventsStream); err == nil {
+			_ = st.UnpinConsumer(uctx, ProjectorConsumerName(p.cfg.Durable, part), p.cfg.Group)
 		}
 	}
-	p.mu.Unlock()
+	p.dropPartition(part)
 	if p.cfg.OnRelease != nil {
 		p.cfg.OnRelease(part)
 	}
@@ -547,7 +709,12 @@ func (p *Projector) Partitions() []int {
 // SnapshotEvery events, whenever it stopped.
 func (p *Projector) Close(ctx context.Context) error {
 	for _, part := range p.Partitions() {
-		p.Release(ctx, part)
+		p.Release(ctx, part, false)
+	}
+	if p.pinSubs != nil {
+		for _, sub := range p.pinSubs {
+			_ = sub.Unsubscribe()
+		}
 	}
 	if p.cancel != nil {
 		p.cancel()
@@ -610,7 +777,7 @@ func (p *Projector) expand(t *tracked) bool {
 // p.mu guards the map and the LRU, and a state while Session copies it.
 // It returns the index write to wait for before the event is
 // acknowledged, or nil.
-func (p *Projector) apply(ctx context.Context, part int, ev events.Event) jetstream.PubAckFuture {
+func (p *Projector) apply(ctx context.Context, part int, ev events.Event) (jetstream.PubAckFuture, bool) {
 	key := ev.Tenant + "/" + ev.Session
 	gate := p.cfg.Gate
 	// The fold holds the gate: an erase that begins waits for it, and
@@ -621,29 +788,22 @@ func (p *Projector) apply(ctx context.Context, part int, ev events.Event) jetstr
 		// state is dropped, so that if the erase is given up the session
 		// is restored from the log (which still holds this event).
 		p.forgetKey(key)
-		return nil
+		return nil, true
 	}
 	defer gate.Leave(ev.Tenant, ev.Session)
 	if gate.Skip(ev.Tenant, ev.Session, ev.Seq) {
-		return nil // a delivery of an erased event, buffered before the purge
+		return nil, true // a delivery of an erased event, buffered before the purge
 	}
 	p.mu.Lock()
 	t, ok := p.sessions[key]
 	p.mu.Unlock()
 	if !ok {
-		var state *Session
-		// A brand-new session (this event is its first) has nothing to
-		// restore: no snapshot can exist, and one direct get tells.
-		if first, err := p.log.FirstSeq(ctx, ev.Tenant, ev.Session); err == nil && first == ev.Seq && ev.Seq != 0 {
-			state = &Session{}
-			p.mu.Lock()
-			p.newFast++
-			p.mu.Unlock()
-		} else if state, err = Restore(ctx, p.log, p.store, ev.Tenant, ev.Session); err != nil {
-			// The log is the truth: fold from this event and let the
-			// next restore set it right.
-			p.l.Warn().Err(err).Str("session", key).Msg("restore failed; folding from this event")
-			state = &Session{}
+		state, err := p.current(ctx, ev)
+		if err != nil {
+			// Never folded from the middle of a session: the event comes
+			// again, and the session is restored then.
+			p.l.Warn().Err(err).Str("session", key).Uint64("seq", ev.Seq).Msg("restore failed; the event is delivered again")
+			return nil, false
 		}
 		t = &tracked{key: key, tenant: ev.Tenant, session: ev.Session, partition: part, state: state, touched: time.Now()}
 		p.mu.Lock()
@@ -700,7 +860,7 @@ func (p *Projector) apply(ctx context.Context, part int, ev events.Event) jetstr
 			if p.cfg.OnApply != nil {
 				p.cfg.OnApply(st, ev, applied, vs)
 			}
-			return nil
+			return nil, true
 		}
 		// Snapshot it at once, so that the next restore need not refold.
 		st = fresh
@@ -717,7 +877,7 @@ func (p *Projector) apply(ctx context.Context, part int, ev events.Event) jetstr
 		t.sinceSnap = 0
 	}
 	var fut jetstream.PubAckFuture
-	if p.cfg.Index {
+	if p.cfg.Index && ctx.Err() == nil {
 		if t.subject == "" {
 			t.subject = ev.Subject
 		}
@@ -743,10 +903,20 @@ func (p *Projector) apply(ctx context.Context, part int, ev events.Event) jetstr
 	if p.cfg.OnApply != nil {
 		p.cfg.OnApply(st, ev, applied, vs)
 	}
-	if snap != nil {
+	if snap != nil && ctx.Err() == nil {
+		if fresh := p.checked(ctx, snap); fresh != snap {
+			// The state missed events: the log's fold replaces it, and
+			// that is what is saved.
+			p.mu.Lock()
+			if p.sessions[key] == t {
+				t.state, t.indexed, t.dirty = fresh, attention{}, true
+			}
+			p.mu.Unlock()
+			snap = fresh
+		}
 		p.snapshot(ctx, snap)
 	}
-	return fut
+	return fut, true
 }
 
 // summary is the session's index row and its key: st's Summary (st is
@@ -802,7 +972,11 @@ func (p *Projector) indexLoop(ctx context.Context) {
 		var keys []string // the sessions' keys in p.sessions, by due's index
 		for key, t := range p.sessions {
 			// A state held in compact form is never dirty (compactIdle
-			// leaves dirty states whole).
+			// leaves dirty states whole). Nothing is written for a
+			// partition whose lease ended.
+			if ps, held := p.parts[t.partition]; !held || ps.lease.Err() != nil {
+				continue
+			}
 			if t.dirty && t.state != nil {
 				due = append(due, t.summary(t.state))
 				keys = append(keys, key)

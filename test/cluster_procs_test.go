@@ -50,6 +50,7 @@ func natsServerBinary(t testing.TB) string {
 type natsNode struct {
 	name string
 	url  string // nats://127.0.0.1:<client port>
+	conf string // its configuration file
 	cmd  *exec.Cmd
 	out  *syncBuffer
 	done chan struct{}
@@ -64,13 +65,51 @@ func (n *natsNode) kill(t testing.TB) {
 	<-n.done
 }
 
+// start runs the node's nats-server with its configuration; it is stopped
+// at test end if it still runs.
+func (n *natsNode) start(t testing.TB) {
+	t.Helper()
+	cmd := exec.Command(natsServerBinary(t), "-c", n.conf)
+	n.cmd, n.done = cmd, make(chan struct{})
+	cmd.Stdout, cmd.Stderr = n.out, n.out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := n.done
+	go func() {
+		_ = cmd.Wait()
+		close(done)
+	}()
+	t.Cleanup(func() {
+		select {
+		case <-done:
+			return
+		default:
+		}
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			_ = cmd.Process.Kill()
+			<-done
+		}
+	})
+}
+
 // startNATSCluster starts n nats-server processes on loopback joined in
 // one JetStream cluster (each with its store in a temporary directory)
 // and waits until JetStream answers on every node. The nodes are stopped
 // at test end.
 func startNATSCluster(t *testing.T, n int) []*natsNode {
 	t.Helper()
-	bin := natsServerBinary(t)
+	return startNATSClusterWith(t, n, "")
+}
+
+// startNATSClusterWith is startNATSCluster with extra lines in every
+// node's configuration (an include of accounts, a no_auth_user).
+func startNATSClusterWith(t *testing.T, n int, extra string) []*natsNode {
+	t.Helper()
+	natsServerBinary(t)
 	clientPorts, routePorts := make([]int, n), make([]int, n)
 	for i := range n {
 		clientPorts[i], routePorts[i] = freePort(t), freePort(t)
@@ -95,35 +134,14 @@ cluster {
   listen: 127.0.0.1:%d
   routes: [%s]
 }
-`, name, clientPorts[i], filepath.Join(dir, "js"), routePorts[i], strings.Join(routes, ", "))
+%s
+`, name, clientPorts[i], filepath.Join(dir, "js"), routePorts[i], strings.Join(routes, ", "), extra)
 		path := filepath.Join(dir, "nats.conf")
 		if err := os.WriteFile(path, []byte(conf), 0o600); err != nil {
 			t.Fatal(err)
 		}
-		cmd := exec.Command(bin, "-c", path)
-		node := &natsNode{name: name, url: fmt.Sprintf("nats://127.0.0.1:%d", clientPorts[i]), cmd: cmd, out: &syncBuffer{}, done: make(chan struct{})}
-		cmd.Stdout, cmd.Stderr = node.out, node.out
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		go func() {
-			_ = cmd.Wait()
-			close(node.done)
-		}()
-		t.Cleanup(func() {
-			select {
-			case <-node.done:
-				return
-			default:
-			}
-			_ = cmd.Process.Signal(syscall.SIGTERM)
-			select {
-			case <-node.done:
-			case <-time.After(10 * time.Second):
-				_ = cmd.Process.Kill()
-				<-node.done
-			}
-		})
+		node := &natsNode{name: name, url: fmt.Sprintf("nats://127.0.0.1:%d", clientPorts[i]), conf: path, out: &syncBuffer{}}
+		node.start(t)
 		nodes[i] = node
 	}
 	// Ready: every node answers a JetStream request (a meta leader is

@@ -102,8 +102,11 @@ stays in flight; a followed session is live.`,
 			defer nc.Close()
 			// An import is a publisher like any other: through the engine,
 			// which validates, masks and appends (under auth, with the
-			// tenant's credentials).
-			log, err := ingest.NewClient(nc, ingest.ClientConfig{Timeout: 10 * time.Second, RetryFor: 10 * time.Second})
+			// tenant's credentials). It waits out a handover: an engine
+			// that restarts takes its partitions back within pgroup's
+			// bound (7 s), and an append sent meanwhile goes unanswered
+			// for its whole timeout, so it is sent again once after that.
+			log, err := ingest.NewClient(nc, ingest.ClientConfig{Timeout: 10 * time.Second, RetryFor: 15 * time.Second})
 			if err != nil {
 				return err
 			}

@@ -70,7 +70,8 @@ recovery commands waiting.`,
 				if time.Since(r.Beat) > 2*pgroup.DefaultTTL {
 					continue // an old record of a member that is gone
 				}
-				rep.Members = append(rep.Members, memberLine(r))
+				rep.Members = append(rep.Members, memberLine{Group: r.Group, Member: r.Member, Partitions: r.Partitions,
+					Started: r.Started, Beat: r.Beat, Info: r.Info})
 				if owner[r.Group] == nil {
 					owner[r.Group] = map[int]string{}
 				}

@@ -124,7 +124,14 @@ func run(ctx context.Context, f flags, stderr io.Writer) error {
 	open := func() error {
 		var err error
 		w, err = worker.New(nc, log, worker.Config{
-			OnCommand:      metrics.WorkerCommand,
+			OnCommand: metrics.WorkerCommand,
+			OnLease: func(p int, token uint64, held bool) {
+				if held {
+					metrics.SetPartitionLease(recovery.WorkerGroup, p, token)
+				} else {
+					metrics.EndPartitionLease(recovery.WorkerGroup, p, token)
+				}
+			},
 			Name:           f.name,
 			ControlTimeout: f.controlTimeout,
 			UseExisting:    f.useExisting,

@@ -94,8 +94,11 @@ func jsRead(s, why string) []Grant {
 
 // jsOrdered are the rows of ordered (ephemeral) consumers on stream s:
 // create one (nats.go names it in the subject), read its info, pull, and
-// answer the flow control of a push one (KV watches). Deleting is not
-// granted: an ordered consumer goes away by itself (inactive threshold).
+// answer the flow control of a push one (KV watches). An ordered consumer
+// goes away by itself (inactive threshold); the one an ordered consumer
+// replaces when it re-creates itself (after a gap, or a lost server) is
+// deleted by nats.go: jsOrderedDelete grants that where s holds durable
+// consumers too.
 func jsOrdered(s, why string) []Grant {
 	return []Grant{
 		{Subject: "$JS.API.CONSUMER.CREATE." + s, Pub: true, Why: why},
@@ -103,6 +106,17 @@ func jsOrdered(s, why string) []Grant {
 		{Subject: "$JS.API.CONSUMER.CREATE." + s + ".*.>", Pub: true, Why: why},
 		{Subject: "$JS.API.CONSUMER.INFO." + s + ".*", Pub: true, Why: why},
 		{Subject: "$JS.API.CONSUMER.MSG.NEXT." + s + ".*", Pub: true, Why: why},
+	}
+}
+
+// jsOrderedDelete are the rows that let a role delete its own ordered
+// consumers on stream s (nats.go deletes the one an ordered consumer
+// replaces after a lost server), and never the durable consumer of a
+// partition (name a template with %d): those are the operator's.
+func jsOrderedDelete(s, name, why string) []Grant {
+	return []Grant{
+		{Subject: "$JS.API.CONSUMER.DELETE." + s + ".*", Pub: true, Why: why + " (an ordered consumer deletes the one it replaces)"},
+		{Subject: "$JS.API.CONSUMER.DELETE." + s + "." + name, Pub: true, Deny: true, PerPartition: true, Why: "the durable consumers are the operator's: never deleted by a role"},
 	}
 }
 
@@ -114,6 +128,7 @@ func jsDurable(s, name, why string) []Grant {
 		{Subject: "$JS.API.CONSUMER.INFO." + s + "." + name, Pub: true, PerPartition: true, Why: why},
 		{Subject: "$JS.API.CONSUMER.MSG.NEXT." + s + "." + name, Pub: true, PerPartition: true, Why: why},
 		{Subject: "$JS.API.CONSUMER.UNPIN." + s + "." + name, Pub: true, PerPartition: true, Why: why + " (a new owner unpins)"},
+		{Subject: "$JS.API.CONSUMER.RESET." + s + "." + name, Pub: true, PerPartition: true, Why: why + " (a new owner has what the last one left unacknowledged delivered again)"},
 		{Subject: "$JS.ACK." + s + ".>", Pub: true, Why: why + " (acks)"},
 	}, jsNoUpdate(s, name)...)
 }
@@ -168,13 +183,16 @@ func Grants(role Role, tenant string) []Grant {
 			{Subject: ctlPrefix + ".*._presence", Pub: true, Why: "presence: ping each tenant's runtime"},
 			{Subject: "$SRV.PING.turnstone-runtime", Pub: true, Why: "presence: discover runtimes in the TURNSTONE account (none under auth)"},
 			{Subject: "$KV." + kvIndex + ".>", Pub: true, Why: "write the fleet index"},
-			{Subject: "$KV." + kvMembers + "." + engineGroup + ".*", Pub: true, Why: "heartbeats in the engines' group"},
+			{Subject: "$KV." + kvMembers + "." + engineGroup + ".>", Pub: true, Why: "the engines' group: its record and its partitions' claims"},
+			{Subject: "$JS.EVENT.ADVISORY.CONSUMER.PINNED." + evStream + ".*", Sub: true, Why: "hear at once that a projector consumer's pin moved (ADR-42)"},
+			{Subject: "$JS.EVENT.ADVISORY.CONSUMER.UNPINNED." + evStream + ".*", Sub: true, Why: "hear at once that a projector consumer's pin moved (ADR-42)"},
 			{Subject: "$KV." + kvProbe + ".>", Pub: true, Why: "the reconciler's write probe"},
 			{Subject: "$JS.API.INFO", Pub: true, Why: "the reconciler's check of the account's storage"},
 			{Subject: eraseNotice, Sub: true, Why: "erasure: hear an erase's notices and confirm them (block the scope, forget its state)"},
 		}
 		g = append(g, jsRead(evStream, "read the event log")...)
 		g = append(g, jsOrdered(evStream, "read and follow sessions (ordered consumers)")...)
+		g = append(g, jsOrderedDelete(evStream, partitionName(projectorP), "read and follow sessions")...)
 		g = append(g, jsDurable(evStream, partitionName(projectorP), "the projector's partition consumers")...)
 		g = append(g, jsDurable(evStream, partitionName(otelP), "the OpenTelemetry export's partition consumers (docs/otel.md)")...)
 		g = append(g, jsRead(snapStream, "restore sessions from snapshots")...)
@@ -192,12 +210,13 @@ func Grants(role Role, tenant string) []Grant {
 			{Subject: cmdPrefix + ".*.*", Pub: true, Why: "issue a command again (a resumed session's reissue)"},
 			{Subject: ctlPrefix + ".>", Pub: true, Why: "control requests to the tenants' runtimes (imported from each tenant account)"},
 			{Subject: "$KV." + kvCommands + ".>", Pub: true, Why: "command statuses"},
-			{Subject: "$KV." + kvMembers + "." + recovery.WorkerGroup + ".*", Pub: true, Why: "heartbeats in the workers' group"},
+			{Subject: "$KV." + kvMembers + "." + recovery.WorkerGroup + ".>", Pub: true, Why: "the workers' group: its record and its partitions' claims"},
 			{Subject: "$JS.API.INFO", Pub: true, Why: "account info (client checks)"},
 			{Subject: eraseNotice, Sub: true, Why: "erasure: hear an erase's notices and confirm them (block the scope, forget its state)"},
 		}
 		g = append(g, jsRead(evStream, "read sessions")...)
 		g = append(g, jsOrdered(evStream, "read and follow sessions (ordered consumers)")...)
+		g = append(g, jsOrderedDelete(evStream, partitionName(projectorP), "read and follow sessions")...)
 		g = append(g, jsNoUpdate(evStream, partitionName(projectorP))...)
 		g = append(g, jsNoUpdate(evStream, partitionName(otelP))...)
 		g = append(g, jsRead(recStream, "read commands")...)

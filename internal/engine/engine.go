@@ -154,6 +154,7 @@ type Engine struct {
 	mu      sync.Mutex
 	joining bool // the partitions taken by Join are a restart's
 	closed  bool
+	leases  map[int]context.Context // the partitions held, by their leases (pgroup)
 	runCtx  context.Context
 	cancel  context.CancelFunc
 	wg      sync.WaitGroup
@@ -264,7 +265,7 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config, logger *zerolog.Logger
 	if cfg.RetentionEvery == 0 {
 		cfg.RetentionEvery = time.Minute
 	}
-	e := &Engine{nc: nc, js: js, cfg: cfg, l: zerolog.Nop(), Gate: erasure.NewGate(erasure.Config{})}
+	e := &Engine{nc: nc, js: js, cfg: cfg, l: zerolog.Nop(), Gate: erasure.NewGate(erasure.Config{}), leases: map[int]context.Context{}}
 	if logger != nil {
 		e.l = logger.With().Str("component", "engine").Logger()
 	}
@@ -328,11 +329,16 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config, logger *zerolog.Logger
 			}
 			rec.Observe(s, ev, applied, vs)
 		},
+		OnPinMoved: e.pinMoved,
+		OnSnapshotMismatch: func(_, _ string, _, _ int) {
+			m.SnapshotDisagreed()
+		},
 	}, logger)
 	if err != nil {
 		return nil, fmt.Errorf("open engine: %w", err)
 	}
-	rcfg := reconciler.Config{Policy: cfg.Policy, Clock: cfg.Clock, Tick: cfg.Tick, Presence: e.Presence, MaxCommandBytes: cfg.MaxCommandBytes, Gate: e.Gate}
+	rcfg := reconciler.Config{Policy: cfg.Policy, Clock: cfg.Clock, Tick: cfg.Tick, Presence: e.Presence, MaxCommandBytes: cfg.MaxCommandBytes, Gate: e.Gate,
+		Owns: e.owns}
 	rcfg.OnIssue = func(c recovery.Command) {
 		if m != nil {
 			m.CommandIssued(string(c.Kind))
@@ -383,8 +389,7 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config, logger *zerolog.Logger
 	}
 	// Answer the publishers' subjects for the partitions this engine
 	// owns, and reads of any session.
-	member := e.member
-	if e.Ingest, err = ingestserver.NewServer(nc, e.Log, ingestserver.Config{Owns: member.Owns, UseExisting: true, Gate: e.Gate}, logger); err != nil {
+	if e.Ingest, err = ingestserver.NewServer(nc, e.Log, ingestserver.Config{Owns: e.owns, UseExisting: true, Gate: e.Gate}, logger); err != nil {
 		return nil, fmt.Errorf("open engine: %w", err)
 	}
 	if err := e.Ingest.Open(ctx); err != nil {
@@ -403,29 +408,67 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config, logger *zerolog.Logger
 	return e, nil
 }
 
-// acquire starts folding and reconciling partition p, and scans its
-// sessions (restart recovery) in the background.
-func (e *Engine) acquire(ctx context.Context, p int, previousDead bool) error {
-	if err := e.Projector.Acquire(ctx, p, previousDead); err != nil {
+// acquire starts folding and reconciling partition p under its lease
+// (ctx: done the moment the engine must stop acting on p), and scans its
+// sessions (restart recovery, or what the previous holder left) in the
+// background.
+func (e *Engine) acquire(ctx context.Context, p int, lease pgroup.Lease) error {
+	if err := e.Projector.Acquire(ctx, p, lease.TakenOver); err != nil {
 		return err
 	}
 	if e.OTel != nil {
-		e.OTel.Acquire(ctx, p, previousDead)
+		e.OTel.Acquire(ctx, p, lease.TakenOver)
 	}
 	e.mu.Lock()
 	restart, closed := e.joining, e.closed
 	if !closed {
+		e.leases[p] = ctx
 		e.wg.Add(1)
 	}
 	e.mu.Unlock()
 	if closed {
 		return nil
 	}
+	if m := e.cfg.Metrics; m != nil {
+		m.SetPartitionLease(Group, p, lease.Token)
+		// The lease's series goes the moment the lease ends.
+		context.AfterFunc(ctx, func() { m.EndPartitionLease(Group, p, lease.Token) })
+	}
 	go func() {
 		defer e.wg.Done()
-		_ = e.Reconciler.Scan(e.runCtx, []int{p}, restart)
+		_ = e.Reconciler.Scan(ctx, []int{p}, restart)
 	}()
 	return nil
+}
+
+// owns reports whether the engine may act on partition p now: it holds
+// p's lease and the lease has not ended.
+func (e *Engine) owns(p int) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	lease, ok := e.leases[p]
+	return ok && lease.Err() == nil
+}
+
+// pinMoved: the pin of partition p's consumer moved away while the engine
+// held p (the projector dropped the partition's states). The partition's
+// sessions are judged again from the log, so that what broke while
+// another client held the pin is resolved now.
+func (e *Engine) pinMoved(p int) {
+	e.cfg.Metrics.PinMoved(Group)
+	e.mu.Lock()
+	lease, ok := e.leases[p]
+	if ok && !e.closed {
+		e.wg.Add(1)
+	}
+	e.mu.Unlock()
+	if !ok || e.closed {
+		return
+	}
+	go func() {
+		defer e.wg.Done()
+		_ = e.Reconciler.Scan(lease, []int{p}, false)
+	}()
 }
 
 // forget drops the erased scope's state from the projector and the
@@ -442,12 +485,16 @@ func (e *Engine) forget(scope erasure.Scope) {
 	}
 }
 
-// release stops folding and reconciling partition p.
-func (e *Engine) release(ctx context.Context, p int) {
+// release stops folding and reconciling partition p: at once when fenced
+// (the lease ended), else after the events delivered are folded.
+func (e *Engine) release(ctx context.Context, p int, fenced bool) {
+	e.mu.Lock()
+	delete(e.leases, p)
+	e.mu.Unlock()
 	if e.OTel != nil {
 		e.OTel.Release(ctx, p)
 	}
-	e.Projector.Release(ctx, p)
+	e.Projector.Release(ctx, p, fenced)
 	e.Reconciler.Release(p)
 }
 

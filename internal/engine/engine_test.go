@@ -95,6 +95,12 @@ func TestEnginesShareThePartitionsAndTakeOver(t *testing.T) {
 	}
 	appendTurn(1)
 	eventually(t, "the index summarises every session", 10*time.Second, indexed(1))
+	// A partition named twice is read once (a rescan that merged two
+	// lists once named one twice, and every read of it failed).
+	p0 := events.Partition("acme", "s00", log.Partitions())
+	if sums, err := projections.ReadIndex(ctx, js, projections.IndexFilter{Partitions: []int{p0, p0}}); err != nil || len(sums) == 0 {
+		t.Fatalf("the index of partition %d named twice: %d rows, %v", p0, len(sums), err)
+	}
 
 	// Each session is held by the engine of its partition only.
 	for i := 0; i < sessions; i++ {

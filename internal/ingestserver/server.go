@@ -156,6 +156,7 @@ type Server struct {
 	subs   []*nats.Subscription
 	closed bool
 	wg     sync.WaitGroup
+	epochs sync.Map // *nats.Msg -> the connection's reconnects when it was received (see answerable)
 }
 
 // lane serialises one partition's appends, so a publisher's events of a
@@ -262,6 +263,7 @@ func (s *Server) receive(m *nats.Msg) {
 		// Any engine may answer a subject no partition can hold; the
 		// lowest-numbered partition's owner does.
 		if s.owns(0) {
+			s.received(m)
 			s.quarantine(m, tenant, session, ingest.CodeInvalid, fmt.Sprintf("subject %q: tenant and session must be tokens of 1-%d characters of [A-Za-z0-9_-]", m.Subject, events.MaxTokenLen))
 		}
 		return
@@ -270,6 +272,7 @@ func (s *Server) receive(m *nats.Msg) {
 	if !s.owns(p) {
 		return
 	}
+	s.received(m)
 	ln := s.lane(p)
 	if ln == nil {
 		return
@@ -416,6 +419,7 @@ func (s *Server) handle(ln *lane, m *nats.Msg) {
 	defer gate.Leave(tenant, session)
 	// A conditional append or a batch: one atomic batch, in the lane.
 	var opts []events.AppendOption
+	ownCondition := expectHdr == "" // the condition is the ingest's, not the publisher's
 	if expectHdr != "" {
 		n, err := strconv.ParseUint(expectHdr, 10, 64)
 		if err != nil {
@@ -437,17 +441,47 @@ func (s *Server) handle(ln *lane, m *nats.Msg) {
 	ctx, cancel := context.WithTimeout(context.Background(), s.log.Config().Timeout)
 	defer cancel()
 	acks, err := s.log.Append(ctx, evs, opts...)
+	if ownCondition {
+		acks, err = s.resentBatch(ctx, evs, acks, err)
+	}
+	outcome, ack := batchReply(acks, err)
+	s.count(outcome)
+	s.reply(m, ack)
+}
+
+// resentBatch answers a batch sent without a condition (the ingest set
+// one: the session's last sequence as it read it) that JetStream refused
+// for a duplicate id or a moved session: when the batch is the call's
+// own, stored before (a resend after a lost reply), the original acks,
+// Duplicate set (events.Log.Resent, over the duplicate window); else the
+// refusal.
+func (s *Server) resentBatch(ctx context.Context, evs []events.Event, acks []events.Ack, err error) ([]events.Ack, error) {
+	if !errors.Is(err, events.ErrDuplicateID) && !errors.Is(err, events.ErrConflict) {
+		return acks, err
+	}
+	orig, found, ferr := s.log.Resent(ctx, evs, 0, false)
+	if ferr != nil || !found {
+		return acks, err
+	}
+	return orig, nil
+}
+
+// batchReply is the reply to an atomic batch and its outcome (metrics):
+// the last event's sequence and the count, with Duplicate set when the
+// call was stored before (a resend); or the refusal, in JetStream's codes
+// (10071 conflict, 10201 an id another call stored) or CodeUnavailable.
+func batchReply(acks []events.Ack, err error) (string, ingest.PubAck) {
 	switch {
 	case errors.Is(err, events.ErrConflict):
-		s.count("conflict")
-		s.reply(m, ingest.PubAck{Error: &ingest.APIError{Code: 400, ErrCode: int(jetstream.JSErrCodeStreamWrongLastSequence), Description: "wrong last sequence: the session changed since it was read; read it again and decide again"}})
+		return "conflict", ingest.PubAck{Error: &ingest.APIError{Code: 400, ErrCode: int(jetstream.JSErrCodeStreamWrongLastSequence), Description: "wrong last sequence: the session changed since it was read; read it again and decide again"}}
+	case errors.Is(err, events.ErrDuplicateID):
+		return "invalid", ingest.PubAck{Error: &ingest.APIError{Code: 400, ErrCode: events.JSErrCodeBatchDuplicateID, Description: "an event id of the batch is stored already by another call: a resend must repeat the call as it was; new events need new ids"}}
 	case err != nil:
-		s.count("unavailable")
-		s.reply(m, ingest.PubAck{Error: &ingest.APIError{Code: 503, ErrCode: ingest.CodeUnavailable, Description: err.Error()}})
-	default:
-		s.count("stored")
-		s.reply(m, ingest.PubAck{Stream: events.EventsStream, Seq: acks[len(acks)-1].Seq, Count: len(acks)})
+		return "unavailable", ingest.PubAck{Error: &ingest.APIError{Code: 503, ErrCode: ingest.CodeUnavailable, Description: err.Error()}}
+	case len(acks) > 0 && acks[0].Duplicate:
+		return "duplicate", ingest.PubAck{Stream: events.EventsStream, Seq: acks[len(acks)-1].Seq, Count: len(acks), Duplicate: true}
 	}
+	return "stored", ingest.PubAck{Stream: events.EventsStream, Seq: acks[len(acks)-1].Seq, Count: len(acks)}
 }
 
 // awaitReply replies to an async append once JetStream acknowledged it.
@@ -592,7 +626,7 @@ func publisherOf(info string) string {
 }
 
 func (s *Server) reply(m *nats.Msg, ack ingest.PubAck) {
-	if m.Reply == "" {
+	if m.Reply == "" || !s.answerable(m) {
 		return
 	}
 	b, _ := json.Marshal(ack)
@@ -605,9 +639,10 @@ func (s *Server) reply(m *nats.Msg, ack ingest.PubAck) {
 func (s *Server) read(m *nats.Msg) {
 	tenant, session := tokens(m.Subject, 2)
 	rep := ingest.ReadReply{Tenant: tenant, Session: session, Events: []ingest.StoredItem{}}
+	s.received(m)
 	send := func() {
 		b, _ := json.Marshal(rep)
-		if m.Reply != "" {
+		if m.Reply != "" && s.answerable(m) {
 			_ = s.nc.Publish(m.Reply, b)
 		}
 	}
@@ -719,4 +754,36 @@ func Rejects(ctx context.Context, js jetstream.JetStream, f RejectFilter) ([]Rej
 		out = out[len(out)-f.Limit:]
 	}
 	return out, nil
+}
+
+// received notes the connection's reconnect count when a request this
+// engine will answer arrived (answerable).
+func (s *Server) received(m *nats.Msg) {
+	if strings.HasPrefix(m.Reply, serviceReplyPrefix) {
+		s.epochs.Store(m, s.nc.Stats().Reconnects)
+	}
+}
+
+// serviceReplyPrefix starts the reply subject nats-server gives a request
+// that came through a service import (a tenant's, under auth): the
+// engine may answer it only through the server that delivered it.
+const serviceReplyPrefix = "_R_."
+
+// answerable reports whether the reply to m may be sent: not when m came
+// through a service import and the connection reconnected (to another
+// server) since. Under auth the engine may answer such a request
+// (nats-server's allow_responses) only through the server it received it
+// on: on another the reply is refused as a permission violation, and it
+// would reach no one anyway. The publisher sends the request again
+// (docs/events.md: "When no engine answers"), and its ids make that safe.
+func (s *Server) answerable(m *nats.Msg) bool {
+	v, ok := s.epochs.LoadAndDelete(m)
+	if !ok {
+		return true
+	}
+	if v.(uint64) != s.nc.Stats().Reconnects {
+		s.l.Debug().Str("subject", m.Subject).Msg("no reply: the connection moved to another server since the request came")
+		return false
+	}
+	return true
 }

@@ -1,32 +1,50 @@
 // Package pgroup is a partitioned consumer group on NATS JetStream: the
 // members of a group (Turnstone's engines, or its recovery workers) share
-// a fixed number of partitions, each owned by exactly one live member.
+// a fixed number of partitions, and at most one member acts on a
+// partition at any time.
 //
-// Membership lives in JetStream: each member puts a heartbeat into a KV
-// bucket (key <group>.<member>) every Heartbeat; a member unheard for TTL
-// is dead. The assignment is deterministic (Assign: rendezvous hashing
-// with balanced loads over the live members), so members agree without a
-// leader. A member that gains a partition starts consuming it and a member
-// that loses one stops (OnAcquire, OnRelease); each partition has its own
-// durable consumer with the pinned_client priority policy (ADR-42), so
-// even while two members briefly both believe they own a partition, the
-// server delivers to one of them only. The new owner unpins the consumer
-// when the previous owner is dead; a live previous owner unpins it itself
-// when it lets go.
+// Everything lives in one KV bucket (default turnstone_members, history
+// 1, entries kept 3 × TTL after their last write):
 //
-// Fencing: a member whose heartbeats fail for FenceAfter (two thirds of
-// TTL by default) releases every partition until a heartbeat succeeds, so
-// it has stopped before the others, who wait a full TTL, take over.
+//   - <group>.<member>: the member's Record, rewritten every Heartbeat. It
+//     says who is alive (for the assignment) and what the member acts on.
+//   - <group>.claim.<p>: the claim on partition p: who holds it. A claim
+//     is a lease: its holder rewrites it every Heartbeat, each write
+//     conditional on the revision it wrote before (KV Update, JetStream's
+//     expected last subject sequence), and acts on p only while its last
+//     acknowledged write was sent less than FenceAfter ago, on its own
+//     clock.
 //
-// The bound: a dead member's partitions are owned again within TTL plus
-// one Heartbeat after its last heartbeat (6 s with the defaults), and the
-// survivor's own next heartbeat records them within one more (7 s); a
-// joining member takes its share within one Heartbeat of its first
-// heartbeat. cmd/bench's handover figure measures it.
+// The assignment is deterministic (Assign: rendezvous hashing with
+// balanced loads over the live members, a member being live while the
+// revision of its record changes within TTL), so members agree without a
+// leader. A member takes a partition the assignment gives it by writing
+// its claim, conditionally: a claim that does not exist (Create), or one
+// whose revision this member has watched stay the same for TTL on its own
+// clock (Update on that revision). Two takers cannot both succeed: the
+// write is a compare-and-set at the stream's leader, so the claim's
+// revision is a fencing token. A member that loses a partition in the
+// assignment lets it go (OnRelease), writes its record without it, then
+// deletes the claim; a member whose claim writes fail stops acting on the
+// partition when its lease runs out (FenceAfter after the last write that
+// was acknowledged), before anyone may take it (TTL after the last write
+// anyone saw). docs/scaling.md states the invariant and its bound.
+//
+// Nothing a member concludes rests on another process's clock, or on a
+// read: a member that cannot read the bucket (a stream leader election)
+// sees no revision change and concludes nothing for TTL after its own
+// writes work again, and a take-over decided on a stale read is refused
+// by the conditional write.
+//
+// The bound: a dead member's partitions are taken within TTL plus one
+// Heartbeat after the last claim write the taker saw (6 s with the
+// defaults), and the taker's record shows them within one more (7 s); a
+// partition moving between live members (one joins or leaves) moves within
+// a Heartbeat or so. cmd/bench's handover figure measures it.
 //
 // It is the pattern of Synadia's orbit.go/pcgroups, written here on
 // nats.go's jetstream package (that module is not available to this
-// project).
+// project), with the leases and fencing tokens of the KV bucket added.
 package pgroup
 
 import (
@@ -39,6 +57,7 @@ import (
 	"os"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -75,16 +94,22 @@ type Config struct {
 	// Partitions is how many partitions the group shares (the event
 	// log's partition count). Required.
 	Partitions int
-	// Bucket is the KV bucket of heartbeats. Default "turnstone_members".
+	// Bucket is the KV bucket of records and claims. Default
+	// "turnstone_members".
 	Bucket string
-	// Heartbeat is how often the member writes its heartbeat and
-	// recomputes the assignment. Default 1 s.
+	// Heartbeat is how often the member writes its record and its
+	// claims, and recomputes the assignment. Default 1 s.
 	Heartbeat time.Duration
-	// TTL is how long a member may go unheard before the others count it
-	// dead. Default 5 s; at least 3 heartbeats.
+	// TTL is how long a record or a claim must keep its revision, as this
+	// member watches it, before the member counts its writer dead (and
+	// may take the claim). Default 5 s; at least 3 heartbeats.
 	TTL time.Duration
-	// FenceAfter is how long this member's heartbeats may fail before it
-	// releases every partition. Default two thirds of TTL.
+	// FenceAfter is how long after the last acknowledged write of a claim
+	// (its send time, on this member's clock) the member stops acting on
+	// the partition if no later write was acknowledged. Default two
+	// thirds of TTL; shorter than TTL. TTL − FenceAfter is the margin for
+	// the two clocks' rates and for a write sent before the fence landing
+	// after it.
 	FenceAfter time.Duration
 	// CreateBucket lets the member create the bucket when it is missing
 	// (with Replicas replicas). Under auth an operator creates it and
@@ -94,14 +119,34 @@ type Config struct {
 	// Info is shown with the member by List (kind, version, addresses).
 	Info map[string]string
 	// OnAcquire is called, on the member's goroutine, when the member
-	// gains partition p; previousDead says the previous owner is not a
-	// live member (the caller should unpin the partition's consumer). An
-	// error is logged and the partition retried on the next heartbeat.
-	OnAcquire func(ctx context.Context, p int, previousDead bool) error
-	// OnRelease is called, on the member's goroutine, when the member
-	// loses partition p (the assignment moved it, the member is fenced or
-	// leaving). It must stop consuming p before it returns.
-	OnRelease func(ctx context.Context, p int)
+	// took partition p's claim. ctx is the lease: it is done the moment
+	// the member must stop acting on p (the lease ran out, the claim was
+	// lost, the partition is released), so every action on p runs under
+	// it or checks it first. An error is logged, the claim let go, and
+	// the partition tried again on the next heartbeat.
+	OnAcquire func(ctx context.Context, p int, lease Lease) error
+	// OnRelease is called, on the member's goroutine, when the member no
+	// longer holds partition p: fenced true when the lease ended on its
+	// own (not renewed in time, or the claim was lost), after the lease's
+	// context is done, so the callback must stop at once and must not
+	// touch p again (no acknowledgement, no unpin: another member may
+	// hold it); fenced false when the member lets p go (the assignment
+	// moved it, or it leaves) while the lease still holds: it may finish
+	// what it received and hand the partition over (unpin). It must stop
+	// consuming p before it returns.
+	OnRelease func(ctx context.Context, p int, fenced bool)
+}
+
+// Lease is what a member holds a partition by (Config.OnAcquire).
+type Lease struct {
+	// Token is the claim's revision when the member took it: a fencing
+	// token, larger for every later holder of the partition.
+	Token uint64
+	// TakenOver says the claim was taken from a holder whose lease had
+	// run out (it died, or could not write): the partition's consumer may
+	// still be pinned to it and hold its deliveries, so the new holder
+	// should unpin it and deliver again what it left unacknowledged.
+	TakenOver bool
 }
 
 func (c *Config) setDefaults() {
@@ -157,18 +202,41 @@ func (c *Config) Validate() error {
 	if c.FenceAfter != 0 && c.FenceAfter >= ttl {
 		bad("fence after: must be shorter than ttl (%s), got %s", ttl, c.FenceAfter)
 	}
+	if c.FenceAfter != 0 && c.FenceAfter < hb {
+		bad("fence after: must be at least one heartbeat (%s), got %s", hb, c.FenceAfter)
+	}
 	return errors.Join(errs...)
 }
 
-// Record is what a member's heartbeat holds: who it is, what it owns,
-// and when it started and last beat (its own clock).
+// Record is what a member's record holds: who it is, the partitions it
+// acts on when it wrote it, its incarnation (new at every Join), and when
+// it started and wrote it (its own clock).
 type Record struct {
-	Group      string            `json:"group"`
-	Member     string            `json:"member"`
-	Partitions []int             `json:"partitions"`
-	Started    time.Time         `json:"started"`
-	Beat       time.Time         `json:"beat"`
-	Info       map[string]string `json:"info,omitempty"`
+	Group       string            `json:"group"`
+	Member      string            `json:"member"`
+	Partitions  []int             `json:"partitions"`
+	Started     time.Time         `json:"started"`
+	Beat        time.Time         `json:"beat"`
+	Incarnation string            `json:"incarnation,omitempty"`
+	Info        map[string]string `json:"info,omitempty"`
+}
+
+// Claim is what a claim on a partition holds: its holder and the
+// holder's incarnation, and when the holder took it (its own clock).
+type Claim struct {
+	Group       string    `json:"group"`
+	Partition   int       `json:"partition"`
+	Member      string    `json:"member"`
+	Incarnation string    `json:"incarnation"`
+	Since       time.Time `json:"since"`
+}
+
+// claimToken is the middle token of a claim's key: <group>.claim.<p>.
+const claimToken = "claim"
+
+// ClaimKey is the key of partition p's claim in group.
+func ClaimKey(group string, p int) string {
+	return group + "." + claimToken + "." + strconv.Itoa(p)
 }
 
 // Member is one member of a partition group. Create it with Join; Leave
@@ -177,24 +245,66 @@ type Member struct {
 	kv  jetstream.KeyValue
 	cfg Config
 	l   zerolog.Logger
+	inc string
+
+	// beatMu serialises the writes of the record.
+	beatMu sync.Mutex
 
 	mu       sync.Mutex
-	seen     map[string]time.Time // live members -> when last heard (local clock)
-	owned    map[int]bool
-	assigned []string // the latest assignment computed
-	lastBeat time.Time
-	fenced   bool
+	recRev   uint64              // the record's revision as this member last wrote it
+	lastBeat time.Time           // send time of the last acknowledged record write
+	grace    time.Time           // nothing is counted dead on what was seen before this
+	members  map[string]observed // the others' records
+	claims   map[int]*claimSeen  // the claims, as last seen
+	held     map[int]*hold
+	fenced   bool // the record's writes fail past FenceAfter (logged once)
 	started  time.Time
 	changes  int
+	assigned []string
 
+	kick   chan struct{} // a lease ended, or the watch saw something to act on
 	cancel context.CancelFunc
 	done   chan struct{}
+	wg     sync.WaitGroup
 }
 
-// Join puts the member's first heartbeat, starts watching the group and
-// takes its share of the partitions (OnAcquire) before it returns; it
-// then keeps beating and rebalancing on a goroutine it owns until Leave.
-// Errors: a Config that fails Validate; ErrNoBucket; JetStream's.
+// observed is a record or claim revision and when this member first saw
+// it (its own clock).
+type observed struct {
+	rev   uint64
+	since time.Time
+}
+
+// claimSeen is a claim as this member last saw it.
+type claimSeen struct {
+	observed
+	holder, inc string
+	absent      bool // deleted, or never written
+}
+
+// hold is a claim this member holds, and the lease it gives.
+type hold struct {
+	rev     uint64    // the claim's revision as this member last wrote it
+	token   uint64    // its revision when taken
+	renewed time.Time // send time of the last acknowledged write
+	ctx     context.Context
+	cancel  context.CancelFunc
+	timer   *time.Timer // ends the lease FenceAfter after renewed
+}
+
+// live reports whether the lease holds now.
+func (h *hold) live(now time.Time, fence time.Duration) bool {
+	return h.ctx.Err() == nil && now.Sub(h.renewed) < fence
+}
+
+// Join writes the member's record, starts watching the group, takes the
+// partitions the assignment gives it whose claims are free (OnAcquire)
+// before it returns, and then keeps writing its record and claims and
+// rebalancing on goroutines it owns until Leave. Partitions whose claims
+// are held by members unheard of (a restart under the same name counts:
+// it is a new incarnation) are taken once their claims have kept their
+// revision for TTL. Errors: a Config that fails Validate; ErrNoBucket;
+// JetStream's.
 func Join(ctx context.Context, js jetstream.JetStream, cfg Config, logger *zerolog.Logger) (*Member, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("join partition group: %w", err)
@@ -204,15 +314,19 @@ func Join(ctx context.Context, js jetstream.JetStream, cfg Config, logger *zerol
 	if err != nil {
 		return nil, fmt.Errorf("join partition group %s: %w", cfg.Group, err)
 	}
-	m := &Member{kv: kv, cfg: cfg, l: zerolog.Nop(), seen: map[string]time.Time{}, owned: map[int]bool{},
-		started: time.Now().UTC(), done: make(chan struct{})}
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	now := time.Now()
+	m := &Member{kv: kv, cfg: cfg, l: zerolog.Nop(), inc: hex.EncodeToString(b[:]), members: map[string]observed{},
+		claims: map[int]*claimSeen{}, held: map[int]*hold{}, started: now.UTC(), grace: now,
+		kick: make(chan struct{}, 1), done: make(chan struct{})}
 	if logger != nil {
 		m.l = logger.With().Str("component", "pgroup").Str("group", cfg.Group).Str("member", cfg.Member).Logger()
 	}
 	if err := m.beat(ctx); err != nil {
 		return nil, fmt.Errorf("join partition group %s: %w", cfg.Group, err)
 	}
-	w, err := kv.Watch(ctx, cfg.Group+".*")
+	w, err := kv.Watch(ctx, cfg.Group+".>")
 	if err != nil {
 		return nil, fmt.Errorf("join partition group %s: watch: %w", cfg.Group, err)
 	}
@@ -223,17 +337,20 @@ func Join(ctx context.Context, js jetstream.JetStream, cfg Config, logger *zerol
 		}
 		m.observe(e)
 	}
-	m.rebalance(ctx)
 	runCtx, cancel := context.WithCancel(context.Background())
 	m.cancel = cancel
+	m.wg.Add(2)
+	go m.keep(runCtx) // the leases taken next are kept while Join takes the others
+	m.rebalance(ctx)
 	go m.run(runCtx, w)
-	m.l.Info().Ints("partitions", m.Owned()).Msg("joined")
+	go func() { m.wg.Wait(); close(m.done) }()
+	m.l.Info().Ints("partitions", m.Owned()).Str("incarnation", m.inc).Msg("joined")
 	return m, nil
 }
 
 // OpenBucket returns the membership KV bucket, creating it when create is
-// set (history 1, entries kept 3 × ttl after their last heartbeat, so a
-// dead member's record goes away by itself).
+// set (history 1, entries kept 3 × ttl after their last write, so a dead
+// member's record and claims go away by themselves).
 func OpenBucket(ctx context.Context, js jetstream.JetStream, bucket string, create bool, replicas int, ttl time.Duration) (jetstream.KeyValue, error) {
 	kv, err := js.KeyValue(ctx, bucket)
 	if err == nil {
@@ -265,7 +382,7 @@ func BucketConfig(bucket string, replicas int, ttl time.Duration) jetstream.KeyV
 	}
 	return jetstream.KeyValueConfig{
 		Bucket:      bucket,
-		Description: "Turnstone partition group members (heartbeats)",
+		Description: "Turnstone partition group members (records and partition claims)",
 		History:     1,
 		TTL:         3 * ttl,
 		Storage:     jetstream.FileStorage,
@@ -277,18 +394,45 @@ func BucketConfig(bucket string, replicas int, ttl time.Duration) jetstream.KeyV
 // Name is the member's name.
 func (m *Member) Name() string { return m.cfg.Member }
 
-// Owned returns the partitions the member owns now, in order.
+// Owned returns the partitions the member acts on now (their leases
+// hold), in order.
 func (m *Member) Owned() []int {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return sortedKeys(m.owned)
+	return m.ownedLocked(time.Now())
 }
 
-// Owns reports whether the member owns partition p now.
+func (m *Member) ownedLocked(now time.Time) []int {
+	out := []int{}
+	for p, h := range m.held {
+		if h.live(now, m.cfg.FenceAfter) {
+			out = append(out, p)
+		}
+	}
+	sort.Ints(out)
+	return out
+}
+
+// Owns reports whether the member may act on partition p now: it holds
+// p's claim and the lease has not run out, on this member's clock, at
+// this instant.
 func (m *Member) Owns(p int) bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return m.owned[p]
+	h, ok := m.held[p]
+	return ok && h.live(time.Now(), m.cfg.FenceAfter)
+}
+
+// Token returns the fencing token of the member's lease on partition p
+// (Lease.Token) and whether it holds p now.
+func (m *Member) Token(p int) (uint64, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	h, ok := m.held[p]
+	if !ok || !h.live(time.Now(), m.cfg.FenceAfter) {
+		return 0, false
+	}
+	return h.token, true
 }
 
 // Members returns the live members as this member sees them, sorted.
@@ -305,8 +449,8 @@ func (m *Member) Rebalances() int {
 	return m.changes
 }
 
-// Leave releases every partition (OnRelease), deletes the member's
-// heartbeat so the others rebalance at once, and stops its goroutine.
+// Leave releases every partition (OnRelease), deletes the member's record
+// and claims so the others take them at once, and stops its goroutines.
 func (m *Member) Leave(ctx context.Context) error {
 	if m.cancel != nil {
 		m.cancel()
@@ -316,18 +460,200 @@ func (m *Member) Leave(ctx context.Context) error {
 			return fmt.Errorf("leave partition group: %w", ctx.Err())
 		}
 	}
-	m.releaseAll(ctx)
+	revs := m.letGo(ctx, m.heldPartitions())
+	// The record first, so that no record names a partition once its
+	// claim is free.
 	if err := m.kv.Delete(ctx, m.key()); err != nil {
 		return fmt.Errorf("leave partition group: %w", err)
 	}
+	m.deleteClaims(ctx, revs)
 	m.l.Info().Msg("left")
 	return nil
 }
 
 func (m *Member) key() string { return m.cfg.Group + "." + m.cfg.Member }
 
+// keep writes the member's record and renews its claims every Heartbeat,
+// on a goroutine of its own, so that nothing the member's callbacks do
+// delays a lease.
+func (m *Member) keep(ctx context.Context) {
+	defer m.wg.Done()
+	tick := time.NewTicker(m.cfg.Heartbeat)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		err := m.beat(ctx)
+		if err != nil && ctx.Err() == nil {
+			m.l.Warn().Err(err).Msg("record not written")
+		}
+		m.mu.Lock()
+		writing := time.Since(m.lastBeat) < m.cfg.FenceAfter
+		if writing != !m.fenced {
+			m.fenced = !writing
+			if m.fenced {
+				m.l.Warn().Dur("since_last_write", time.Since(m.lastBeat)).Msg("fenced: the record cannot be written; claims are no longer renewed")
+			} else {
+				m.l.Info().Msg("the record is written again")
+			}
+		}
+		m.mu.Unlock()
+		if writing {
+			// A member whose record cannot be written lets its claims run
+			// out too: the others count it dead, and may then take them.
+			m.renew(ctx)
+		}
+		m.wake()
+	}
+}
+
+// wake asks the member's goroutine to look at the group again.
+func (m *Member) wake() {
+	select {
+	case m.kick <- struct{}{}:
+	default:
+	}
+}
+
+// beat writes the member's record, conditional on the revision it wrote
+// last; a record changed by anyone else is taken back (a new incarnation
+// of the same name, or the bucket's TTL removed it).
+func (m *Member) beat(ctx context.Context) error {
+	m.beatMu.Lock()
+	defer m.beatMu.Unlock()
+	send := time.Now()
+	m.mu.Lock()
+	rec := Record{Group: m.cfg.Group, Member: m.cfg.Member, Partitions: m.ownedLocked(send), Started: m.started,
+		Beat: send.UTC(), Incarnation: m.inc, Info: m.cfg.Info}
+	rev := m.recRev
+	m.mu.Unlock()
+	b, _ := json.Marshal(rec)
+	bctx, cancel := context.WithTimeout(ctx, m.cfg.Heartbeat)
+	defer cancel()
+	var err error
+	var nrev uint64
+	if rev == 0 {
+		nrev, err = m.kv.Create(bctx, m.key(), b)
+		if errors.Is(err, jetstream.ErrKeyExists) {
+			nrev, err = m.takeBack(bctx, b)
+		}
+	} else {
+		nrev, err = m.kv.Update(bctx, m.key(), b, rev)
+		if casFailed(err) {
+			nrev, err = m.takeBack(bctx, b)
+		}
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if err != nil {
+		// Nothing seen from now on counts before this member can write
+		// again: it concludes nothing about the others from a silence
+		// that may be its own.
+		m.grace = time.Now()
+		return err
+	}
+	m.recRev, m.lastBeat = nrev, send
+	return nil
+}
+
+// takeBack writes the record over whatever holds its key now: the
+// member's own earlier write whose acknowledgement was lost, a previous
+// incarnation of the same name, or nothing (the bucket's TTL removed it).
+func (m *Member) takeBack(ctx context.Context, b []byte) (uint64, error) {
+	e, err := m.kv.Get(ctx, m.key())
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return m.kv.Create(ctx, m.key(), b)
+	}
+	if err != nil {
+		return 0, err
+	}
+	var r Record
+	if json.Unmarshal(e.Value(), &r) == nil && r.Incarnation != "" && r.Incarnation != m.inc && time.Since(m.started) > m.cfg.TTL {
+		m.l.Error().Str("other_incarnation", r.Incarnation).Msg("another process writes this member's record: two members share the name " + m.cfg.Member)
+	}
+	return m.kv.Update(ctx, m.key(), b, e.Revision())
+}
+
+// renew rewrites each claim the member holds, conditional on the revision
+// it wrote last, all at once; each acknowledged write extends its lease
+// from the write's send time. A claim found changed by another member is
+// lost: its lease ends at once.
+func (m *Member) renew(ctx context.Context) {
+	m.mu.Lock()
+	type job struct {
+		p   int
+		h   *hold
+		rev uint64
+	}
+	var jobs []job
+	for p, h := range m.held {
+		if h.ctx.Err() == nil {
+			jobs = append(jobs, job{p, h, h.rev})
+		}
+	}
+	m.mu.Unlock()
+	if len(jobs) == 0 {
+		return
+	}
+	var wg sync.WaitGroup
+	for _, j := range jobs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			send := time.Now()
+			rctx, cancel := context.WithTimeout(ctx, m.cfg.Heartbeat)
+			defer cancel()
+			rev, err := m.kv.Update(rctx, ClaimKey(m.cfg.Group, j.p), m.claimValue(j.p), j.rev)
+			if err == nil {
+				m.extend(j.h, rev, send)
+				return
+			}
+			if !casFailed(err) {
+				return // the lease runs out by itself unless a later write works
+			}
+			// Written by someone else since: ours only if it is our own
+			// write whose acknowledgement was lost.
+			e, gerr := m.kv.Get(rctx, ClaimKey(m.cfg.Group, j.p))
+			if gerr == nil {
+				var c Claim
+				if json.Unmarshal(e.Value(), &c) == nil && c.Member == m.cfg.Member && c.Incarnation == m.inc {
+					m.mu.Lock()
+					j.h.rev = e.Revision() // no extension: its send time is unknown
+					m.mu.Unlock()
+					return
+				}
+			}
+			if gerr == nil || errors.Is(gerr, jetstream.ErrKeyNotFound) {
+				m.l.Warn().Int("partition", j.p).Msg("claim lost: another member holds it; stopping at once")
+				j.h.cancel()
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+// extend records an acknowledged write of a held claim sent at send.
+func (m *Member) extend(h *hold, rev uint64, send time.Time) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	h.rev = rev
+	if h.ctx.Err() != nil || send.Before(h.renewed) {
+		return // the lease ended already: the partition is taken anew
+	}
+	h.renewed = send
+	h.timer.Reset(m.cfg.FenceAfter - time.Since(send))
+}
+
+func (m *Member) claimValue(p int) []byte {
+	b, _ := json.Marshal(Claim{Group: m.cfg.Group, Partition: p, Member: m.cfg.Member, Incarnation: m.inc, Since: time.Now().UTC()})
+	return b
+}
+
 func (m *Member) run(ctx context.Context, w jetstream.KeyWatcher) {
-	defer close(m.done)
+	defer m.wg.Done()
 	defer func() {
 		if w != nil {
 			_ = w.Stop()
@@ -343,74 +669,88 @@ func (m *Member) run(ctx context.Context, w jetstream.KeyWatcher) {
 		case e, ok := <-updates:
 			if !ok {
 				updates, w = nil, nil // lost (the connection closed): watched again on a tick
+				m.mu.Lock()
+				m.grace = time.Now()
+				m.mu.Unlock()
 				continue
 			}
 			if e != nil && m.observe(e) {
+				m.reap(ctx)
 				m.rebalance(ctx)
 			}
+		case <-m.kick:
+			m.reap(ctx)
 		case <-tick.C:
-			if err := m.beat(ctx); err != nil && ctx.Err() == nil {
-				m.l.Warn().Err(err).Msg("heartbeat failed")
-			}
-			m.rebalance(ctx)
 			if w == nil {
-				if nw, err := m.kv.Watch(ctx, m.cfg.Group+".*"); err == nil {
+				// Unwatched, it sees no revision change: it counts nobody
+				// dead until it watches again.
+				m.mu.Lock()
+				m.grace = time.Now()
+				m.mu.Unlock()
+				if nw, err := m.kv.Watch(ctx, m.cfg.Group+".>"); err == nil {
 					w, updates = nw, nw.Updates()
 				}
 			}
+			m.reap(ctx)
+			m.rebalance(ctx)
 		}
 	}
 }
 
-// beat writes the member's heartbeat.
-func (m *Member) beat(ctx context.Context) error {
-	start := time.Now()
-	rec := Record{Group: m.cfg.Group, Member: m.cfg.Member, Partitions: m.Owned(), Started: m.started, Beat: start.UTC(), Info: m.cfg.Info}
-	if rec.Partitions == nil {
-		rec.Partitions = []int{}
-	}
-	b, _ := json.Marshal(rec)
-	bctx, cancel := context.WithTimeout(ctx, m.cfg.FenceAfter)
-	defer cancel()
-	if _, err := m.kv.Put(bctx, m.key(), b); err != nil {
-		return err
-	}
-	m.mu.Lock()
-	m.lastBeat = start // when it was sent: the conservative end of the lease
-	m.seen[m.cfg.Member] = start
-	m.mu.Unlock()
-	return nil
-}
-
-// observe records a KV update of the group; it reports whether the set
-// of live members changed.
+// observe records a KV update of the group; it reports whether it may
+// change what the member should do (a member came or went, a claim was
+// let go or changed hands).
 func (m *Member) observe(e jetstream.KeyValueEntry) bool {
-	name := strings.TrimPrefix(e.Key(), m.cfg.Group+".")
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	_, known := m.seen[name]
-	switch e.Operation() {
-	case jetstream.KeyValueDelete, jetstream.KeyValuePurge:
-		if name == m.cfg.Member {
-			return false // our own record, deleted by Leave or an operator: the next beat restores it
-		}
-		delete(m.seen, name)
-		return known
-	}
-	// A record that is already older than TTL (a dead member's, delivered
-	// by the initial watch) does not count as alive.
-	if time.Since(e.Created()) > m.cfg.TTL {
+	rest, ok := strings.CutPrefix(e.Key(), m.cfg.Group+".")
+	if !ok {
 		return false
 	}
-	m.seen[name] = time.Now()
-	return !known
+	gone := e.Operation() == jetstream.KeyValueDelete || e.Operation() == jetstream.KeyValuePurge
+	now := time.Now()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if ps, isClaim := strings.CutPrefix(rest, claimToken+"."); isClaim {
+		p, err := strconv.Atoi(ps)
+		if err != nil || p < 0 || p >= m.cfg.Partitions {
+			return false
+		}
+		prev := m.claims[p]
+		if gone {
+			m.claims[p] = &claimSeen{observed: observed{rev: e.Revision(), since: now}, absent: true}
+			return prev == nil || !prev.absent
+		}
+		var c Claim
+		_ = json.Unmarshal(e.Value(), &c)
+		if prev != nil && !prev.absent && prev.rev == e.Revision() {
+			return false
+		}
+		m.claims[p] = &claimSeen{observed: observed{rev: e.Revision(), since: now}, holder: c.Member, inc: c.Incarnation}
+		return prev == nil || prev.absent || prev.holder != c.Member || prev.inc != c.Incarnation
+	}
+	if strings.Contains(rest, ".") || rest == m.cfg.Member {
+		return false
+	}
+	prev, known := m.members[rest]
+	if gone {
+		delete(m.members, rest)
+		return known
+	}
+	if known && prev.rev == e.Revision() {
+		return false
+	}
+	m.members[rest] = observed{rev: e.Revision(), since: now}
+	// A member unheard for TTL that writes again is live again.
+	return !known || now.Sub(maxTime(prev.since, m.grace)) > m.cfg.TTL
 }
 
-// liveLocked returns the live members, sorted; m.mu must be held.
+// liveLocked returns the live members, sorted; m.mu must be held. A
+// member is live while the revision of its record last changed within
+// TTL, as this member saw it, counting nothing seen before its own
+// writes last failed.
 func (m *Member) liveLocked(now time.Time) []string {
-	var live []string
-	for name, at := range m.seen {
-		if name == m.cfg.Member || now.Sub(at) <= m.cfg.TTL {
+	live := []string{m.cfg.Member}
+	for name, o := range m.members {
+		if now.Sub(maxTime(o.since, m.grace)) <= m.cfg.TTL {
 			live = append(live, name)
 		}
 	}
@@ -418,102 +758,230 @@ func (m *Member) liveLocked(now time.Time) []string {
 	return live
 }
 
-// rebalance computes the assignment over the live members and moves the
-// member's partitions to match it.
-func (m *Member) rebalance(ctx context.Context) {
-	now := time.Now()
+// reap hands the partitions whose leases ended on their own to OnRelease
+// (fenced), so the callbacks stop what they were doing; the claims stay
+// this member's in the bucket until someone takes them.
+func (m *Member) reap(ctx context.Context) {
 	m.mu.Lock()
-	for name, at := range m.seen {
-		if name != m.cfg.Member && now.Sub(at) > m.cfg.TTL {
-			delete(m.seen, name)
-			m.l.Info().Str("dead", name).Msg("member unheard for its TTL: counted dead")
+	var ended []int
+	for p, h := range m.held {
+		if h.ctx.Err() != nil {
+			ended = append(ended, p)
+			delete(m.held, p)
+			m.changes++
 		}
-	}
-	fenced := now.Sub(m.lastBeat) > m.cfg.FenceAfter
-	if fenced != m.fenced {
-		m.fenced = fenced
-		if fenced {
-			m.l.Warn().Dur("since_last_heartbeat", now.Sub(m.lastBeat)).Msg("fenced: heartbeats fail; releasing every partition")
-		} else {
-			m.l.Info().Msg("heartbeats work again; taking partitions")
-		}
-	}
-	live := m.liveLocked(now)
-	prev := m.assigned
-	if prev == nil {
-		// Joining: the partitions were the others' until now.
-		others := slices.DeleteFunc(slices.Clone(live), func(n string) bool { return n == m.cfg.Member })
-		prev = Assign(m.cfg.Group, others, m.cfg.Partitions)
-	}
-	owner := Assign(m.cfg.Group, live, m.cfg.Partitions)
-	m.assigned = owner
-	var want []int
-	if !fenced {
-		for p, o := range owner {
-			if o == m.cfg.Member {
-				want = append(want, p)
-			}
-		}
-	}
-	var lose, gain []int
-	for p := range m.owned {
-		if !slices.Contains(want, p) {
-			lose = append(lose, p)
-		}
-	}
-	for _, p := range want {
-		if !m.owned[p] {
-			gain = append(gain, p)
-		}
-	}
-	alive := map[string]bool{}
-	for _, name := range live {
-		alive[name] = true
 	}
 	m.mu.Unlock()
-	sort.Ints(lose)
-
-	for _, p := range lose {
+	sort.Ints(ended)
+	for _, p := range ended {
+		m.l.Warn().Int("partition", p).Msg("lease ended: stopped acting on the partition")
 		if m.cfg.OnRelease != nil {
-			m.cfg.OnRelease(ctx, p)
+			rctx, cancel := context.WithTimeout(ctx, m.cfg.TTL)
+			m.cfg.OnRelease(rctx, p, true)
+			cancel()
 		}
-		m.mu.Lock()
-		delete(m.owned, p)
-		m.changes++
-		m.mu.Unlock()
-		m.l.Info().Int("partition", p).Msg("released")
-	}
-	for _, p := range gain {
-		// The previous owner, when it is alive, lets go itself (and
-		// unpins); only a dead one's pin is lifted here.
-		previousDead := true
-		if p < len(prev) && prev[p] != "" && prev[p] != m.cfg.Member && alive[prev[p]] {
-			previousDead = false
-		}
-		if m.cfg.OnAcquire != nil {
-			if err := m.cfg.OnAcquire(ctx, p, previousDead); err != nil {
-				m.l.Warn().Err(err).Int("partition", p).Msg("acquire failed; retried on the next heartbeat")
-				continue
-			}
-		}
-		m.mu.Lock()
-		m.owned[p] = true
-		m.changes++
-		m.mu.Unlock()
-		m.l.Info().Int("partition", p).Bool("previous_owner_dead", previousDead).Msg("acquired")
 	}
 }
 
-// releaseAll releases every partition the member owns.
-func (m *Member) releaseAll(ctx context.Context) {
-	for _, p := range m.Owned() {
+// rebalance computes the assignment over the live members, lets go of the
+// partitions it no longer gives this member and takes those it does.
+func (m *Member) rebalance(ctx context.Context) {
+	now := time.Now()
+	m.mu.Lock()
+	for name, o := range m.members {
+		if now.Sub(maxTime(o.since, m.grace)) > 3*m.cfg.TTL {
+			delete(m.members, name) // long gone; its record has expired
+		}
+	}
+	live := m.liveLocked(now)
+	owner := Assign(m.cfg.Group, live, m.cfg.Partitions)
+	if !slices.Equal(owner, m.assigned) && m.assigned != nil {
+		m.l.Debug().Strs("live", live).Msg("assignment changed")
+	}
+	m.assigned = owner
+	writing := now.Sub(m.lastBeat) < m.cfg.FenceAfter
+	var lose, gain []int
+	for p := range m.held {
+		if p >= len(owner) || owner[p] != m.cfg.Member {
+			lose = append(lose, p)
+		}
+	}
+	if writing {
+		for p, o := range owner {
+			if _, ok := m.held[p]; !ok && o == m.cfg.Member {
+				gain = append(gain, p)
+			}
+		}
+	}
+	m.mu.Unlock()
+	if len(lose) > 0 {
+		sort.Ints(lose)
+		revs := m.letGo(ctx, lose)
+		// The record without them first, so that no record names a
+		// partition once its claim is free; if it cannot be written the
+		// claims run out instead.
+		if err := m.beat(ctx); err == nil {
+			m.deleteClaims(ctx, revs)
+		}
+	}
+	for _, p := range gain {
+		m.take(ctx, p)
+	}
+}
+
+func (m *Member) heldPartitions() []int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := make([]int, 0, len(m.held))
+	for p := range m.held {
+		out = append(out, p)
+	}
+	sort.Ints(out)
+	return out
+}
+
+// letGo releases partitions while their leases hold (OnRelease, not
+// fenced), then ends the leases; it returns the claims' revisions, for
+// deleteClaims.
+func (m *Member) letGo(ctx context.Context, ps []int) map[int]uint64 {
+	revs := map[int]uint64{}
+	for _, p := range ps {
+		m.mu.Lock()
+		h, ok := m.held[p]
+		m.mu.Unlock()
+		if !ok {
+			continue
+		}
+		fenced := h.ctx.Err() != nil
 		if m.cfg.OnRelease != nil {
-			m.cfg.OnRelease(ctx, p)
+			rctx, cancel := context.WithTimeout(ctx, m.cfg.TTL)
+			m.cfg.OnRelease(rctx, p, fenced)
+			cancel()
 		}
 		m.mu.Lock()
-		delete(m.owned, p)
+		h.cancel()
+		h.timer.Stop()
+		delete(m.held, p)
+		m.changes++
+		if !fenced {
+			revs[p] = h.rev
+		}
 		m.mu.Unlock()
+		m.l.Info().Int("partition", p).Msg("released")
 	}
+	return revs
+}
+
+// deleteClaims deletes claims the member let go, each conditional on the
+// revision it wrote last.
+func (m *Member) deleteClaims(ctx context.Context, revs map[int]uint64) {
+	for p, rev := range revs {
+		dctx, cancel := context.WithTimeout(ctx, m.cfg.Heartbeat)
+		if err := m.kv.Delete(dctx, ClaimKey(m.cfg.Group, p), jetstream.LastRevision(rev)); err != nil {
+			m.l.Debug().Err(err).Int("partition", p).Msg("claim not deleted; it runs out")
+		}
+		cancel()
+	}
+}
+
+// take tries to take partition p's claim: one that is free, this
+// incarnation's own (its lease ran out and nobody took it), or one whose
+// revision has stayed the same for TTL as this member watched it. The
+// write is conditional: of two members trying at once, one wins.
+func (m *Member) take(ctx context.Context, p int) {
+	now := time.Now()
+	m.mu.Lock()
+	c := m.claims[p]
+	grace := m.grace
+	m.mu.Unlock()
+	key := ClaimKey(m.cfg.Group, p)
+	tctx, cancel := context.WithTimeout(ctx, m.cfg.Heartbeat)
+	defer cancel()
+	send := time.Now()
+	var rev uint64
+	var err error
+	takenOver := false
+	switch {
+	case c == nil || c.absent:
+		rev, err = m.kv.Create(tctx, key, m.claimValue(p))
+	case c.holder == m.cfg.Member && c.inc == m.inc:
+		rev, err = m.kv.Update(tctx, key, m.claimValue(p), c.rev)
+	case now.Sub(maxTime(c.since, grace)) > m.cfg.TTL:
+		rev, err = m.kv.Update(tctx, key, m.claimValue(p), c.rev)
+		takenOver = true
+	default:
+		return // held by a live member: it lets go, or its lease runs out
+	}
+	if err != nil {
+		if casFailed(err) || errors.Is(err, jetstream.ErrKeyExists) {
+			m.refresh(tctx, p)
+		} else {
+			m.l.Debug().Err(err).Int("partition", p).Msg("claim not written; tried again on the next heartbeat")
+		}
+		return
+	}
+	hctx, hcancel := context.WithCancel(context.Background())
+	h := &hold{rev: rev, token: rev, renewed: send, ctx: hctx, cancel: hcancel}
+	h.timer = time.AfterFunc(m.cfg.FenceAfter-time.Since(send), func() {
+		hcancel()
+		m.wake()
+	})
+	m.mu.Lock()
+	m.held[p] = h
+	m.claims[p] = &claimSeen{observed: observed{rev: rev, since: time.Now()}, holder: m.cfg.Member, inc: m.inc}
+	m.changes++
+	m.mu.Unlock()
+	if m.cfg.OnAcquire != nil {
+		if err := m.cfg.OnAcquire(hctx, p, Lease{Token: rev, TakenOver: takenOver}); err != nil {
+			m.l.Warn().Err(err).Int("partition", p).Msg("acquire failed; retried on the next heartbeat")
+			m.mu.Lock()
+			hcancel()
+			h.timer.Stop()
+			delete(m.held, p)
+			rev := h.rev
+			m.mu.Unlock()
+			m.deleteClaims(ctx, map[int]uint64{p: rev})
+			return
+		}
+	}
+	m.l.Info().Int("partition", p).Uint64("token", rev).Bool("taken_over", takenOver).Msg("acquired")
+}
+
+// refresh reads partition p's claim after a conditional write of it
+// failed: what the watch showed was not current.
+func (m *Member) refresh(ctx context.Context, p int) {
+	e, err := m.kv.Get(ctx, ClaimKey(m.cfg.Group, p))
+	now := time.Now()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	switch {
+	case errors.Is(err, jetstream.ErrKeyNotFound):
+		m.claims[p] = &claimSeen{observed: observed{since: now}, absent: true}
+	case err == nil:
+		if prev := m.claims[p]; prev != nil && !prev.absent && prev.rev == e.Revision() {
+			return
+		}
+		var c Claim
+		_ = json.Unmarshal(e.Value(), &c)
+		m.claims[p] = &claimSeen{observed: observed{rev: e.Revision(), since: now}, holder: c.Member, inc: c.Incarnation}
+	}
+}
+
+// casFailed reports whether err is JetStream's refusal of a conditional
+// write: wrong last sequence (10071; 10164 on a replicated stream).
+func casFailed(err error) bool {
+	var apiErr *jetstream.APIError
+	if !errors.As(err, &apiErr) {
+		return false
+	}
+	return apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence || apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant
+}
+
+func maxTime(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
 }
 
 // MemberName is the default name of a member: "<host>-<pid>-<random>",
@@ -528,7 +996,8 @@ func MemberName() string {
 
 // List returns the records of the members of group (every group when
 // group is empty) found in the bucket, live or not yet expired, sorted by
-// group then member. ErrNoBucket when the bucket does not exist.
+// group then member (the partitions' claims are not records: left out).
+// ErrNoBucket when the bucket does not exist.
 func List(ctx context.Context, js jetstream.JetStream, bucket, group string) ([]Record, error) {
 	if bucket == "" {
 		bucket = DefaultBucket
@@ -553,6 +1022,9 @@ func List(ctx context.Context, js jetstream.JetStream, bucket, group string) ([]
 	for e := range w.Updates() {
 		if e == nil {
 			break
+		}
+		if strings.Count(e.Key(), ".") != 1 {
+			continue // a partition's claim, not a member's record
 		}
 		var r Record
 		if json.Unmarshal(e.Value(), &r) == nil {

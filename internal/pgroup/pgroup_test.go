@@ -11,47 +11,69 @@ import (
 	"github.com/turnstone-dev/turnstone/internal/embedded/embeddedtest"
 )
 
-// owners tracks which member owns each partition, as OnAcquire and
-// OnRelease report it. Two members may both hold a partition for a moment
-// during a handover (the consumer's pin keeps one receiver), but a member
-// must never be told the previous owner is dead (and so unpin) while that
-// owner still holds the partition.
-type owners struct {
-	t     *testing.T
-	mu    sync.Mutex
-	by    map[int]string
-	alive map[string]bool
+// acting tracks, for each partition, the members acting on it: those
+// whose lease (the context OnAcquire got) is live. A member that is given
+// a partition while another's lease on it is live breaks the invariant,
+// and the test fails.
+type acting struct {
+	t      *testing.T
+	mu     sync.Mutex
+	leases map[int]map[string]context.Context
+	tokens map[int]uint64
+	taken  int // take-overs from a holder whose lease ran out
 }
 
-func (o *owners) config(name string, partitions int) Config {
+func newActing(t *testing.T) *acting {
+	return &acting{t: t, leases: map[int]map[string]context.Context{}, tokens: map[int]uint64{}}
+}
+
+func (a *acting) config(name string, partitions int) Config {
 	return Config{
 		Group: "engines", Member: name, Partitions: partitions, CreateBucket: true,
 		Heartbeat: 100 * time.Millisecond, TTL: 600 * time.Millisecond,
-		OnAcquire: func(_ context.Context, p int, previousDead bool) error {
-			o.mu.Lock()
-			defer o.mu.Unlock()
-			if cur, ok := o.by[p]; ok && previousDead && o.alive[cur] {
-				o.t.Errorf("%s acquires partition %d as if its owner were dead, still owned by live %s", name, p, cur)
+		OnAcquire: func(ctx context.Context, p int, lease Lease) error {
+			a.mu.Lock()
+			defer a.mu.Unlock()
+			for other, lctx := range a.leases[p] {
+				if other != name && lctx.Err() == nil {
+					a.t.Errorf("%s acquires partition %d while %s's lease on it is live", name, p, other)
+				}
 			}
-			o.by[p] = name
+			if lease.Token <= a.tokens[p] {
+				a.t.Errorf("%s acquires partition %d with token %d, not above the last holder's %d", name, p, lease.Token, a.tokens[p])
+			}
+			a.tokens[p] = lease.Token
+			if lease.TakenOver {
+				a.taken++
+			}
+			if a.leases[p] == nil {
+				a.leases[p] = map[string]context.Context{}
+			}
+			a.leases[p][name] = ctx
 			return nil
 		},
-		OnRelease: func(_ context.Context, p int) {
-			o.mu.Lock()
-			defer o.mu.Unlock()
-			if o.by[p] == name {
-				delete(o.by, p)
+		OnRelease: func(_ context.Context, p int, fenced bool) {
+			a.mu.Lock()
+			defer a.mu.Unlock()
+			if lctx := a.leases[p][name]; fenced && lctx != nil && lctx.Err() == nil {
+				a.t.Errorf("%s released partition %d as fenced with its lease live", name, p)
 			}
+			delete(a.leases[p], name)
 		},
 	}
 }
 
-func (o *owners) counts() map[string]int {
-	o.mu.Lock()
-	defer o.mu.Unlock()
+// counts is how many partitions each member acts on.
+func (a *acting) counts() map[string]int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
 	c := map[string]int{}
-	for _, m := range o.by {
-		c[m]++
+	for _, by := range a.leases {
+		for name, ctx := range by {
+			if ctx.Err() == nil {
+				c[name]++
+			}
+		}
 	}
 	return c
 }
@@ -63,27 +85,28 @@ func waitFor(t *testing.T, what string, within time.Duration, cond func() bool) 
 		if cond() {
 			return time.Since(start)
 		}
-		time.Sleep(20 * time.Millisecond)
+		time.Sleep(10 * time.Millisecond)
 	}
 	t.Fatalf("%s: not within %s", what, within)
 	return 0
 }
 
 func TestMembersShareThePartitionsAndTakeOverADeadOne(t *testing.T) {
+	t.Parallel()
 	srv := embeddedtest.Start(t)
 	ctx := context.Background()
-	o := &owners{t: t, by: map[int]string{}, alive: map[string]bool{"a": true, "b": true, "c": true, "d": true}}
+	a := newActing(t)
 	var members []*Member
 	for _, name := range []string{"a", "b", "c"} {
 		_, js := embeddedtest.Connect(t, srv)
-		m, err := Join(ctx, js, o.config(name, 8), nil)
+		m, err := Join(ctx, js, a.config(name, 8), nil)
 		if err != nil {
 			t.Fatal(err)
 		}
 		members = append(members, m)
 	}
 	balanced := func() bool {
-		c := o.counts()
+		c := a.counts()
 		total := 0
 		for _, n := range c {
 			if n < 2 || n > 3 {
@@ -95,40 +118,43 @@ func TestMembersShareThePartitionsAndTakeOverADeadOne(t *testing.T) {
 	}
 	waitFor(t, "8 partitions over 3 members", 5*time.Second, balanced)
 
-	// b dies without a word: its goroutine stops, its heartbeat record stays.
+	// b dies without a word: its goroutines stop, its record and claims
+	// stay; its leases run out by themselves.
 	b := members[1]
 	b.cancel()
 	<-b.done
-	o.mu.Lock()
-	o.alive["b"] = false
-	o.mu.Unlock()
-	took := waitFor(t, "b's partitions owned by a and c", 5*time.Second, func() bool {
-		c := o.counts()
+	died := time.Now()
+	took := waitFor(t, "b's partitions taken by a and c", 5*time.Second, func() bool {
+		c := a.counts()
 		return c["a"]+c["c"] == 8
 	})
 	if bound := b.cfg.TTL + 3*b.cfg.Heartbeat; took > bound {
-		t.Errorf("takeover took %s, over its bound %s", took, bound)
+		t.Errorf("take-over took %s, over its bound %s", took, bound)
 	}
+	if a.taken == 0 {
+		t.Error("no partition was taken over from the dead member")
+	}
+	t.Logf("b's partitions taken %s after it stopped", time.Since(died).Round(time.Millisecond))
 
-	// A fourth member joins and takes its share from the others.
+	// A fourth member joins and takes its share from the others, which
+	// let it go first.
 	_, js := embeddedtest.Connect(t, srv)
-	d, err := Join(ctx, js, o.config("d", 8), nil)
+	d, err := Join(ctx, js, a.config("d", 8), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "d takes its share", 5*time.Second, func() bool { return o.counts()["d"] >= 2 })
-	waitFor(t, "a and c let go of d's share", 5*time.Second, func() bool {
-		c := o.counts()
-		return c["a"]+c["c"]+c["d"] == 8 && c["a"] >= 2 && c["c"] >= 2
+	waitFor(t, "d takes its share", 5*time.Second, func() bool {
+		c := a.counts()
+		return c["d"] >= 2 && c["a"]+c["c"]+c["d"] == 8 && c["a"] >= 2 && c["c"] >= 2
 	})
 
-	// A member that leaves hands over at once.
+	// A member that leaves hands over at once (well within a TTL).
 	if err := d.Leave(ctx); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "d's partitions back", 2*time.Second, func() bool { c := o.counts(); return c["a"]+c["c"] == 8 })
+	waitFor(t, "d's partitions back", d.cfg.TTL/2, func() bool { c := a.counts(); return c["a"]+c["c"] == 8 })
 
-	recs, err := List(ctx, js, "", "engines")
+	recs, err := List(ctx, js, "", "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -137,7 +163,7 @@ func TestMembersShareThePartitionsAndTakeOverADeadOne(t *testing.T) {
 		names = append(names, r.Member)
 	}
 	sort.Strings(names)
-	if got := fmt.Sprint(names); got != "[a b c]" { // b's record lingers until the bucket's TTL
+	if got := fmt.Sprint(names); got != "[a b c]" { // b's record lingers until the bucket's TTL; claims are not listed
 		t.Fatalf("List = %s, want [a b c]", got)
 	}
 	for _, m := range []*Member{members[0], members[2]} {
@@ -147,28 +173,121 @@ func TestMembersShareThePartitionsAndTakeOverADeadOne(t *testing.T) {
 	}
 }
 
-// A member whose heartbeats fail lets go of everything before the others
-// count it dead.
-func TestAMemberThatCannotBeatIsFenced(t *testing.T) {
+// A member whose writes fail stops acting on every partition FenceAfter
+// after its last acknowledged write, before anyone may count it dead
+// (TTL), and the survivor takes them only after that.
+func TestAMemberThatCannotWriteIsFencedBeforeItIsTakenOver(t *testing.T) {
+	t.Parallel()
 	srv := embeddedtest.Start(t)
 	ctx := context.Background()
-	o := &owners{t: t, by: map[int]string{}, alive: map[string]bool{}}
+	a := newActing(t)
 	nc, js := embeddedtest.Connect(t, srv)
-	m, err := Join(ctx, js, o.config("lonely", 4), nil)
+	lonely, err := Join(ctx, js, a.config("lonely", 4), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := len(lonely.Owned()); got != 4 {
+		t.Fatalf("owns %d partitions, want 4", got)
+	}
+	_, js2 := embeddedtest.Connect(t, srv)
+	other, err := Join(ctx, js2, a.config("other", 4), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = other.Leave(ctx) }()
+	waitFor(t, "shared", 3*time.Second, func() bool { c := a.counts(); return c["lonely"] == 2 && c["other"] == 2 })
+
+	nc.Close() // its writes fail from now on; it is alive
+	lonely.mu.Lock()
+	var last time.Time
+	for _, h := range lonely.held {
+		last = maxTime(last, h.renewed)
+	}
+	lonely.mu.Unlock()
+	waitFor(t, "fenced", 3*time.Second, func() bool { return len(lonely.Owned()) == 0 && a.counts()["lonely"] == 0 })
+	fenced := time.Since(last)
+	if fenced > lonely.cfg.TTL {
+		t.Fatalf("stopped %s after its last acknowledged write; the others may take over after %s", fenced, lonely.cfg.TTL)
+	}
+	waitFor(t, "taken over", 3*time.Second, func() bool { return a.counts()["other"] == 4 })
+	if took := time.Since(last); took < lonely.cfg.TTL {
+		t.Fatalf("taken over %s after the last write, before the TTL %s", took, lonely.cfg.TTL)
+	}
+	t.Logf("fenced %s after its last write, taken over %s after it", fenced.Round(time.Millisecond), time.Since(last).Round(time.Millisecond))
+	lonely.cancel()
+	<-lonely.done
+}
+
+// A member whose view of the bucket is stale (it saw a claim keep its
+// revision for TTL while the holder renewed it) cannot take the claim:
+// the conditional write is refused, and the member reads the claim
+// again.
+func TestAStaleViewNeverTakesALiveClaim(t *testing.T) {
+	t.Parallel()
+	srv := embeddedtest.Start(t)
+	ctx := context.Background()
+	a := newActing(t)
+	_, js := embeddedtest.Connect(t, srv)
+	holder, err := Join(ctx, js, a.config("holder", 2), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = holder.Leave(ctx) }()
+	// The stale member joins nothing: only its take is run, on a view
+	// the test sets.
+	cfg := a.config("stale", 2)
+	cfg.setDefaults()
+	stale := &Member{kv: holder.kv, cfg: cfg, inc: "stale1", members: map[string]observed{}, claims: map[int]*claimSeen{},
+		held: map[int]*hold{}, kick: make(chan struct{}, 1)}
+	waitFor(t, "holder holds both", 2*time.Second, func() bool { return a.counts()["holder"] == 2 })
+	for p := range 2 {
+		stale.claims[p] = &claimSeen{observed: observed{rev: 1, since: time.Now().Add(-24 * time.Hour)}, holder: "holder", inc: holder.inc}
+	}
+	for p := range 2 {
+		stale.take(ctx, p)
+	}
+	if got := stale.heldPartitions(); len(got) != 0 {
+		t.Fatalf("the stale member took %v from a live holder", got)
+	}
+	stale.mu.Lock()
+	for p := range 2 {
+		if c := stale.claims[p]; c.rev == 1 || time.Since(c.since) > time.Minute {
+			t.Errorf("claim %d not read again after the refused write: %+v", p, c)
+		}
+	}
+	stale.mu.Unlock()
+	if c := a.counts(); c["holder"] != 2 {
+		t.Fatalf("acting: %v", c)
+	}
+}
+
+// A member whose own writes failed concludes nothing about the others
+// from the silence: it counts none of them dead until TTL after it can
+// write again.
+func TestAMemberThatCouldNotWriteCountsNobodyDead(t *testing.T) {
+	t.Parallel()
+	srv := embeddedtest.Start(t)
+	ctx := context.Background()
+	a := newActing(t)
+	_, js := embeddedtest.Connect(t, srv)
+	m, err := Join(ctx, js, a.config("m", 2), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer func() { _ = m.Leave(ctx) }()
-	if got := len(m.Owned()); got != 4 {
-		t.Fatalf("owns %d partitions, want 4", got)
-	}
-	nc.Close() // its heartbeats fail from now on
 	m.mu.Lock()
-	last := m.lastBeat
+	m.members["quiet"] = observed{rev: 1, since: time.Now().Add(-time.Hour)}
+	m.grace = time.Now() // its own write just failed
+	live := m.liveLocked(time.Now())
 	m.mu.Unlock()
-	waitFor(t, "fenced", 3*time.Second, func() bool { return len(m.Owned()) == 0 })
-	// The others count it dead TTL after its last heartbeat reached them.
-	if took := time.Since(last); took > m.cfg.TTL {
-		t.Fatalf("released %s after its last heartbeat; the others take over after %s", took, m.cfg.TTL)
+	if fmt.Sprint(live) != "[m quiet]" {
+		t.Fatalf("live right after its own failure: %v, want the quiet member still counted", live)
+	}
+	m.mu.Lock()
+	m.grace = time.Now().Add(-2 * m.cfg.TTL)
+	live = m.liveLocked(time.Now())
+	m.mu.Unlock()
+	if fmt.Sprint(live) != "[m]" {
+		t.Fatalf("live a TTL after: %v, want the quiet member dead", live)
 	}
 }

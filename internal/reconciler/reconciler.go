@@ -61,6 +61,13 @@ type Config struct {
 	// present; sessions are live by the live horizon only). A
 	// *presence.Tracker implements it.
 	Presence Presence
+	// Owns, when set, says whether the engine may act on partition p now
+	// (it holds p's lease: package pgroup). An action of a session in a
+	// partition the engine does not hold when the action's turn to be
+	// carried out comes is dropped, not carried out: the partition's
+	// holder decides for it (issue 21: at most one owner acts on a
+	// partition). Nil: every partition is the engine's.
+	Owns func(p int) bool
 	// Gate, when set, is the engine's erasure gate: an action is carried
 	// out only if no erase of its session began since the state it was
 	// decided from was read, and Forget drops what the reconciler holds
@@ -208,6 +215,19 @@ func (r *Reconciler) dropped(q queued) bool {
 	return false
 }
 
+// owned reports whether the engine holds the partition of a's session
+// now (Config.Owns).
+func (r *Reconciler) owned(a Action) bool {
+	if r.cfg.Owns == nil {
+		return true
+	}
+	tenant, session := actionSession(a)
+	if tenant == "" {
+		return true
+	}
+	return r.cfg.Owns(events.Partition(tenant, session, r.log.Partitions()))
+}
+
 // actionSession is the session an action writes to.
 func actionSession(a Action) (tenant, session string) {
 	switch {
@@ -262,7 +282,7 @@ func (r *Reconciler) Scan(ctx context.Context, partitions []int, restart bool) e
 	if err := r.scan(ctx, partitions, restart); err != nil {
 		r.l.Warn().Err(err).Ints("partitions", partitions).Msg("scan incomplete; it is retried")
 		r.mu.Lock()
-		r.rescan = append(r.rescan, partitions...)
+		r.rescan = mergePartitions(r.rescan, partitions)
 		r.mu.Unlock()
 		return err
 	}
@@ -282,6 +302,19 @@ func (r *Reconciler) Release(p int) {
 		}
 	}
 	r.rescan = slices.DeleteFunc(r.rescan, func(x int) bool { return x == p })
+}
+
+// mergePartitions adds the partitions of more to have that it does not
+// hold yet, and returns them sorted.
+func mergePartitions(have, more []int) []int {
+	out := slices.Clone(have)
+	for _, p := range more {
+		if !slices.Contains(out, p) {
+			out = append(out, p)
+		}
+	}
+	slices.Sort(out)
+	return out
 }
 
 // Close stops the loop and waits for it, or for ctx to end.
@@ -411,6 +444,9 @@ func (r *Reconciler) enqueue(actions []Action, since uint64) {
 // moment; without an index it lists the log. At start (restart) the
 // policy's restart rule applies to the turns found in flight.
 func (r *Reconciler) scan(ctx context.Context, partitions []int, restart bool) error {
+	// Each partition once: a read of the index with one filter twice is
+	// refused (JetStream error 10136), and would be on every retry.
+	partitions = mergePartitions(nil, partitions)
 	if len(partitions) == 0 {
 		return nil
 	}
@@ -437,6 +473,7 @@ func (r *Reconciler) scan(ctx context.Context, partitions []int, restart bool) e
 	default:
 		return err
 	}
+	r.l.Info().Ints("partitions", partitions).Int("sessions", len(refs)).Msg("scanning the sessions that may need the reconciler")
 	for _, x := range refs {
 		if strings.HasPrefix(x.session, "_") {
 			continue
@@ -517,11 +554,14 @@ func (r *Reconciler) tick(ctx context.Context) {
 	r.mu.Unlock()
 	if len(rescan) > 0 {
 		if err := r.scan(ctx, rescan, false); err != nil {
+			r.l.Debug().Err(err).Ints("partitions", rescan).Msg("scan incomplete; it is retried")
 			r.mu.Lock()
-			r.rescan = append(r.rescan, rescan...)
+			r.rescan = mergePartitions(r.rescan, rescan)
 			r.mu.Unlock()
 		}
-		return
+		// The watched sessions are judged too: a scan that keeps failing
+		// (the index's stream electing a leader) must not hold back the
+		// deadlines of the sessions already known.
 	}
 	for _, k := range keys {
 		tenant, session, _ := strings.Cut(k, "/")
@@ -595,7 +635,7 @@ func (r *Reconciler) executeLoop(ctx context.Context) {
 		case q = <-r.queue:
 		}
 		a := q.Action
-		if r.dropped(q) {
+		if r.dropped(q) || !r.owned(a) {
 			r.forget(a.Key)
 			continue
 		}
@@ -611,6 +651,10 @@ func (r *Reconciler) executeLoop(ctx context.Context) {
 				// or erased since the state this action comes from was
 				// read (the action is moot: dropped).
 				tenant, session := actionSession(a)
+				if !r.owned(a) {
+					moot = true // the partition's lease ended meanwhile
+					break
+				}
 				if !r.cfg.Gate.Enter(tenant, session, q.since) {
 					moot = true
 					break
@@ -778,7 +822,7 @@ func (r *Reconciler) failClosed(err error, byWrite bool) {
 	if r.proj != nil {
 		// Judge everything again once the log is writable: what was
 		// decided meanwhile may have been dropped.
-		r.rescan = append(r.rescan, r.proj.Partitions()...)
+		r.rescan = mergePartitions(r.rescan, r.proj.Partitions())
 	}
 	r.mu.Unlock()
 	if first {

@@ -57,6 +57,12 @@
 //	otel_export_lag{partition}                gauge    SetOTelLags: events of a partition not yet exported to OpenTelemetry
 //	otel_spans_exported_total                 counter  OTelExport: spans the OpenTelemetry export sent
 //	otel_export_failures_total                counter  OTelExport: export calls that failed (tried again)
+//	partitions_owned{group}                   gauge    SetPartitions: partitions this process holds in its group
+//	partition_rebalances{group}               gauge    SetPartitions: times its set of partitions changed
+//	partition_lag{partition}                  gauge    SetPartitionLags: events of a held partition not yet delivered (engines)
+//	partition_lease{group,partition}          gauge    SetPartitionLease, EndPartitionLease: the fencing token of each partition held now (no series when not held)
+//	partition_pin_moves_total{group}          counter  PinMoved: a held partition's consumer pin moved away (states dropped and refolded)
+//	snapshot_disagreements_total              counter  SnapshotDisagreed: a snapshot or held state counted fewer events than the log (the log won)
 //
 // The registry also holds the standard go_* and process_* collectors.
 //

@@ -54,12 +54,18 @@ type Metrics struct {
 	partitionsOwned *prometheus.GaugeVec
 	rebalances      *prometheus.GaugeVec
 	partitionLag    *prometheus.GaugeVec
+	partitionLease  *prometheus.GaugeVec
+	pinMoves        *prometheus.CounterVec
+	snapshotMisses  prometheus.Counter
 
 	incidentsOpen *prometheus.GaugeVec
 
 	otelLag      *prometheus.GaugeVec
 	otelSpans    prometheus.Counter
 	otelFailures prometheus.Counter
+
+	leaseMu sync.Mutex
+	leases  map[string]uint64 // "<group>/<partition>" -> the token of its series
 
 	failMu     sync.Mutex
 	failOn     bool
@@ -106,6 +112,11 @@ func NewMetrics(namespace string) *Metrics {
 	m.partitionLag = prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: namespace, Name: "partition_lag",
 		Help: "Events of a partition this engine owns not yet delivered to it (its projector consumer's pending count)."}, []string{"partition"})
 
+	m.partitionLease = prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: namespace, Name: "partition_lease",
+		Help: "The fencing token (claim revision) of each partition this process holds a lease on now, by group; a partition not held has no series."}, []string{"group", "partition"})
+	m.pinMoves = counterVec("partition_pin_moves_total", "Times the pin of a partition's consumer moved away from this process while it held the partition (its states dropped, refolded from snapshots), by group.", "group")
+	m.snapshotMisses = counter("snapshot_disagreements_total", "Sessions whose snapshot (or held state) counted fewer events than the log holds up to its last sequence: the log won, the session was refolded from it.")
+
 	m.incidentsOpen = prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: namespace, Name: "incidents_open",
 		Help: "Open fleet incidents (package correlate), by the class of their key: an error class or an anomaly rule."}, []string{"class"})
 
@@ -115,7 +126,8 @@ func NewMetrics(namespace string) *Metrics {
 	m.otelFailures = counter("otel_export_failures_total", "OpenTelemetry export calls that failed (each is tried again).")
 
 	m.reg.MustRegister(
-		m.partitionsOwned, m.rebalances, m.partitionLag, m.incidentsOpen, m.otelLag, m.otelSpans, m.otelFailures,
+		m.partitionsOwned, m.rebalances, m.partitionLag, m.partitionLease, m.pinMoves, m.snapshotMisses, m.incidentsOpen,
+		m.otelLag, m.otelSpans, m.otelFailures,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		m.turns, m.views,

@@ -64,6 +64,10 @@ type Config struct {
 	// "parked"; "invalid"; "redeliver" when it will come again) and how
 	// long it took (metrics).
 	OnCommand func(kind, outcome string, took time.Duration)
+	// OnLease, when set, is called when the worker takes partition p
+	// (held, with its lease's fencing token) and the moment that lease
+	// ends (not held, with the same token) (metrics).
+	OnLease func(p int, token uint64, held bool)
 }
 
 func (c *Config) setDefaults() {
@@ -205,32 +209,60 @@ func pgroupName(name string) string {
 	return string(b)
 }
 
-// acquire starts consuming partition p's commands; the previous owner
-// being dead, its pin is lifted first so the partition moves at once.
-func (w *Worker) acquire(ctx context.Context, p int, previousDead bool) error {
+// acquire starts consuming partition p's commands under its lease (ctx:
+// done the moment the worker must stop acting on p). When the previous
+// holder's lease ran out (lease.TakenOver), its pin is lifted. The
+// consumer is reset to its acknowledgement floor before it is consumed,
+// so a command an earlier holder (this worker too, before a fence) was
+// running comes again at once, not after AckWait (commands are
+// idempotent: what it recorded is found done or stored once). Pull
+// requests expire inside the consumer's pinned TTL, so the pin stays
+// while the partition is idle.
+func (w *Worker) acquire(ctx context.Context, p int, lease pgroup.Lease) error {
 	js := w.log.JetStream()
-	if previousDead {
-		if err := pgroup.Unpin(ctx, js, recovery.Stream, recovery.ConsumerName(p), recovery.PriorityGroup); err != nil {
+	name := recovery.ConsumerName(p)
+	if lease.TakenOver {
+		if err := pgroup.Unpin(ctx, js, recovery.Stream, name, recovery.PriorityGroup); err != nil {
 			w.l.Debug().Err(err).Int("partition", p).Msg("unpin")
 		}
 	}
-	cons, err := js.Consumer(ctx, recovery.Stream, recovery.ConsumerName(p))
+	w.redeliver(ctx, p)
+	cons, err := js.Consumer(ctx, recovery.Stream, name)
 	if err != nil {
-		return fmt.Errorf("consumer %s: %w", recovery.ConsumerName(p), err)
+		return fmt.Errorf("consumer %s: %w", name, err)
 	}
-	cc, err := cons.Consume(w.handle, jetstream.PullPriorityGroup(recovery.PriorityGroup), jetstream.PullMaxMessages(1))
+	cc, err := cons.Consume(func(msg jetstream.Msg) { w.handle(ctx, msg) },
+		jetstream.PullPriorityGroup(recovery.PriorityGroup), jetstream.PullMaxMessages(1),
+		jetstream.PullExpiry(projections.PullExpiryFor(cons.CachedInfo().Config.PinnedTTL)))
 	if err != nil {
-		return fmt.Errorf("consume %s: %w", recovery.ConsumerName(p), err)
+		return fmt.Errorf("consume %s: %w", name, err)
 	}
 	w.mu.Lock()
 	w.ccs[p] = cc
 	w.mu.Unlock()
+	if w.cfg.OnLease != nil {
+		w.cfg.OnLease(p, lease.Token, true)
+		context.AfterFunc(ctx, func() { w.cfg.OnLease(p, lease.Token, false) })
+	}
 	return nil
 }
 
-// release stops consuming partition p: the command in progress finishes,
-// then the pin is lifted so the next owner receives the partition at once.
-func (w *Worker) release(ctx context.Context, p int) {
+// redeliver resets partition p's consumer to its acknowledgement floor.
+func (w *Worker) redeliver(ctx context.Context, p int) {
+	rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if _, err := w.log.JetStream().ResetConsumer(rctx, recovery.Stream, recovery.ConsumerName(p)); err != nil && rctx.Err() == nil {
+		w.l.Debug().Err(err).Int("partition", p).Msg("reset to the acknowledgement floor")
+	}
+}
+
+// release stops consuming partition p. Let go (not fenced): the command in
+// progress finishes, then the pin is lifted so the next holder receives
+// the partition at once. Fenced (the lease ended on its own): it stops at
+// once; the command in progress was cancelled with the lease, is not
+// acknowledged, and the pin is left alone (another worker may hold the
+// partition already).
+func (w *Worker) release(ctx context.Context, p int, fenced bool) {
 	w.mu.Lock()
 	cc, ok := w.ccs[p]
 	delete(w.ccs, p)
@@ -238,11 +270,18 @@ func (w *Worker) release(ctx context.Context, p int) {
 	if !ok {
 		return
 	}
-	cc.Drain()
+	if fenced {
+		cc.Stop()
+	} else {
+		cc.Drain()
+	}
 	select {
 	case <-cc.Closed():
 	case <-ctx.Done():
 		cc.Stop()
+	}
+	if fenced {
+		return
 	}
 	uctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
@@ -312,10 +351,13 @@ func (w *Worker) Close(ctx context.Context) error {
 // handle runs one delivered command to its end: ack when its outcome is
 // recorded (or it was already), park it after its last delivery, or nak it
 // for a later redelivery when the log or JetStream failed.
-func (w *Worker) handle(msg jetstream.Msg) {
+func (w *Worker) handle(lease context.Context, msg jetstream.Msg) {
 	w.wg.Add(1)
 	defer w.wg.Done()
-	ctx := w.runCtx
+	if lease.Err() != nil {
+		return // fenced: not run, not acknowledged; the next holder has it
+	}
+	ctx := lease
 	start := time.Now()
 	kind, ended := "unknown", "redeliver"
 	defer func() {
@@ -368,6 +410,13 @@ func (w *Worker) handle(msg jetstream.Msg) {
 	stop := keepAlive(msg, w.cfg.Delivery.AckWait)
 	outcome, err := w.execute(ctx, cmd, meta)
 	stop()
+	if lease.Err() != nil {
+		// The lease ended while it ran: the partition may be another
+		// worker's now; it runs the command again (idempotent) and
+		// acknowledges it.
+		ended = "fenced"
+		return
+	}
 	if err == nil {
 		ended = outcome
 		if err := msg.DoubleAck(ctx); err != nil {

@@ -1,0 +1,114 @@
+package ingestserver_test
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/turnstone-dev/turnstone/events"
+	"github.com/turnstone-dev/turnstone/ingest"
+)
+
+// Every form of append, sent twice with the same ids through the engine
+// as a publisher does after a lost reply, is answered the second time
+// with the original acks and duplicate set, at once (the client retries
+// nothing here: RetryFor is negative), and stores nothing twice (issue
+// 21): through ingest.Client (plain one event, plain several, conditional
+// one event, conditional batch), and through plain NATS requests as a
+// client in any language sends them (one event with Nats-Msg-Id, one
+// event with the expected sequence, a batch with it, a batch without).
+func TestEveryResendThroughTheEngineReturnsTheOriginalAcks(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ctx := context.Background()
+	cl, err := ingest.NewClient(e.nc, ingest.ClientConfig{RetryFor: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	last := func(session string) uint64 {
+		t.Helper()
+		n, err := cl.LastSeq(ctx, "acme", session)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	twice := func(name string, evs []events.Event, opts ...events.AppendOption) {
+		t.Helper()
+		first, err := cl.Append(ctx, evs, opts...)
+		if err != nil {
+			t.Fatalf("client, %s: first send: %v", name, err)
+		}
+		again, err := cl.Append(ctx, evs, opts...)
+		if err != nil {
+			t.Fatalf("client, %s: second send: %v, want the original acks", name, err)
+		}
+		for i := range first {
+			if first[i].Duplicate || !again[i].Duplicate || again[i].Seq != first[i].Seq {
+				t.Fatalf("client, %s: ack %d: first %+v, again %+v; want the original, duplicate", name, i, first[i], again[i])
+			}
+		}
+	}
+	twice("conditional batch", []events.Event{
+		e.event("acme", "c1", "", &events.SessionStarted{Runtime: "test"}),
+		e.event("acme", "c1", "t1", &events.TurnStarted{Prompt: "hi"}),
+	}, events.ExpectLastSeq(0))
+	twice("conditional one event", []events.Event{e.event("acme", "c1", "t1", &events.TurnCompleted{})}, events.ExpectLastSeq(last("c1")))
+	twice("plain one event", []events.Event{e.event("acme", "c1", "t2", &events.TurnStarted{})})
+	twice("plain several", []events.Event{
+		e.event("acme", "c1", "t2", &events.TurnCompleted{}),
+		e.event("acme", "c1", "", &events.SessionPaused{Reason: "x"}),
+	})
+	if n := len(e.stored("acme", "c1")); n != 6 {
+		t.Fatalf("client: %d events stored, want 6", n)
+	}
+
+	// Plain NATS requests.
+	body := func(session, turn, typ, data string) (string, string) {
+		id := events.NewID()
+		b := fmt.Sprintf(`{"specversion":"1.0","id":%q,"type":%q,"source":"urn:agent:raw","time":"2026-02-19T10:00:00Z","tenant":"acme","session":%q`, id, typ, session)
+		if turn != "" {
+			b += fmt.Sprintf(`,"turn":%q`, turn)
+		}
+		return id, b + `,"data":` + data + `}`
+	}
+	rawTwice := func(name, session, payload string, hdr map[string]string, count int) {
+		t.Helper()
+		subject := events.EventSubject("acme", session)
+		first := e.raw(subject, payload, hdr)
+		if first.Error != nil || first.Seq == 0 || first.Duplicate {
+			t.Fatalf("raw, %s: first send: %+v %+v", name, first, first.Error)
+		}
+		again := e.raw(subject, payload, hdr)
+		if again.Error != nil || !again.Duplicate || again.Seq != first.Seq || again.Count != first.Count || again.Count != count {
+			t.Fatalf("raw, %s: first %+v, again %+v (error %+v); want the original reply, duplicate", name, first, again, again.Error)
+		}
+	}
+	id, started := body("r1", "", "session.started", `{}`)
+	rawTwice("one event, Nats-Msg-Id", "r1", started, map[string]string{jetstream.MsgIDHeader: id}, 0)
+	_, t1 := body("r1", "t1", "turn.started", `{"prompt":"hi"}`)
+	rawTwice("one event, expected sequence", "r1", t1, map[string]string{jetstream.ExpectedLastSubjSeqHeader: strconv.FormatUint(last("r1"), 10)}, 1)
+	_, done := body("r1", "t1", "turn.completed", `{}`)
+	_, t2 := body("r1", "t2", "turn.started", `{}`)
+	rawTwice("batch, expected sequence", "r1", "["+done+","+t2+"]", map[string]string{jetstream.ExpectedLastSubjSeqHeader: strconv.FormatUint(last("r1"), 10)}, 2)
+	_, done2 := body("r1", "t2", "turn.completed", `{}`)
+	_, paused := body("r1", "", "session.paused", `{"reason":"x"}`)
+	rawTwice("batch, no condition", "r1", "["+done2+","+paused+"]", nil, 2)
+	if n := len(e.stored("acme", "r1")); n != 6 {
+		t.Fatalf("raw: %d events stored, want 6", n)
+	}
+
+	// A batch that reuses a stored id with a new event is refused for it
+	// (10201), and the new event is not stored.
+	_, t3 := body("r1", "t3", "turn.started", `{}`)
+	ack := e.raw(events.EventSubject("acme", "r1"), "["+t3+","+paused+"]", nil)
+	if ack.Error == nil || ack.Error.ErrCode != events.JSErrCodeBatchDuplicateID || !strings.Contains(ack.Error.Description, "another call") {
+		t.Fatalf("a batch reusing a stored id: %+v %+v, want error 10201", ack, ack.Error)
+	}
+	if n := len(e.stored("acme", "r1")); n != 6 {
+		t.Fatalf("%d events stored after a refused batch, want 6", n)
+	}
+}
