@@ -47,7 +47,12 @@ import (
 // github.com/go-json-experiment/json and compressed with S2 (numbers
 // that are zero are left out with omitzero; <, > and & written as they
 // are). A version 7 snapshot is refused and the session refolded.
-const Version = 8
+//
+// Version 9: signs of life (issue 15): Turn.ActiveAt, the store time of
+// the latest event of a turn, which its deadline counts from; a tool
+// call's declared timeout and store time (ToolCall.TimeoutMS, UsedAt);
+// LastRuntimeSeq; and PausedAt.
+const Version = 9
 
 // MaxClockSkew is how far an event's own time may lie ahead of its store
 // time (Event.Stored, JetStream's clock) before the fold flags it with a
@@ -215,6 +220,12 @@ type Session struct {
 	// LastLiveStored is the latest store time of an event folded while
 	// the session was not History: what the live horizon counts from.
 	LastLiveStored time.Time `json:"last_live_stored,omitzero"`
+	// LastRuntimeSeq is the sequence of the latest runtime event folded
+	// (RuntimeEvent: the runtime at work, not Turnstone's own
+	// bookkeeping), history or not: where a decision of the reconciler is
+	// taken (recovery.Command.DecidedSeq) and what `engine whatif`
+	// compares.
+	LastRuntimeSeq uint64 `json:"last_runtime_seq,omitzero"`
 	// History is set when the latest session.started said the session is
 	// history (recorded after the fact, such as an imported transcript):
 	// the reconciler never acts on it.
@@ -293,6 +304,10 @@ type Session struct {
 	PauseCommand string            `json:"pause_command,omitempty"`
 	PauseKind    string            `json:"pause_kind,omitempty"`
 	PausedSeq    uint64            `json:"paused_seq,omitzero"`
+	// PausedAt is when the log stored the session.paused (the log's
+	// clock; zero without a store time): a runtime is back only once it
+	// answered after it (reconciler, docs/policy.md).
+	PausedAt time.Time `json:"paused_at,omitzero"`
 	// LastSnapshotSeq is the covers_seq of the latest snapshot.taken.
 	LastSnapshotSeq uint64 `json:"last_snapshot_seq,omitzero"`
 
@@ -470,6 +485,9 @@ func (s *Session) Apply(ev events.Event) []Violation {
 	s.track(ev)
 	s.apply(ev)
 	s.stored(ev)
+	if ev.Seq != 0 && RuntimeEvent(ev) {
+		s.LastRuntimeSeq = ev.Seq
+	}
 	var vs []Violation
 	if n := min(s.Totals.Violations-before, len(s.Violations)); n > 0 {
 		vs = slices.Clone(s.Violations[len(s.Violations)-n:]) // before trim drops any
@@ -513,8 +531,11 @@ func (s *Session) stored(ev events.Event) {
 	if at.After(s.LastStored) {
 		s.LastStored = at
 	}
-	if !s.History && runtimeActivity(ev) && at.After(s.LastLiveStored) {
+	if !s.History && RuntimeEvent(ev) && at.After(s.LastLiveStored) {
 		s.LastLiveStored = at
+	}
+	if RuntimeEvent(ev) {
+		s.signOfLife(ev.Turn, at)
 	}
 	if ahead := ev.Time.Sub(at); ev.Err == nil && ahead > MaxClockSkew {
 		s.violate(ev, RuleClockSkew, fmt.Sprintf("event time %s is %s ahead of the time it was stored (%s); the log's time is used",
@@ -522,11 +543,12 @@ func (s *Session) stored(ev events.Event) {
 	}
 }
 
-// runtimeActivity reports whether ev is the agent runtime at work (what
-// makes a session live), not Turnstone's own bookkeeping: the types a
-// runtime publishes, from a source that is not one of Turnstone's writers
-// ("urn:turnstone:worker:…", "urn:turnstone:reconciler").
-func runtimeActivity(ev events.Event) bool {
+// RuntimeEvent reports whether ev is the agent runtime at work (what
+// makes a session live, and a sign of life of its turn), not Turnstone's
+// own bookkeeping: the types a runtime publishes, from a source that is
+// not one of Turnstone's writers ("urn:turnstone:worker:…",
+// "urn:turnstone:reconciler"). An event that did not decode is not.
+func RuntimeEvent(ev events.Event) bool {
 	if ev.Err != nil || strings.HasPrefix(ev.Source, "urn:turnstone:") {
 		return false
 	}
@@ -569,13 +591,13 @@ func (s *Session) apply(ev events.Event) {
 	case *events.SessionStarted:
 		s.sessionStarted(p)
 	case *events.SessionPaused:
-		s.Paused, s.PauseReason, s.PausedSeq = true, detail(p.Reason), ev.Seq
+		s.Paused, s.PauseReason, s.PausedSeq, s.PausedAt = true, detail(p.Reason), ev.Seq, ev.Stored.Round(0)
 		s.PauseCause, s.PauseCommand, s.PauseKind = events.PauseCause(IDKey(string(p.Cause))), IDKey(p.CommandID), IDKey(p.Kind)
 		if c := s.Command(p.CommandID); c != nil && p.Cause != "" {
 			c.PauseCause = s.PauseCause
 		}
 	case *events.SessionResumed:
-		s.Paused, s.PauseReason, s.PausedSeq = false, "", 0
+		s.Paused, s.PauseReason, s.PausedSeq, s.PausedAt = false, "", 0, time.Time{}
 		s.PauseCause, s.PauseCommand, s.PauseKind = "", "", ""
 	case *events.TurnStarted:
 		if turn == "" {
