@@ -137,10 +137,10 @@ type Reconciler struct {
 	turnSeen  map[string]map[string]time.Time // session key -> turn in flight -> first seen in flight
 	failWrite bool                            // failErr came from a write, not the probe
 	probeKV   jetstream.KeyValue
-	actKV     jetstream.KeyValue        // ActivityBucket (nil: none)
-	written   map[string]activityWrite  // activity key -> what was written of it, and what waits
-	behind    map[string]uint64         // session key -> the log's last sequence its state must reach to be judged
-	staleN    uint64                    // actions dropped as decided on stale state
+	actKV     jetstream.KeyValue       // ActivityBucket (nil: none)
+	written   map[string]activityWrite // activity key -> what was written of it, and what waits
+	behind    map[string]uint64        // session key -> the log's last sequence its state must reach to be judged
+	staleN    uint64                   // actions dropped as decided on stale state
 	failErr   error
 	rescan    []int // partitions whose scan is to be done again
 	queue     chan queued
