@@ -51,7 +51,7 @@ import (
 // Version 9: signs of life (issue 15): Turn.ActiveAt, the store time of
 // the latest event of a turn, which its deadline counts from; a tool
 // call's declared timeout and store time (ToolCall.TimeoutMS, UsedAt);
-// LastRuntimeSeq; and PausedAt.
+// LastRuntimeSeq, LastAbandonStored; and PausedAt.
 const Version = 9
 
 // MaxClockSkew is how far an event's own time may lie ahead of its store
@@ -226,6 +226,11 @@ type Session struct {
 	// taken (recovery.Command.DecidedSeq) and what `engine whatif`
 	// compares.
 	LastRuntimeSeq uint64 `json:"last_runtime_seq,omitzero"`
+	// LastAbandonStored is when the log stored the latest turn.abandoned
+	// folded (zero without one): the reconciler stays with a session
+	// whose turn it abandoned long enough to repair what the abandon
+	// declared orphaned.
+	LastAbandonStored time.Time `json:"last_abandon_stored,omitzero"`
 	// History is set when the latest session.started said the session is
 	// history (recorded after the fact, such as an imported transcript):
 	// the reconciler never acts on it.
@@ -536,6 +541,9 @@ func (s *Session) stored(ev events.Event) {
 	}
 	if RuntimeEvent(ev) {
 		s.signOfLife(ev.Turn, at)
+	}
+	if ev.Type == events.TypeTurnAbandoned && ev.Err == nil && at.After(s.LastAbandonStored) {
+		s.LastAbandonStored = at
 	}
 	if ahead := ev.Time.Sub(at); ev.Err == nil && ahead > MaxClockSkew {
 		s.violate(ev, RuleClockSkew, fmt.Sprintf("event time %s is %s ahead of the time it was stored (%s); the log's time is used",

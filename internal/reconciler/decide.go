@@ -62,8 +62,8 @@ type Input struct {
 // Live reports whether the reconciler acts on session s at now
 // (docs/policy.md, "Live sessions"): s is not history, and either a
 // runtime serving it is present or its latest runtime activity was stored
-// within the policy's live horizon (projections.Session.LastLiveStored,
-// the log's clock).
+// within LiveFor (projections.Session.LastLiveStored, the log's clock;
+// or its latest abandoned turn, LastAbandonStored, when later).
 func Live(s *projections.Session, now time.Time, p *Policy, runtimePresent bool) bool {
 	if s == nil || s.History {
 		return false
@@ -71,7 +71,38 @@ func Live(s *projections.Session, now time.Time, p *Policy, runtimePresent bool)
 	if runtimePresent {
 		return true
 	}
-	return !s.LastLiveStored.IsZero() && now.Sub(s.LastLiveStored) <= time.Duration(p.Live.Horizon)
+	since := s.LastLiveStored
+	if s.LastAbandonStored.After(since) && !since.IsZero() {
+		// A turn the reconciler abandoned: what the abandon declared
+		// (orphans) is repaired within the horizon after it.
+		since = s.LastAbandonStored
+	}
+	return !since.IsZero() && now.Sub(since) <= LiveFor(s, p)
+}
+
+// LiveFor is how long after its latest runtime activity a session with
+// no runtime present is live: the policy's live horizon, or, while a
+// turn is in flight, long enough for the turn's deadline to pass
+// (turn_deadline, tool_deadline, the turn's own deadline_ms, a pending
+// call's declared timeout and grace), so that every turn ends
+// (invariant 1) however long its deadline.
+func LiveFor(s *projections.Session, p *Policy) time.Duration {
+	d := time.Duration(p.Live.Horizon)
+	if len(s.InFlight) == 0 {
+		return d
+	}
+	d = max(d, time.Duration(p.TurnDeadline), time.Duration(p.ToolDeadline))
+	for _, id := range s.InFlight {
+		t := s.Turn(id)
+		if t == nil {
+			continue
+		}
+		d = max(d, time.Duration(t.DeadlineMS)*time.Millisecond)
+		for _, tc := range s.PendingToolCalls(t.ID) {
+			d = max(d, time.Duration(tc.TimeoutMS)*time.Millisecond+time.Duration(p.ToolTimeoutGrace))
+		}
+	}
+	return d
 }
 
 // transientClasses are the error classes the transient policy covers.
@@ -314,8 +345,9 @@ func LastSignOfLife(t *projections.Turn, in Input) (time.Time, string) {
 // TurnDue returns when turn t, in flight in s, is due to be abandoned
 // under in (docs/policy.md, "Every turn ends") and why it would be:
 //
-//   - its deadline (the turn.started's deadline_ms, else turn_deadline)
-//     after its last sign of life (LastSignOfLife);
+//   - its deadline after its last sign of life (LastSignOfLife): the
+//     turn.started's deadline_ms, else tool_deadline while a tool call
+//     of the turn is pending, else turn_deadline;
 //   - but no earlier than each pending tool call of the turn that declared
 //     its own timeout (projections.ToolCall.TimeoutMS) may take: its
 //     start plus that timeout plus tool_timeout_grace;
@@ -323,14 +355,18 @@ func LastSignOfLife(t *projections.Turn, in Input) (time.Time, string) {
 //     turn's start, whatever the signs of life.
 func TurnDue(s *projections.Session, t *projections.Turn, in Input) (time.Time, string) {
 	p := in.Policy
-	deadline := time.Duration(p.TurnDeadline)
-	if t.DeadlineMS > 0 {
-		deadline = time.Duration(t.DeadlineMS) * time.Millisecond
+	pending := s.PendingToolCalls(t.ID)
+	deadline, which := time.Duration(p.TurnDeadline), "turn_deadline"
+	switch {
+	case t.DeadlineMS > 0:
+		deadline, which = time.Duration(t.DeadlineMS)*time.Millisecond, "the turn's deadline_ms"
+	case len(pending) > 0:
+		deadline, which = time.Duration(p.ToolDeadline), "tool_deadline, a tool call pending"
 	}
 	life, what := LastSignOfLife(t, in)
 	due := life.Add(deadline)
-	why := fmt.Sprintf("no sign of life for %s since %s", deadline, what)
-	for _, tc := range s.PendingToolCalls(t.ID) {
+	why := fmt.Sprintf("no sign of life for %s (%s) since %s", deadline, which, what)
+	for _, tc := range pending {
 		if tc.TimeoutMS <= 0 {
 			continue
 		}

@@ -76,7 +76,10 @@ func TestDeadlineCountsFromTheLogsClock(t *testing.T) {
 	if n := len(s.Violations); n != 1 || s.Violations[0].Rule != projections.RuleClockSkew {
 		t.Fatalf("violations %+v, want one clock_skew", s.Violations)
 	}
-	policy := reconciler.DefaultPolicy()
+	policy, err := reconciler.ParsePolicy([]byte("turn_deadline: 120s\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
 	for _, c := range []struct {
 		after time.Duration
 		want  int

@@ -62,7 +62,10 @@ func abandons(s *projections.Session, p *reconciler.Policy, start time.Time, aft
 // event. Silent for the deadline after its last event, it is.
 func TestDeadlineCountsFromTheLatestSignOfLife(t *testing.T) {
 	start := time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC)
-	p := reconciler.DefaultPolicy()
+	p, err := reconciler.ParsePolicy([]byte("turn_deadline: 120s\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
 	evs := []timed{{0, "t1", &events.TurnStarted{}}}
 	for i := range 8 {
 		id := "toolu_" + string(rune('a'+i))
@@ -82,7 +85,7 @@ func TestDeadlineCountsFromTheLatestSignOfLife(t *testing.T) {
 		t.Fatalf("abandoned %s after its last event: %+v", 119*time.Second, got)
 	}
 	got := abandons(s, p, start, last+120*time.Second, nil)
-	if len(got) != 1 || !strings.Contains(got[0].Reason, "no sign of life for 2m0s since its latest event") {
+	if len(got) != 1 || !strings.Contains(got[0].Reason, "no sign of life for 2m0s (turn_deadline) since its latest event") {
 		t.Fatalf("silent for the deadline: %+v, want one abandon naming the sign of life", got)
 	}
 	in := reconciler.Input{State: s, Now: start.Add(last), Policy: p, Live: true}
@@ -95,7 +98,7 @@ func TestDeadlineCountsFromTheLatestSignOfLife(t *testing.T) {
 // given its timeout plus tool_timeout_grace; one without is not.
 func TestDeclaredToolTimeoutExtendsTheDeadline(t *testing.T) {
 	start := time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC)
-	p, err := reconciler.ParsePolicy([]byte("turn_deadline: 10s\ntool_timeout_grace: 5s\n"))
+	p, err := reconciler.ParsePolicy([]byte("turn_deadline: 10s\ntool_deadline: 10s\ntool_timeout_grace: 5s\n"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -142,7 +145,7 @@ func TestDeclaredToolTimeoutExtendsTheDeadline(t *testing.T) {
 // of life.
 func TestActivityAndMaxDuration(t *testing.T) {
 	start := time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC)
-	p, err := reconciler.ParsePolicy([]byte("turn_deadline: 10s\nturn_max_duration: 1m\n"))
+	p, err := reconciler.ParsePolicy([]byte("turn_deadline: 10s\ntool_deadline: 10s\nturn_max_duration: 1m\n"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -188,5 +191,36 @@ func TestPolicyYAMLRoundTrips(t *testing.T) {
 	}
 	if time.Duration(q.ToolTimeoutGrace) != 0 {
 		t.Fatalf("a grace of 0 came back as %s", time.Duration(q.ToolTimeoutGrace))
+	}
+}
+
+// A turn with a tool call pending waits tool_deadline (the tool runs, or
+// the runtime waits for a person); without one, turn_deadline. A session
+// stays live until its turn's deadline has passed, whatever the horizon.
+func TestToolDeadlineWhileACallIsPending(t *testing.T) {
+	start := time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC)
+	p := reconciler.DefaultPolicy()
+	waiting := foldTimed(t, start, timed{0, "t1", &events.TurnStarted{}}, timed{time.Second, "t1", callTool("toolu_1", "WebFetch", `{"url":"https://example.com"}`)})
+	if got := abandons(waiting, p, start, time.Second+119*time.Minute, nil); len(got) != 0 {
+		t.Fatalf("a call pending 1h59m (a person away from a permission prompt): %+v", got)
+	}
+	if !reconciler.Live(waiting, start.Add(time.Second+2*time.Hour), p, false) {
+		t.Fatal("not live when its turn falls due: the turn would never end")
+	}
+	got := abandons(waiting, p, start, time.Second+2*time.Hour, nil)
+	if len(got) != 1 || !strings.Contains(got[0].Reason, "tool_deadline") {
+		t.Fatalf("pending 2h: %+v", got)
+	}
+	thinking := foldTimed(t, start, timed{0, "t1", &events.TurnStarted{}}, timed{time.Second, "t1", &events.MessageAppended{Role: events.RoleUser,
+		Content: []events.ContentBlock{{Type: events.BlockText, Text: "plan it"}}}})
+	if got := abandons(thinking, p, start, time.Second+9*time.Minute, nil); len(got) != 0 {
+		t.Fatalf("the model silent 9 min: %+v", got)
+	}
+	if got := abandons(thinking, p, start, time.Second+10*time.Minute, nil); len(got) != 1 {
+		t.Fatalf("the model silent 10 min: %+v, want one abandon", got)
+	}
+	idle := foldTimed(t, start, timed{0, "t1", &events.TurnStarted{}}, timed{time.Second, "t1", &events.TurnCompleted{}})
+	if reconciler.Live(idle, start.Add(31*time.Minute), p, false) {
+		t.Fatal("an idle session is live past the horizon")
 	}
 }

@@ -47,12 +47,18 @@ func (d Duration) MarshalYAML() (any, error) { return time.Duration(d).String(),
 // defaults, and per-tenant overrides under `tenants:` that set any subset of
 // the same keys. docs/policy.md documents every key.
 type Policy struct {
-	// TurnDeadline is how long a turn in flight may go without a sign of
+	// TurnDeadline is how long a turn in flight with no tool call pending
+	// (the runtime, or the model call, works) may go without a sign of
 	// life before it is abandoned (a turn.started's own deadline_ms wins):
 	// an event of the turn, activity of a subagent session it started, or
 	// a runtime's claim that it works on the turn (docs/policy.md, "Every
-	// turn ends"). Default 120s.
+	// turn ends"). Default 10m: real model calls were silent up to 7 min.
 	TurnDeadline Duration `yaml:"turn_deadline"`
+	// ToolDeadline is the same while a tool call of the turn is pending:
+	// the tool runs, a subagent works, or the runtime waits for a person
+	// (Claude Code asks before it runs most tools, and writes nothing
+	// while it waits). Default 2h: real calls waited up to 69 min.
+	ToolDeadline Duration `yaml:"tool_deadline"`
 	// TurnMaxDuration, when set, bounds a turn's whole length from its
 	// start, signs of life or not. Default 0: off.
 	TurnMaxDuration Duration `yaml:"turn_max_duration"`
@@ -166,7 +172,10 @@ func DefaultPolicy() *Policy {
 
 func (p *Policy) setDefaults() {
 	if p.TurnDeadline == 0 {
-		p.TurnDeadline = Duration(120 * time.Second)
+		p.TurnDeadline = Duration(10 * time.Minute)
+	}
+	if p.ToolDeadline == 0 {
+		p.ToolDeadline = Duration(2 * time.Hour)
 	}
 	if p.ToolTimeoutGrace == 0 {
 		p.ToolTimeoutGrace = Duration(30 * time.Second)
@@ -219,6 +228,9 @@ func (p *Policy) validate(prefix string) []error {
 	}
 	if p.TurnDeadline <= 0 {
 		bad("turn_deadline", "must be positive, got %s", time.Duration(p.TurnDeadline))
+	}
+	if p.ToolDeadline <= 0 {
+		bad("tool_deadline", "must be positive, got %s", time.Duration(p.ToolDeadline))
 	}
 	if p.TurnMaxDuration < 0 {
 		bad("turn_max_duration", "must not be negative (0 is off), got %s", time.Duration(p.TurnMaxDuration))
