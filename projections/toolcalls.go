@@ -630,8 +630,8 @@ const MaxDeclaredTimeoutMS = 24 * 60 * 60 * 1000
 // call declares in its input, or 0 when it declares none: the member
 // "timeout_ms" of any tool (Codex's shell and exec tools, in the
 // arguments its importer turns into the input), or "timeout" of Claude
-// Code's Bash tool, whose documented unit is milliseconds (at most
-// 600000). A value that is not a positive number is no timeout; one over
+// Code's Bash and TaskOutput tools, whose documented unit is
+// milliseconds (at most 600000). A value that is not a positive number is no timeout; one over
 // MaxDeclaredTimeoutMS counts as that bound.
 func DeclaredTimeoutMS(name string, input json.RawMessage) int64 {
 	if len(input) == 0 || input[0] != '{' && !isSpace(input[0]) {
@@ -645,7 +645,7 @@ func DeclaredTimeoutMS(name string, input json.RawMessage) int64 {
 		return 0
 	}
 	v := in.TimeoutMS
-	if v == nil && name == "Bash" {
+	if v == nil && (name == "Bash" || name == "TaskOutput") {
 		v = in.Timeout
 	}
 	f, ok := v.(float64)
