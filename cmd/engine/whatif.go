@@ -177,7 +177,7 @@ func printWhatif(w io.Writer, res []whatif.Result, tried, against string, clock 
 		for _, d := range r.Decisions {
 			change := d.Change
 			if d.Change == whatif.Changed {
-				change = fmt.Sprintf("changed (was seq %d)", d.BaselineSeq)
+				change = fmt.Sprintf("changed (was seq %d at %s)", d.BaselineSeq, timelineTime(d.BaselineTime))
 			}
 			fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\n", change, d.Seq, timelineTime(d.Time), d.Kind, orDash(d.Turn), cut(d.Reason, 120))
 		}

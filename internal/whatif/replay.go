@@ -353,10 +353,17 @@ func recordedDecisions(evs []events.Event, cmds []recovery.Command) []Decision {
 	return out
 }
 
-// compare returns the decisions of tried, each marked against base, with
+// within reports whether a and b are at most slack apart.
+func within(a, b time.Time, slack time.Duration) bool {
+	d := a.Sub(b)
+	return d <= slack && -d <= slack
+}
+
+// compare returns the decisions of tried, each marked against base (the
+// same when taken at the same seq, within slack of the same time), with
 // base's that tried does not take (Removed), ordered by sequence, kind
 // and id; and the first divergence, or nil.
-func compare(tried, base []Decision) ([]Decision, *Divergence) {
+func compare(tried, base []Decision, slack time.Duration) ([]Decision, *Divergence) {
 	byID := map[string]Decision{}
 	for _, d := range base {
 		if _, ok := byID[d.ID]; !ok {
@@ -374,10 +381,10 @@ func compare(tried, base []Decision) ([]Decision, *Divergence) {
 		switch {
 		case !ok:
 			d.Change = Added
-		case b.Seq == d.Seq:
+		case b.Seq == d.Seq && within(d.Time, b.Time, slack):
 			d.Change = Same
 		default:
-			d.Change, d.BaselineSeq = Changed, b.Seq
+			d.Change, d.BaselineSeq, d.BaselineTime = Changed, b.Seq, b.Time
 		}
 		out = append(out, d)
 	}

@@ -56,15 +56,24 @@ const (
 
 // The changes of a Decision against its baseline.
 const (
-	// Same: the baseline took it too, at the same sequence.
+	// Same: the baseline took it too, at the same sequence and time
+	// (within RecordedSlack of what was recorded).
 	Same = "same"
 	// Added: the baseline did not take it.
 	Added = "added"
 	// Removed: the baseline took it; the policy tried does not.
 	Removed = "removed"
-	// Changed: both take it, at different sequences (BaselineSeq).
+	// Changed: both take it, at different sequences (BaselineSeq) or
+	// times (BaselineTime).
 	Changed = "changed"
 )
+
+// RecordedSlack is how far apart in time a decision of the replay and
+// the recorded one may be and still be the same, at the same seq: the
+// engine decides deadlines on a one-second tick and issues through a
+// queue, so what it issued comes a little after the time the replay
+// computes. A policy baseline is compared exactly.
+const RecordedSlack = 2 * time.Second
 
 // KindSkipped is a Decision's Kind for the reconciler's answer to a
 // distillation request it defers (a distillation.skipped event), which is
@@ -75,17 +84,19 @@ const KindSkipped = "distillation_skipped"
 // command kind, or KindSkipped), the Seq of the latest runtime event
 // folded when it was taken (projections.Session.LastRuntimeSeq) and its
 // Time on the replay's clock, the Turn it names, its ID (the command id,
-// or the event id of an answer) and Reason. Change and BaselineSeq say
-// how it compares with the baseline.
+// or the event id of an answer) and Reason. Change, BaselineSeq and
+// BaselineTime say how it compares with the baseline (the baseline's
+// seq and time of a changed decision).
 type Decision struct {
-	Kind        string    `json:"kind"`
-	Seq         uint64    `json:"seq"`
-	Time        time.Time `json:"time,omitzero"`
-	Turn        string    `json:"turn,omitempty"`
-	ID          string    `json:"id"`
-	Reason      string    `json:"reason"`
-	Change      string    `json:"change"`
-	BaselineSeq uint64    `json:"baseline_seq,omitzero"`
+	Kind         string    `json:"kind"`
+	Seq          uint64    `json:"seq"`
+	Time         time.Time `json:"time,omitzero"`
+	Turn         string    `json:"turn,omitempty"`
+	ID           string    `json:"id"`
+	Reason       string    `json:"reason"`
+	Change       string    `json:"change"`
+	BaselineSeq  uint64    `json:"baseline_seq,omitzero"`
+	BaselineTime time.Time `json:"baseline_time,omitzero"`
 }
 
 // Divergence is where a replay's decisions first differ from the
@@ -214,7 +225,11 @@ func runSession(ctx context.Context, cfg Config, ref Ref, kids []string) (Result
 		base = recordedDecisions(evs, recorded)
 	}
 	res := Result{Tenant: ref.Tenant, Session: ref.Session, Events: len(evs)}
-	res.Decisions, res.FirstDivergence = compare(tried, base)
+	slack := time.Duration(0)
+	if cfg.Baseline == nil {
+		slack = RecordedSlack
+	}
+	res.Decisions, res.FirstDivergence = compare(tried, base, slack)
 	return res, nil
 }
 
