@@ -256,12 +256,7 @@ func (r *Reconciler) current(ctx context.Context, a Action) (bool, error) {
 			return err
 		})
 		if errors.Is(err, errTooFar) {
-			r.mu.Lock()
-			if len(r.behind) >= maxRemembered {
-				clear(r.behind)
-			}
-			r.behind[k] = last
-			r.mu.Unlock()
+			r.setBehind(k, last)
 			r.stale(a, fmt.Sprintf("the log is more than %d events ahead of the state it was decided from", r.cfg.MaxRecheck))
 			return false, nil
 		}
@@ -275,8 +270,24 @@ func (r *Reconciler) current(ctx context.Context, a Action) (bool, error) {
 			return true, nil
 		}
 	}
+	// The state it was decided from was stale: judge the session again
+	// only once its projection has folded what the log held now.
+	r.setBehind(k, last)
 	r.stale(a, fmt.Sprintf("no longer decided at seq %d", s.LastSeq))
 	return false, nil
+}
+
+// setBehind records that the session's state must reach the log's
+// sequence last before the session is judged again.
+func (r *Reconciler) setBehind(k string, last uint64) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(r.behind) >= maxRemembered {
+		clear(r.behind)
+	}
+	if last > r.behind[k] {
+		r.behind[k] = last
+	}
 }
 
 // stale counts and logs an action dropped by current.
