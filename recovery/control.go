@@ -64,19 +64,25 @@ const (
 // a failure (the provider's HTTP status and error type where known);
 // Provider is the provider the session uses after the action; Degraded is
 // set when the runtime did the action with less than asked (raw output
-// instead of a parsed one, a smaller model). Turns, in the reply to a
-// presence ping (ActionPing) only, names the turns in flight the runtime
-// is working on now: each is a sign of life of its turn, which the
-// engine does not abandon while the claim lasts (docs/control.md,
-// "Presence"). A runtime names a turn only while it works on it; one
-// stuck behind a lock must not be named.
+// instead of a parsed one, a smaller model).
 type ControlReply struct {
 	Outcome  string            `json:"outcome"`
 	Detail   string            `json:"detail,omitempty"`
 	Error    *events.ErrorInfo `json:"error,omitempty"`
 	Provider string            `json:"provider,omitempty"`
 	Degraded bool              `json:"degraded,omitempty"`
-	Turns    []TurnRef         `json:"turns,omitempty"`
+}
+
+// PresenceReply is a ControlReply to a presence ping (ActionPing) that
+// may also claim turns: Turns names the turns in flight the runtime is
+// working on now (at most MaxClaimedTurns are read). Each is a sign of
+// life of its turn, which the engine does not abandon while the claim
+// lasts (docs/control.md, "Presence"). A runtime names a turn only while
+// it works on it: one stuck behind a lock must not be named. A plain
+// ControlReply is a PresenceReply that claims nothing.
+type PresenceReply struct {
+	ControlReply
+	Turns []TurnRef `json:"turns,omitempty"`
 }
 
 // TurnRef names one turn of one session of the request's tenant.

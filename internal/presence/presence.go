@@ -124,7 +124,7 @@ func Ping(ctx context.Context, nc *nats.Conn, tenant string, timeout time.Durati
 }
 
 // PingClaims is Ping that also returns the turns the answering runtime
-// claims to work on (recovery.ControlReply.Turns, at most
+// claims to work on (recovery.PresenceReply.Turns, at most
 // recovery.MaxClaimedTurns; none from a reply that is not JSON).
 func PingClaims(ctx context.Context, nc *nats.Conn, tenant string, timeout time.Duration) ([]recovery.TurnRef, error) {
 	req, _ := json.Marshal(recovery.ControlRequest{Action: recovery.ActionPing, Tenant: tenant, Session: recovery.PresenceSession,
@@ -134,7 +134,7 @@ func PingClaims(ctx context.Context, nc *nats.Conn, tenant string, timeout time.
 	msg, err := nc.RequestWithContext(rctx, recovery.ControlSubject(tenant, recovery.PresenceSession), req)
 	switch {
 	case err == nil:
-		var reply recovery.ControlReply
+		var reply recovery.PresenceReply
 		if json.Unmarshal(msg.Data, &reply) != nil {
 			return nil, nil
 		}
@@ -346,7 +346,7 @@ func (t *Tracker) AnsweredAt(tenant, session string) time.Time {
 
 // Claimed returns when a runtime of the tenant last claimed, in an answer
 // to a presence ping within Expire, that it works on the session's turn
-// (recovery.ControlReply.Turns), or zero; only while a runtime serving
+// (recovery.PresenceReply.Turns), or zero; only while a runtime serving
 // the session is present.
 func (t *Tracker) Claimed(tenant, session, turn string) time.Time {
 	if !t.Present(tenant, session) {
