@@ -2,6 +2,7 @@ package engine_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"sync/atomic"
 	"testing"
@@ -175,4 +176,110 @@ func TestNoDecisionOnStaleState(t *testing.T) {
 	if s.Totals.AbandonedTurns != 0 || s.Totals.Violations != 0 {
 		t.Fatalf("the session: %d abandoned turns, %d violations", s.Totals.AbandonedTurns, s.Totals.Violations)
 	}
+}
+
+// TestSubagentActivityKeepsTheParentsTurnAlive: a parent session and its
+// subagent's session lie in partitions owned by two different engines.
+// While the subagent works (an event every 400 ms for 4 s), the parent's
+// turn, silent with its Task call pending, is not abandoned with a 2 s
+// tool_deadline: the subagent's engine writes the activity, the parent's
+// reads it. Once the subagent stops, the parent's turn is abandoned.
+func TestSubagentActivityKeepsTheParentsTurnAlive(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	srv := embeddedtest.Start(t)
+	policy, err := reconciler.ParsePolicy([]byte("turn_deadline: 2s\ntool_deadline: 2s\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var issued atomic.Int64
+	var engines []*engine.Engine
+	for _, name := range []string{"a", "b"} {
+		nc, _ := embeddedtest.Connect(t, srv)
+		e, err := engine.Open(ctx, nc, engine.Config{Name: name, Policy: policy, Heartbeat: 100 * time.Millisecond, TTL: 600 * time.Millisecond,
+			Tick: 200 * time.Millisecond, RetentionEvery: -1,
+			OnIssue: func(c recovery.Command) {
+				if c.Kind == recovery.KindAbandonTurn {
+					issued.Add(1)
+				}
+			}}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			cctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			_ = e.Close(cctx)
+		})
+		engines = append(engines, e)
+	}
+	eventually(t, "4 partitions each", 10*time.Second, func() bool {
+		return len(engines[0].Partitions()) == 4 && len(engines[1].Partitions()) == 4
+	})
+	parts := engines[0].Log.Partitions()
+	owner := func(session string) int {
+		p := events.Partition("acme", session, parts)
+		for i, e := range engines {
+			for _, q := range e.Partitions() {
+				if q == p {
+					return i
+				}
+			}
+		}
+		return -1
+	}
+	// A parent and a child owned by different engines.
+	parent, child := "", ""
+	for i := 0; parent == "" || child == ""; i++ {
+		s := fmt.Sprintf("s%03d", i)
+		switch {
+		case parent == "" && owner(s) == 0:
+			parent = s
+		case child == "" && owner(s) == 1:
+			child = s
+		}
+	}
+	_, js := embeddedtest.Connect(t, srv)
+	log, err := events.Open(ctx, js, events.Config{UseExisting: true}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	add := func(session, turn string, p events.Payload) {
+		t.Helper()
+		ev, err := events.New("acme", session, turn, p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := log.Append(ctx, []events.Event{ev}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	add(parent, "", &events.SessionStarted{Runtime: "r"})
+	add(parent, "p1", &events.TurnStarted{Prompt: "look into it"})
+	add(parent, "p1", &events.MessageAppended{Role: events.RoleUser, Content: []events.ContentBlock{{Type: events.BlockText, Text: "look into it"}}})
+	add(parent, "p1", &events.MessageAppended{Role: events.RoleAssistant, Content: []events.ContentBlock{
+		{Type: events.BlockToolUse, ID: "toolu_task1", Name: "Task", Input: json.RawMessage(`{"prompt":"search the code"}`)}}})
+	add(child, "", &events.SessionStarted{Runtime: "r", Kind: "subagent", ParentSession: parent, ParentToolUseID: "toolu_task1"})
+	add(child, "c1", &events.TurnStarted{Prompt: "search the code", Trigger: "subagent"})
+	start := time.Now()
+	for i := 0; time.Since(start) < 4*time.Second; i++ {
+		add(child, "c1", &events.MessageAppended{Role: events.RoleUser, Content: []events.ContentBlock{{Type: events.BlockText, Text: fmt.Sprintf("step %d", i)}}})
+		time.Sleep(400 * time.Millisecond)
+	}
+	if n := issued.Load(); n != 0 {
+		t.Fatalf("%d abandon_turn while the subagent worked", n)
+	}
+	// The subagent stops: its own turn and the parent's fall due.
+	eventually(t, "the parent's turn abandoned once the subagent stopped", 15*time.Second, func() bool {
+		cmds, err := recovery.SessionCommands(ctx, js, "acme", parent)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range cmds {
+			if c.Kind == recovery.KindAbandonTurn && c.Turn == "p1" {
+				return true
+			}
+		}
+		return false
+	})
 }
