@@ -68,7 +68,7 @@ session, events, decisions and first_divergence (docs/cli.md).`,
 				return err
 			}
 			defer nc.Close()
-			cfg := whatif.Config{Log: log, AssumeLive: assumeLive, Clock: c}
+			cfg := whatif.Config{Log: log, AssumeLive: assumeLive, Clock: c, ScanChildren: tenant != ""}
 			var tried, against string
 			if cfg.Policy, tried, err = whatifPolicy(ctx, log.JetStream(), policyFile); err != nil {
 				return err

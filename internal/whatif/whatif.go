@@ -140,6 +140,11 @@ type Config struct {
 	AssumeLive bool
 	// Clock is where times come from (default ClockStored).
 	Clock Clock
+	// ScanChildren finds each session's subagent sessions from the
+	// session.started of every session of its tenant (exact, one read per
+	// session: what a run over a whole tenant reads anyway) instead of
+	// from the fleet index (one read per tenant, as fresh as the index).
+	ScanChildren bool
 }
 
 // Run replays each session of refs (sorted by tenant, then session) and
@@ -163,7 +168,11 @@ func Run(ctx context.Context, cfg Config, refs []Ref) ([]Result, error) {
 	out := make([]Result, 0, len(refs))
 	for _, ref := range refs {
 		if _, ok := kids[ref.Tenant]; !ok {
-			k, err := children(ctx, cfg.Log, ref.Tenant)
+			find := children
+			if cfg.ScanChildren {
+				find = scanChildren
+			}
+			k, err := find(ctx, cfg.Log, ref.Tenant)
 			if err != nil {
 				return nil, err
 			}
@@ -193,6 +202,35 @@ func children(ctx context.Context, log *events.Log, tenant string) (map[string][
 	for _, r := range rows {
 		if r.ParentSession != "" {
 			out[r.ParentSession] = append(out[r.ParentSession], r.Session)
+		}
+	}
+	for _, c := range out {
+		sort.Strings(c)
+	}
+	return out, nil
+}
+
+// scanChildren maps each session of tenant to its subagent sessions,
+// from the first event of each session of the tenant (its
+// session.started).
+func scanChildren(ctx context.Context, log *events.Log, tenant string) (map[string][]string, error) {
+	refs, err := log.Sessions(ctx, tenant)
+	if err != nil {
+		return nil, fmt.Errorf("whatif: list %s: %w", tenant, err)
+	}
+	out := map[string][]string{}
+	errFirst := errors.New("first event read")
+	for _, r := range refs {
+		err := log.ReadSession(ctx, r.Tenant, r.Session, events.ReadOptions{}, func(ev events.Event) error {
+			if p, err := ev.Payload(); err == nil {
+				if st, ok := p.(*events.SessionStarted); ok && st.ParentSession != "" {
+					out[st.ParentSession] = append(out[st.ParentSession], r.Session)
+				}
+			}
+			return errFirst
+		})
+		if err != nil && !errors.Is(err, errFirst) && !errors.Is(err, events.ErrSessionNotFound) {
+			return nil, fmt.Errorf("whatif: %s/%s: %w", r.Tenant, r.Session, err)
 		}
 	}
 	for _, c := range out {
