@@ -265,7 +265,8 @@ func (r *Reconciler) current(ctx context.Context, a Action) (bool, error) {
 		}
 		s = rp.State()
 	}
-	for _, x := range r.decide(ctx, s, r.cfg.Clock.Now()) {
+	actions, _ := r.decide(ctx, s, r.cfg.Clock.Now())
+	for _, x := range actions {
 		if x.Key == a.Key {
 			return true, nil
 		}

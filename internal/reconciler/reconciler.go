@@ -140,6 +140,7 @@ type Reconciler struct {
 	actKV     jetstream.KeyValue       // ActivityBucket (nil: none)
 	written   map[string]activityWrite // activity key -> what was written of it, and what waits
 	behind    map[string]uint64        // session key -> the log's last sequence its state must reach to be judged
+	due       map[string]time.Time     // watched session key -> when time alone may next change its judgement
 	staleN    uint64                   // actions dropped as decided on stale state
 	failErr   error
 	rescan    []int // partitions whose scan is to be done again
@@ -172,7 +173,7 @@ func New(log *events.Log, proj *projections.Projector, cfg Config, logger *zerol
 	r := &Reconciler{
 		log: log, js: log.JetStream(), proj: proj, cfg: cfg, l: zerolog.Nop(),
 		done: map[string]bool{}, queued: map[string]bool{}, watch: map[string]time.Time{}, reqSeen: map[string]time.Time{}, turnSeen: map[string]map[string]time.Time{},
-		written: map[string]activityWrite{}, behind: map[string]uint64{},
+		written: map[string]activityWrite{}, behind: map[string]uint64{}, due: map[string]time.Time{},
 		queue: make(chan queued, cfg.QueueSize),
 	}
 	if logger != nil {
@@ -208,6 +209,7 @@ func (r *Reconciler) Forget(scope erasure.Scope) {
 	for k := range r.watch {
 		if covered(k) {
 			delete(r.watch, k)
+			delete(r.due, k)
 		}
 	}
 	for k := range r.turnSeen {
@@ -317,6 +319,7 @@ func (r *Reconciler) Release(p int) {
 		tenant, session, _ := strings.Cut(k, "/")
 		if events.Partition(tenant, session, parts) == p {
 			delete(r.watch, k)
+			delete(r.due, k)
 		}
 	}
 	r.rescan = slices.DeleteFunc(r.rescan, func(x int) bool { return x == p })
@@ -416,7 +419,15 @@ func (r *Reconciler) judge(s *projections.Session, since uint64) {
 		delete(r.behind, k)
 	}
 	r.mu.Unlock()
-	r.enqueue(r.decide(r.runContext(), s, now), since)
+	actions, due := r.decide(r.runContext(), s, now)
+	r.mu.Lock()
+	if _, watched := r.watch[k]; watched && !due.IsZero() {
+		r.due[k] = due
+	} else {
+		delete(r.due, k)
+	}
+	r.mu.Unlock()
+	r.enqueue(actions, since)
 }
 
 // runContext is the reconciler's run context, or a background one
@@ -432,8 +443,9 @@ func (r *Reconciler) runContext() context.Context {
 // the state: presence, when it first saw each turn and request, and, for
 // a turn that would be abandoned, the signs of life the state does not
 // carry (a runtime's claim, a subagent session's activity), read only
-// then.
-func (r *Reconciler) decide(ctx context.Context, s *projections.Session, now time.Time) []Action {
+// then. It also returns when time alone may next change the decision
+// (NextDue; zero: nothing waits on time).
+func (r *Reconciler) decide(ctx context.Context, s *projections.Session, now time.Time) ([]Action, time.Time) {
 	k := key(s.Tenant, s.Session)
 	policy := r.cfg.Policy.For(s.Tenant)
 	present := r.cfg.Presence != nil && r.cfg.Presence.Present(s.Tenant, s.Session)
@@ -461,13 +473,13 @@ func (r *Reconciler) decide(ctx context.Context, s *projections.Session, now tim
 		}
 	}
 	if len(turns) == 0 || in.RestartAbandon {
-		return actions
+		return actions, NextDue(in)
 	}
 	in.Activity = r.signsOfLife(ctx, s, turns)
 	if len(in.Activity) == 0 {
-		return actions
+		return actions, NextDue(in)
 	}
-	return Decide(in)
+	return Decide(in), NextDue(in)
 }
 
 func (r *Reconciler) enqueue(actions []Action, since uint64) {
@@ -596,7 +608,15 @@ func (r *Reconciler) tick(ctx context.Context) {
 		rescan, r.rescan = r.rescan, nil
 	}
 	keys := make([]string, 0, len(r.watch))
+	now := r.cfg.Clock.Now()
 	for k := range r.watch {
+		// A session whose next deadline is still to come is not judged
+		// again before it (an event judges it meanwhile): a long
+		// tool_deadline keeps many sessions watched for hours, and a
+		// judgement copies the state.
+		if due, ok := r.due[k]; ok && now.Before(due) {
+			continue
+		}
 		keys = append(keys, k)
 	}
 	r.mu.Unlock()
@@ -616,6 +636,7 @@ func (r *Reconciler) tick(ctx context.Context) {
 			// Erased: nothing to watch.
 			r.mu.Lock()
 			delete(r.watch, k)
+			delete(r.due, k)
 			r.mu.Unlock()
 			continue
 		}
