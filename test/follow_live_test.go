@@ -234,3 +234,60 @@ func TestFollowBashWithItsOwnTimeout(t *testing.T) {
 		t.Fatalf("the Bash call %+v, want its declared timeout", tc)
 	}
 }
+
+// TestFollowParallelToolUseThenSilence follows a session whose last
+// response holds two parallel tool_use blocks, written one record each,
+// and then nothing (the process died): both are recorded, the turn is
+// abandoned after tool_deadline (2 s), and both become orphans, which
+// the worker repairs.
+func TestFollowParallelToolUseThenSilence(t *testing.T) {
+	t.Parallel()
+	if os.Getenv("TURNSTONE_FOLLOW_FLUSH") == "" {
+		t.Skip("needs the follower to record a response still open (issue 15 item 3, the importers' branch): PENDING MERGE")
+	}
+	const session = "para-0000-4000-8000-000000000003"
+	var w *transcript
+	eng, _ := followLive(t, "turn_deadline: 2s\ntool_deadline: 2s\n", func(dir string) {
+		w = newTranscript(t, dir, session)
+		w.prompt("check both files")
+		w.toolUse("msg_para0", "toolu_para0", "Read", map[string]any{"file_path": "go.mod"})
+		w.toolResult("toolu_para0", "module app")
+	})
+	waitLogged(t, eng, session)
+	w.assistant("msg_para1", map[string]any{"type": "text", "text": "Reading both."}, nil)
+	w.toolUse("msg_para1", "toolu_paraA", "Read", map[string]any{"file_path": "a.go"})
+	w.toolUse("msg_para1", "toolu_paraB", "Read", map[string]any{"file_path": "b.go"})
+	// Silence: the process died.
+	_, js, log := connectJS(t, eng.url)
+	ctx := context.Background()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		s, err := projections.Restore(ctx, log, nil, "live", session)
+		if err == nil && len(s.Turns) > 0 && s.Turns[0].Status == projections.TurnAbandoned && s.Counts().OrphansRepaired == 2 {
+			if s.Totals.Orphans != 2 {
+				t.Fatalf("%d orphans, want the two parallel calls", s.Totals.Orphans)
+			}
+			for _, id := range []string{"toolu_paraA", "toolu_paraB"} {
+				if tc := s.ToolCall(id); tc == nil || tc.Status != projections.ToolRepaired {
+					t.Fatalf("%s: %+v, want recorded, orphaned and repaired", id, tc)
+				}
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("not abandoned and repaired in 30 s: %+v; engine:\n%s", s, eng.out)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	cmds, err := recovery.SessionCommands(ctx, js, "live", session)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var kinds []recovery.Kind
+	for _, c := range cmds {
+		kinds = append(kinds, c.Kind)
+	}
+	if len(kinds) != 2 || kinds[0] != recovery.KindAbandonTurn || kinds[1] != recovery.KindRepairOrphans {
+		t.Fatalf("commands %v, want abandon_turn then repair_orphans", kinds)
+	}
+}
