@@ -57,6 +57,7 @@ Start the engine with 'engine serve'; the other commands connect to it
 		newRejectsCommand(g),
 		newAuthCommand(g),
 		newWhatifCommand(g),
+		newExportCommand(g),
 	)
 	return root
 }
