@@ -421,7 +421,9 @@ func (r *Reconciler) judge(s *projections.Session, since uint64) {
 	r.mu.Unlock()
 	actions, due := r.decide(r.runContext(), s, now)
 	r.mu.Lock()
-	if _, watched := r.watch[k]; watched && !due.IsZero() {
+	// A session waiting for its runtime is judged at every tick: its
+	// runtime may come back at any time.
+	if _, watched := r.watch[k]; watched && !due.IsZero() && !waiting {
 		r.due[k] = due
 	} else {
 		delete(r.due, k)
