@@ -67,15 +67,30 @@ type Summary struct {
 	LastLiveStored time.Time `json:"last_live_stored,omitzero"`
 	// Counts are the View's: turns, orphans and violations by state.
 	Counts Counts `json:"counts"`
+	// PendingToolUseIDs are the first SummaryPending of the session's
+	// pending tool_use ids (Session.Pending), and PendingToolUses how
+	// many there are: what an interrupted session left unanswered.
+	PendingToolUseIDs []string `json:"pending_tool_use_ids,omitempty"`
+	PendingToolUses   int      `json:"pending_tool_uses,omitzero"`
 	// PendingDistillation is set while a distillation request waits.
 	PendingDistillation bool `json:"pending_distillation,omitzero"`
 	// Anomalous is Session.Anomalous (what `engine incidents` lists).
 	Anomalous bool `json:"anomalous,omitzero"`
 }
 
+// SummaryPending is how many pending tool_use ids a Summary names.
+const SummaryPending = 8
+
 // Summary returns the session's row in the fleet index, for partition.
+// Its Status is Session.Status, without a reader's time: a reader shows
+// StatusAt.
 func (s *Session) Summary(partition int) Summary {
+	var pending []string
+	if len(s.Pending) > 0 {
+		pending = append([]string(nil), s.Pending[:min(len(s.Pending), SummaryPending)]...)
+	}
 	return Summary{
+		PendingToolUseIDs: pending, PendingToolUses: len(s.Pending),
 		Tenant: s.Tenant, Session: s.Session, Partition: partition,
 		Kind: s.Kind, ParentSession: s.ParentSession, ForkedFrom: s.ForkedFrom,
 		Runtime: s.Runtime, Model: s.Model, Provider: s.Provider, History: s.History,
@@ -86,6 +101,17 @@ func (s *Session) Summary(partition int) Summary {
 		PendingDistillation: s.PendingDistillation() != nil,
 		Anomalous:           s.Anomalous(),
 	}
+}
+
+// StatusAt is the row's status as a reader at now sees it with the live
+// horizon horizon (0 or less: DefaultLiveHorizon): Status, or
+// StatusInterrupted for a history session in turn whose last event is
+// older than the horizon (Interrupted), as Session.StatusAt says.
+func (m Summary) StatusAt(now time.Time, horizon time.Duration) SessionStatus {
+	if m.Status == StatusInTurn && Interrupted(m.History, m.Counts.TurnsInFlight, lastEvent(m.LastTime, m.LastStored), now, horizon) {
+		return StatusInterrupted
+	}
+	return m.Status
 }
 
 // InvalidSubjectSummary is the index row of a subject that names no valid

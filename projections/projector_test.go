@@ -135,7 +135,7 @@ func TestProjectorCompactsIdleStates(t *testing.T) {
 		c := s.Clone()
 		c.FirstStored, c.LastStored, c.LastLiveStored = time.Time{}, time.Time{}, time.Time{}
 		for i := range c.Turns {
-			c.Turns[i].SeenAt = time.Time{}
+			c.Turns[i].SeenAt, c.Turns[i].ActiveAt = time.Time{}, time.Time{}
 		}
 		return c
 	}

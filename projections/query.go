@@ -1,19 +1,37 @@
 package projections
 
-// Status is the session's status in one word: StatusPaused while paused,
-// else StatusBroken when a violation that is not resolved arose since the
-// current history began (the session's start or the last distillation;
-// orphans are violations too: Counts.ViolationsOpen > 0), else
-// StatusInTurn while a turn is in flight, else StatusIdle. View carries
-// it. Broken comes before in turn: a runtime that died mid-call and was
+import "time"
+
+// Status is the session's status in one word, without the time a reader
+// reads it at: StatusPaused while paused, else StatusBroken when a
+// violation that is not resolved arose since the current history began
+// (the session's start or the last distillation; orphans are violations
+// too: Counts.ViolationsOpen > 0), else StatusInTurn while a turn is in
+// flight, else StatusIdle. View carries StatusAt, which may say
+// StatusInterrupted instead of StatusInTurn. Broken comes before in turn: a runtime that died mid-call and was
 // prompted again has a turn in flight over a history the model will
 // reject, and that is what an operator must see.
 func (s *Session) Status() SessionStatus {
+	return s.status(false)
+}
+
+// StatusAt is Status as a reader at now sees it with the live horizon
+// horizon (0 or less: DefaultLiveHorizon): StatusInterrupted instead of
+// StatusInTurn for a history session whose last event is older than the
+// horizon (see Interrupted). The state is not changed: the status is
+// computed, never written to the log.
+func (s *Session) StatusAt(now time.Time, horizon time.Duration) SessionStatus {
+	return s.status(Interrupted(s.History, len(s.InFlight), lastEvent(s.LastTime, s.LastStored), now, horizon))
+}
+
+func (s *Session) status(interrupted bool) SessionStatus {
 	switch {
 	case s.Paused:
 		return StatusPaused
 	case s.Totals.Violations-s.HistoryStart.Violations > s.Totals.Resolved-s.HistoryStart.Resolved:
 		return StatusBroken
+	case interrupted:
+		return StatusInterrupted
 	case len(s.InFlight) > 0:
 		return StatusInTurn
 	}

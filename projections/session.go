@@ -53,7 +53,12 @@ import (
 // comes after the tool results of its first pieces continues it
 // (importers record a response cut by the end of a file in pieces); the
 // output streak keeps the streak before the latest message (Before).
-const Version = 9
+//
+// Version 10: signs of life (issue 15): Turn.ActiveAt, the store time of
+// the latest event of a turn, which its deadline counts from; a tool
+// call's declared timeout and store time (ToolCall.TimeoutMS, UsedAt);
+// LastRuntimeSeq, LastAbandonStored; and PausedAt.
+const Version = 10
 
 // MaxClockSkew is how far an event's own time may lie ahead of its store
 // time (Event.Stored, JetStream's clock) before the fold flags it with a
@@ -221,6 +226,17 @@ type Session struct {
 	// LastLiveStored is the latest store time of an event folded while
 	// the session was not History: what the live horizon counts from.
 	LastLiveStored time.Time `json:"last_live_stored,omitzero"`
+	// LastRuntimeSeq is the sequence of the latest runtime event folded
+	// (RuntimeEvent: the runtime at work, not Turnstone's own
+	// bookkeeping), history or not: where a decision of the reconciler is
+	// taken (recovery.Command.DecidedSeq) and what `engine whatif`
+	// compares.
+	LastRuntimeSeq uint64 `json:"last_runtime_seq,omitzero"`
+	// LastAbandonStored is when the log stored the latest turn.abandoned
+	// folded (zero without one): the reconciler stays with a session
+	// whose turn it abandoned long enough to repair what the abandon
+	// declared orphaned.
+	LastAbandonStored time.Time `json:"last_abandon_stored,omitzero"`
 	// History is set when the latest session.started said the session is
 	// history (recorded after the fact, such as an imported transcript):
 	// the reconciler never acts on it.
@@ -299,6 +315,10 @@ type Session struct {
 	PauseCommand string            `json:"pause_command,omitempty"`
 	PauseKind    string            `json:"pause_kind,omitempty"`
 	PausedSeq    uint64            `json:"paused_seq,omitzero"`
+	// PausedAt is when the log stored the session.paused (the log's
+	// clock; zero without a store time): a runtime is back only once it
+	// answered after it (reconciler, docs/policy.md).
+	PausedAt time.Time `json:"paused_at,omitzero"`
 	// LastSnapshotSeq is the covers_seq of the latest snapshot.taken.
 	LastSnapshotSeq uint64 `json:"last_snapshot_seq,omitzero"`
 
@@ -479,6 +499,9 @@ func (s *Session) Apply(ev events.Event) []Violation {
 	s.track(ev)
 	s.apply(ev)
 	s.stored(ev)
+	if ev.Seq != 0 && RuntimeEvent(ev) {
+		s.LastRuntimeSeq = ev.Seq
+	}
 	var vs []Violation
 	if n := min(s.Totals.Violations-before, len(s.Violations)); n > 0 {
 		vs = slices.Clone(s.Violations[len(s.Violations)-n:]) // before trim drops any
@@ -522,8 +545,14 @@ func (s *Session) stored(ev events.Event) {
 	if at.After(s.LastStored) {
 		s.LastStored = at
 	}
-	if !s.History && runtimeActivity(ev) && at.After(s.LastLiveStored) {
+	if !s.History && RuntimeEvent(ev) && at.After(s.LastLiveStored) {
 		s.LastLiveStored = at
+	}
+	if RuntimeEvent(ev) {
+		s.signOfLife(ev.Turn, at)
+	}
+	if ev.Type == events.TypeTurnAbandoned && ev.Err == nil && at.After(s.LastAbandonStored) {
+		s.LastAbandonStored = at
 	}
 	if ahead := ev.Time.Sub(at); ev.Err == nil && ahead > MaxClockSkew {
 		s.violate(ev, RuleClockSkew, fmt.Sprintf("event time %s is %s ahead of the time it was stored (%s); the log's time is used",
@@ -531,11 +560,12 @@ func (s *Session) stored(ev events.Event) {
 	}
 }
 
-// runtimeActivity reports whether ev is the agent runtime at work (what
-// makes a session live), not Turnstone's own bookkeeping: the types a
-// runtime publishes, from a source that is not one of Turnstone's writers
-// ("urn:turnstone:worker:…", "urn:turnstone:reconciler").
-func runtimeActivity(ev events.Event) bool {
+// RuntimeEvent reports whether ev is the agent runtime at work (what
+// makes a session live, and a sign of life of its turn), not Turnstone's
+// own bookkeeping: the types a runtime publishes, from a source that is
+// not one of Turnstone's writers ("urn:turnstone:worker:…",
+// "urn:turnstone:reconciler"). An event that did not decode is not.
+func RuntimeEvent(ev events.Event) bool {
 	if ev.Err != nil || strings.HasPrefix(ev.Source, "urn:turnstone:") {
 		return false
 	}
@@ -578,13 +608,13 @@ func (s *Session) apply(ev events.Event) {
 	case *events.SessionStarted:
 		s.sessionStarted(p)
 	case *events.SessionPaused:
-		s.Paused, s.PauseReason, s.PausedSeq = true, detail(p.Reason), ev.Seq
+		s.Paused, s.PauseReason, s.PausedSeq, s.PausedAt = true, detail(p.Reason), ev.Seq, ev.Stored.Round(0)
 		s.PauseCause, s.PauseCommand, s.PauseKind = events.PauseCause(IDKey(string(p.Cause))), IDKey(p.CommandID), IDKey(p.Kind)
 		if c := s.Command(p.CommandID); c != nil && p.Cause != "" {
 			c.PauseCause = s.PauseCause
 		}
 	case *events.SessionResumed:
-		s.Paused, s.PauseReason, s.PausedSeq = false, "", 0
+		s.Paused, s.PauseReason, s.PausedSeq, s.PausedAt = false, "", 0, time.Time{}
 		s.PauseCause, s.PauseCommand, s.PauseKind = "", "", ""
 	case *events.TurnStarted:
 		if turn == "" {

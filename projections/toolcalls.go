@@ -1,8 +1,11 @@
 package projections
 
 import (
+	"encoding/json"
 	"fmt"
+	"math"
 	"slices"
+	"time"
 
 	"github.com/turnstone-dev/turnstone/events"
 )
@@ -166,6 +169,13 @@ type ToolCall struct {
 	StartedSeq   uint64 `json:"started_seq,omitzero"`
 	CompletedSeq uint64 `json:"completed_seq,omitzero"`
 	DurationMS   int64  `json:"duration_ms,omitzero"`
+	// UsedAt is when the log stored the record holding the tool_use (the
+	// log's clock; zero without a store time); TimeoutMS is the timeout
+	// the call declared for itself in its input, in milliseconds (see
+	// DeclaredTimeoutMS; 0: none). The reconciler gives a pending call
+	// that long, plus a grace, from UsedAt (docs/policy.md).
+	UsedAt    time.Time `json:"used_at,omitzero"`
+	TimeoutMS int64     `json:"timeout_ms,omitzero"`
 }
 
 // Orphan is a tool_use judged to have no tool_result: the user message
@@ -479,6 +489,7 @@ func (s *Session) toolUse(ev events.Event, turn string, m *Message, cb *events.C
 	tc.Name, tc.Turn, tc.Message = name, turn, m.Index
 	tc.Step = StepKey(cb.Name, cb.Input)
 	tc.UseSeq, tc.Status = ev.Seq, ToolPending
+	tc.UsedAt, tc.TimeoutMS = ev.Stored.Round(0), DeclaredTimeoutMS(cb.Name, cb.Input)
 	s.Pending = append(s.Pending, id)
 	run := *cb
 	run.Name = name // the state compares names as keys
@@ -684,4 +695,40 @@ func (s *Session) judgeWhere(ev events.Event, why string, due func(*ToolCall) bo
 	if len(s.Pending) == 0 {
 		s.Pending = nil
 	}
+}
+
+// MaxDeclaredTimeoutMS bounds the timeout a tool call may declare for
+// itself (DeclaredTimeoutMS): one day. A larger value counts as that.
+const MaxDeclaredTimeoutMS = 24 * 60 * 60 * 1000
+
+// DeclaredTimeoutMS returns the timeout, in milliseconds, that a tool
+// call declares in its input, or 0 when it declares none: the member
+// "timeout_ms" of any tool (Codex's shell and exec tools, in the
+// arguments its importer turns into the input), or "timeout" of Claude
+// Code's Bash and TaskOutput tools, whose documented unit is
+// milliseconds (at most 600000). A value that is not a positive number is no timeout; one over
+// MaxDeclaredTimeoutMS counts as that bound.
+func DeclaredTimeoutMS(name string, input json.RawMessage) int64 {
+	if len(input) == 0 || input[0] != '{' && !isSpace(input[0]) {
+		return 0
+	}
+	var in struct {
+		TimeoutMS any `json:"timeout_ms"`
+		Timeout   any `json:"timeout"`
+	}
+	if json.Unmarshal(input, &in) != nil {
+		return 0
+	}
+	v := in.TimeoutMS
+	if v == nil && (name == "Bash" || name == "TaskOutput") {
+		v = in.Timeout
+	}
+	f, ok := v.(float64)
+	if !ok || !(f > 0) || math.IsInf(f, 0) {
+		return 0
+	}
+	if f > MaxDeclaredTimeoutMS {
+		return MaxDeclaredTimeoutMS
+	}
+	return int64(f)
 }

@@ -48,8 +48,14 @@ type Turn struct {
 	// SeenAt is when the log stored turn.started (Event.Stored, the
 	// log's clock): what the turn's deadline counts from. Zero when the
 	// event carried no store time.
-	SeenAt  time.Time `json:"seen_at,omitzero"`
-	EndedAt time.Time `json:"ended_at,omitzero"`
+	SeenAt time.Time `json:"seen_at,omitzero"`
+	// ActiveAt is the turn's latest sign of life in the log: the store
+	// time of its latest runtime event (RuntimeEvent: one that names the
+	// turn, or names no turn while the turn is in flight), from SeenAt on.
+	// The reconciler's turn_deadline counts from it (docs/policy.md).
+	// Zero when the events carried no store time.
+	ActiveAt time.Time `json:"active_at,omitzero"`
+	EndedAt  time.Time `json:"ended_at,omitzero"`
 	// LastStage is the last stage the turn completed (empty when none).
 	LastStage events.Stage `json:"last_stage,omitempty"`
 	// Stage is the stage the turn is in while in flight (the one after
@@ -118,6 +124,7 @@ func (s *Session) turnStarted(ev events.Event, id string, p *events.TurnStarted)
 		StartedSeq: ev.Seq,
 		StartedAt:  ev.Time.Round(0),
 		SeenAt:     ev.Stored.Round(0),
+		ActiveAt:   ev.Stored.Round(0),
 	})
 	s.index().turns[id] = len(s.Turns) - 1
 	s.InFlight = append(s.InFlight, id)
@@ -169,4 +176,34 @@ func (s *Session) endTurn(ev events.Event, t *Turn, status TurnStatus, reason st
 	s.endSteps(t)
 	s.judge(ev, id, fmt.Sprintf("turn %s %s", id, status))
 	s.completeOutput(func(m *Message) bool { return m.Turn == id || m.Turn == "" })
+}
+
+// signOfLife moves the ActiveAt of the turn in flight that turn names to
+// at, or of every turn in flight when turn is empty (an event of the
+// session, not of one turn).
+func (s *Session) signOfLife(turn string, at time.Time) {
+	if turn != "" {
+		if t := s.turn(tokenKey(turn)); t != nil && !t.Ended() && at.After(t.ActiveAt) {
+			t.ActiveAt = at
+		}
+		return
+	}
+	for _, id := range s.InFlight {
+		if t := s.turn(id); t != nil && at.After(t.ActiveAt) {
+			t.ActiveAt = at
+		}
+	}
+}
+
+// PendingToolCalls returns the tool calls of turn that await their
+// tool_result (pointers into the state: read them, do not keep them
+// across Apply).
+func (s *Session) PendingToolCalls(turn string) []*ToolCall {
+	var out []*ToolCall
+	for _, id := range s.Pending {
+		if tc := s.toolCall(id); tc != nil && tc.Status == ToolPending && tc.Turn == turn {
+			out = append(out, tc)
+		}
+	}
+	return out
 }

@@ -3,6 +3,7 @@ package projections
 import (
 	"encoding/json"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/turnstone-dev/turnstone/events"
@@ -20,6 +21,14 @@ const (
 	StatusPaused SessionStatus = "paused"
 	// StatusBroken: a violation is open (Counts.ViolationsOpen > 0).
 	StatusBroken SessionStatus = "broken"
+	// StatusInterrupted: a history session (an import: Session.History)
+	// whose turn is in flight and whose last event is older than the live
+	// horizon: the transcript ends mid-turn, its runtime long gone (or it
+	// was copied mid-turn). It is computed when the session is read
+	// (Session.StatusAt, Summary.StatusAt), never written to the log: a
+	// later import of the grown file continues the turn. The reconciler
+	// never acts on history, so nothing else would end such a turn.
+	StatusInterrupted SessionStatus = "interrupted"
 	// StatusInTurn: a turn is in flight.
 	StatusInTurn SessionStatus = "in_turn"
 	// StatusIdle: none of the above.
@@ -31,7 +40,32 @@ const (
 
 // Statuses lists every SessionStatus, in precedence order (StatusInvalid
 // last: it is not a Session's).
-var Statuses = []SessionStatus{StatusPaused, StatusBroken, StatusInTurn, StatusIdle, StatusInvalid}
+var Statuses = []SessionStatus{StatusPaused, StatusBroken, StatusInterrupted, StatusInTurn, StatusIdle, StatusInvalid}
+
+// DefaultLiveHorizon is the reconciler's default live horizon
+// (docs/policy.md, live.horizon): what a reader that knows no policy
+// (View, the CLI) takes for StatusInterrupted.
+const DefaultLiveHorizon = 30 * time.Minute
+
+// Interrupted reports whether a session with these facts is
+// StatusInterrupted at now: history, a turn in flight, and its last
+// event (last: the latest event time, else the latest store time) more
+// than horizon before now. A horizon of 0 or less is DefaultLiveHorizon.
+func Interrupted(history bool, inFlight int, last, now time.Time, horizon time.Duration) bool {
+	if horizon <= 0 {
+		horizon = DefaultLiveHorizon
+	}
+	return history && inFlight > 0 && !last.IsZero() && now.Sub(last) > horizon
+}
+
+// lastEvent is the time Interrupted reads of a session: its latest event
+// time, else its latest store time.
+func lastEvent(lastTime, lastStored time.Time) time.Time {
+	if !lastTime.IsZero() {
+		return lastTime
+	}
+	return lastStored
+}
 
 // Valid reports whether st is one of Statuses.
 func (st SessionStatus) Valid() bool {
@@ -99,10 +133,10 @@ type View struct {
 	Kind          string `json:"kind,omitempty"`
 	ParentSession string `json:"parent_session,omitempty"`
 
-	// Status is Session.Status (or StatusInvalid); StatusDetail says why,
-	// for people: the pause reason, the oldest turn in flight, the first
-	// open violation, or what is wrong with an invalid subject (empty
-	// when idle).
+	// Status is Session.StatusAt the View's time (or StatusInvalid);
+	// StatusDetail says why, for people: the pause reason, the oldest
+	// turn in flight, the first open violation, or what is wrong with an
+	// invalid subject (empty when idle).
 	Status       SessionStatus `json:"status"`
 	StatusDetail string        `json:"status_detail,omitempty"`
 	// Paused and PauseReason are the session's pause, whatever the
@@ -125,6 +159,11 @@ type View struct {
 
 	// InFlight lists the ids of the turns in flight, oldest first.
 	InFlight []string `json:"in_flight"`
+	// PendingToolUseIDs are the tool_use ids (IDKey) of the latest
+	// assistant message that await their tool_result (Session.Pending):
+	// the tools running, or, for an interrupted session, the calls the
+	// transcript never answered.
+	PendingToolUseIDs []string `json:"pending_tool_use_ids"`
 	// OrphanedToolUseIDs are the ids of OpenOrphans, in order: the
 	// tool_use blocks a repair would answer (Session.OrphanedToolUseIDs).
 	OrphanedToolUseIDs []string `json:"orphaned_tool_use_ids"`
@@ -203,18 +242,27 @@ type ViewAnomaly struct {
 	ResolvedSeq uint64 `json:"resolved_seq,omitzero"`
 }
 
-// View returns the session's read model (see View). It does not change
-// the state, and the slices it returns are copies.
-func (s *Session) View() View {
+// View returns the session's read model (see View) now, with the
+// default live horizon: ViewAt(time.Now(), DefaultLiveHorizon). It does
+// not change the state, and the slices it returns are copies.
+func (s *Session) View() View { return s.ViewAt(time.Now(), DefaultLiveHorizon) }
+
+// ViewAt returns the session's read model as a reader at now sees it,
+// with the live horizon horizon (the policy's live.horizon; 0 or less:
+// DefaultLiveHorizon), which only StatusInterrupted depends on.
+func (s *Session) ViewAt(now time.Time, horizon time.Duration) View {
 	v := View{
 		Tenant: s.Tenant, Session: s.Session, Kind: s.Kind, ParentSession: s.ParentSession,
-		Status: s.Status(), Paused: s.Paused, PauseReason: s.PauseReason,
+		Status: s.StatusAt(now, horizon), Paused: s.Paused, PauseReason: s.PauseReason,
 		Events: s.Events, FirstSeq: s.FirstSeq, LastSeq: s.LastSeq, FirstTime: s.FirstTime, LastTime: s.LastTime,
 		Counts:    s.Counts(),
 		Anomalous: s.Anomalous(),
 	}
 	if len(s.InFlight) > 0 {
 		v.InFlight = append([]string(nil), s.InFlight...)
+	}
+	if len(s.Pending) > 0 {
+		v.PendingToolUseIDs = append([]string(nil), s.Pending...)
 	}
 	first := since(s.HistoryStart.Orphans, s.Totals.Orphans, len(s.Orphans))
 	for i, o := range s.Orphans {
@@ -377,6 +425,17 @@ func (s *Session) statusDetail(v View) string {
 	switch v.Status {
 	case StatusPaused:
 		return s.PauseReason
+	case StatusInterrupted:
+		t := s.InFlightTurn()
+		if t == nil {
+			return ""
+		}
+		d := fmt.Sprintf("the history ends mid-turn: turn %s in flight since seq %d, in stage %s, its last event at %s",
+			t.ID, t.StartedSeq, orNone(string(t.Stage)), lastEvent(s.LastTime, s.LastStored).UTC().Format(time.RFC3339))
+		if len(v.PendingToolUseIDs) > 0 {
+			d += "; tool_use without its result: " + nameFew(v.PendingToolUseIDs)
+		}
+		return d
 	case StatusInTurn:
 		t := s.InFlightTurn()
 		if t == nil {
@@ -423,6 +482,7 @@ func (v View) MarshalJSON() ([]byte, error) {
 	type plain View
 	p := plain(v)
 	p.InFlight = nonNil(p.InFlight)
+	p.PendingToolUseIDs = nonNil(p.PendingToolUseIDs)
 	p.OrphanedToolUseIDs = nonNil(p.OrphanedToolUseIDs)
 	p.OpenOrphans = nonNil(p.OpenOrphans)
 	p.RepairedOrphans = nonNil(p.RepairedOrphans)
@@ -443,4 +503,13 @@ func orNone(s string) string {
 		return "none"
 	}
 	return s
+}
+
+// nameFew joins at most 5 of ids and says how many more there are.
+func nameFew(ids []string) string {
+	const most = 5
+	if len(ids) <= most {
+		return strings.Join(ids, ", ")
+	}
+	return fmt.Sprintf("%s and %d more", strings.Join(ids[:most], ", "), len(ids)-most)
 }

@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/turnstone-dev/turnstone/events"
 )
@@ -159,5 +160,47 @@ func TestViewJSON(t *testing.T) {
 	iv := InvalidSubjectView("agent.evt.acme.*", "acme", "*", 2, "4 tokens, want 5")
 	if iv.Status != StatusInvalid || !iv.Anomalous || iv.FirstAnomaly.What != AnomalyInvalidSubject || !strings.Contains(iv.FirstAnomaly.Detail, "agent.evt.acme.*") {
 		t.Errorf("invalid subject view: %+v", iv)
+	}
+}
+
+// TestInterruptedHistory: a history session whose transcript ends with a
+// tool_use in flight reads interrupted once its last event is older than
+// the horizon, naming the pending tool_use; a live session, or a recent
+// one, reads in_turn; the grown transcript continues the turn (nothing
+// was written), and the index row says the same as the View.
+func TestInterruptedHistory(t *testing.T) {
+	cut := []step{
+		at(&events.SessionStarted{History: true}),
+		in("t1", started("build it")),
+		in("t1", user(text("build it"))),
+		in("t1", asst(text("Building."), use("toolu_1", "Bash"), use("toolu_2", "Read"))),
+	}
+	s := FoldLog(build(t, cut))
+	last := s.LastTime
+	if got := s.StatusAt(last.Add(29*time.Minute), 0); got != StatusInTurn {
+		t.Fatalf("29 minutes after its last event: %s, want in_turn", got)
+	}
+	later := last.Add(31 * time.Minute)
+	v := s.ViewAt(later, DefaultLiveHorizon)
+	if v.Status != StatusInterrupted || !slices.Equal(v.PendingToolUseIDs, []string{"toolu_1", "toolu_2"}) ||
+		!strings.Contains(v.StatusDetail, "toolu_1, toolu_2") || !strings.Contains(v.StatusDetail, "mid-turn") {
+		t.Fatalf("31 minutes on: %+v", v)
+	}
+	if got := s.StatusAt(later, time.Hour); got != StatusInTurn {
+		t.Fatalf("with a horizon of an hour: %s, want in_turn", got)
+	}
+	if got := s.Summary(0).StatusAt(later, 0); got != StatusInterrupted {
+		t.Fatalf("index row: %s, want interrupted", got)
+	}
+	if s.Status() != StatusInTurn || s.Summary(0).Status != StatusInTurn {
+		t.Fatal("the stored status changed: interrupted must be computed, not folded")
+	}
+	live := FoldLog(build(t, cut[1:]))
+	if got := live.StatusAt(later, 0); got != StatusInTurn {
+		t.Fatalf("a live session: %s, want in_turn (the reconciler ends its turns)", got)
+	}
+	grown := FoldLog(build(t, append(cut, in("t1", user(result("toolu_1"), result("toolu_2"))), in("t1", asst(text("done"))), in("t1", completed()))))
+	if got := grown.StatusAt(later.Add(time.Hour), 0); got != StatusIdle || grown.Counts().OrphansTotal != 0 {
+		t.Fatalf("the grown transcript: %s, %+v, want idle with no orphan", got, grown.Counts())
 	}
 }

@@ -129,7 +129,10 @@ type Diagnostics struct {
 // already holds. Evidence lists the stream sequences of the events that
 // led to it. Issue is 1 for the first issue of a detection and counts
 // re-issues (a re-issue is a new command with a new id). Turn names the
-// turn concerned, when one is.
+// turn concerned, when one is. DecidedSeq, set by the reconciler, is the
+// sequence of the latest runtime event of the session it had folded when
+// it decided (projections.Session.LastRuntimeSeq): where the decision was
+// taken, which `engine whatif` compares; 0 on commands issued by hand.
 type Command struct {
 	ID          string       `json:"id"`
 	Kind        Kind         `json:"kind"`
@@ -141,6 +144,7 @@ type Command struct {
 	Issue       int          `json:"issue"`
 	IssuedAt    time.Time    `json:"issued_at"`
 	IssuedBy    string       `json:"issued_by,omitempty"`
+	DecidedSeq  uint64       `json:"decided_seq,omitzero"`
 	Params      Params       `json:"params,omitzero"`
 	Diagnostics *Diagnostics `json:"diagnostics,omitempty"`
 }

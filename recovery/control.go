@@ -72,3 +72,25 @@ type ControlReply struct {
 	Provider string            `json:"provider,omitempty"`
 	Degraded bool              `json:"degraded,omitempty"`
 }
+
+// PresenceReply is a ControlReply to a presence ping (ActionPing) that
+// may also claim turns: Turns names the turns in flight the runtime is
+// working on now (at most MaxClaimedTurns are read). Each is a sign of
+// life of its turn, which the engine does not abandon while the claim
+// lasts (docs/control.md, "Presence"). A runtime names a turn only while
+// it works on it: one stuck behind a lock must not be named. A plain
+// ControlReply is a PresenceReply that claims nothing.
+type PresenceReply struct {
+	ControlReply
+	Turns []TurnRef `json:"turns,omitempty"`
+}
+
+// TurnRef names one turn of one session of the request's tenant.
+type TurnRef struct {
+	Session string `json:"session"`
+	Turn    string `json:"turn"`
+}
+
+// MaxClaimedTurns bounds the turns one presence reply may claim; the
+// engine reads no more.
+const MaxClaimedTurns = 1000

@@ -221,6 +221,33 @@ func FindCommand(ctx context.Context, js jetstream.JetStream, tenant, session, i
 	}
 }
 
+// SessionCommands returns the commands stored for a session in
+// AGENT_RECOVERY, in the order they were stored (one direct get per
+// command; those gone past CommandMaxAge are not there). It writes
+// nothing.
+func SessionCommands(ctx context.Context, js jetstream.JetStream, tenant, session string) ([]Command, error) {
+	st, err := js.Stream(ctx, Stream)
+	if err != nil {
+		return nil, fmt.Errorf("commands of %s/%s: %w", tenant, session, err)
+	}
+	subject := CommandSubjectPrefix + ".*." + tenant + "." + session
+	var out []Command
+	for seq := uint64(1); ; {
+		msg, err := st.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(subject))
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			return out, nil
+		}
+		if err != nil {
+			return nil, fmt.Errorf("commands of %s/%s: %w", tenant, session, err)
+		}
+		var c Command
+		if json.Unmarshal(msg.Data, &c) == nil {
+			out = append(out, c)
+		}
+		seq = msg.Sequence + 1
+	}
+}
+
 // ErrCommandNotFound: no command with that id is stored for the session.
 var ErrCommandNotFound = errors.New("command not found")
 

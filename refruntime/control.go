@@ -146,7 +146,7 @@ func (r *Runtime) receive(m *nats.Msg) {
 	if session == recovery.PresenceSession || req.Action == recovery.ActionPing {
 		// The engine's presence check (docs/control.md): answer at once,
 		// in every mode but down (then nothing is subscribed).
-		r.respond(m, recovery.ControlReply{Outcome: recovery.ReplyOK, Detail: "refruntime " + r.cfg.Name + " present"})
+		r.respondPresence(m, recovery.PresenceReply{ControlReply: recovery.ControlReply{Outcome: recovery.ReplyOK, Detail: "refruntime " + r.cfg.Name + " present"}, Turns: r.Working()})
 		return
 	}
 	r.mu.Lock()
@@ -203,6 +203,12 @@ func (r *Runtime) serve(ctx context.Context, s *session, q queued) {
 }
 
 func (r *Runtime) respond(m *nats.Msg, reply recovery.ControlReply) {
+	r.respondPresence(m, recovery.PresenceReply{ControlReply: reply})
+}
+
+// respondPresence sends reply (a PresenceReply claiming no turn is a
+// plain ControlReply).
+func (r *Runtime) respondPresence(m *nats.Msg, reply recovery.PresenceReply) {
 	if m.Reply == "" {
 		return
 	}

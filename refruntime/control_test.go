@@ -431,3 +431,39 @@ func TestMalformedRequest(t *testing.T) {
 		t.Errorf("%d notices taken from rejected requests", n)
 	}
 }
+
+// TestPresenceClaimsTheTurnsRunning: the answer to a presence ping names
+// the turns the runtime is running (a sign of life of each); a turn that
+// hangs has returned and is not named, nor one that ended.
+func TestPresenceClaimsTheTurnsRunning(t *testing.T) {
+	e := opened(t, func(c *refruntime.Config) { c.StageDelay = 500 * time.Millisecond })
+	ping := func() recovery.PresenceReply {
+		t.Helper()
+		body, _ := json.Marshal(recovery.ControlRequest{Action: recovery.ActionPing, Tenant: tenant, Session: recovery.PresenceSession})
+		msg, err := e.requester.Request(recovery.ControlSubject(tenant, recovery.PresenceSession), body, 5*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var r recovery.PresenceReply
+		if err := json.Unmarshal(msg.Data, &r); err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	a, err := e.rt.StartTurnAsync(ctx(t), "s1", refruntime.TurnSpec{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.rt.RunTurn(ctx(t), "s2", refruntime.TurnSpec{Fault: refruntime.FaultHang{}}); err != nil {
+		t.Fatal(err)
+	}
+	if r := ping(); r.Outcome != recovery.ReplyOK || len(r.Turns) != 1 || r.Turns[0] != (recovery.TurnRef{Session: "s1", Turn: a.Turn()}) {
+		t.Fatalf("while s1's turn runs and s2's hangs: %+v", r)
+	}
+	if _, err := a.Wait(ctx(t)); err != nil {
+		t.Fatal(err)
+	}
+	if r := ping(); len(r.Turns) != 0 {
+		t.Fatalf("after the turn: %+v", r)
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sort"
 	"sync"
 
 	"github.com/nats-io/nats.go"
@@ -50,6 +51,7 @@ type Runtime struct {
 	svc      micro.Service // the presence announcement, while subscribed
 	mode     Mode
 	sessions map[string]*session
+	working  map[recovery.TurnRef]int // turns being run now: claimed in the presence reply
 	outages  map[string]outage
 	prompts  int // default prompts generated, for their numbers
 }
@@ -81,6 +83,7 @@ func New(nc *nats.Conn, log events.SessionLog, cfg Config, logger *zerolog.Logge
 		source:   "urn:refruntime:" + cfg.Name,
 		mode:     ModeServe,
 		sessions: map[string]*session{},
+		working:  map[recovery.TurnRef]int{},
 		outages:  map[string]outage{},
 	}
 	if logger != nil {
@@ -346,4 +349,33 @@ func (r *Runtime) turnContext(ctx context.Context) (context.Context, context.Can
 		stop()
 		cancel()
 	}
+}
+
+// work counts a turn as being run (delta 1) or no longer (-1).
+func (r *Runtime) work(ref recovery.TurnRef, delta int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.working[ref] += delta; r.working[ref] <= 0 {
+		delete(r.working, ref)
+	}
+}
+
+// Working returns the turns the runtime is running now, sorted by
+// session then turn: what its answer to a presence ping claims
+// (recovery.ControlReply.Turns, docs/control.md). A turn that hangs
+// (FaultHang) returned already and is not among them.
+func (r *Runtime) Working() []recovery.TurnRef {
+	r.mu.Lock()
+	out := make([]recovery.TurnRef, 0, len(r.working))
+	for ref := range r.working {
+		out = append(out, ref)
+	}
+	r.mu.Unlock()
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Session != out[j].Session {
+			return out[i].Session < out[j].Session
+		}
+		return out[i].Turn < out[j].Turn
+	})
+	return out[:min(len(out), recovery.MaxClaimedTurns)]
 }

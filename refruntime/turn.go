@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/turnstone-dev/turnstone/events"
+	"github.com/turnstone-dev/turnstone/recovery"
 )
 
 // TurnSpec describes one turn. The zero value is a turn without tools and
@@ -317,6 +318,9 @@ func (t *turnRun) start(ctx context.Context) error {
 
 // run records the rest of the turn after its start.
 func (t *turnRun) run(ctx context.Context) (TurnResult, error) {
+	ref := recovery.TurnRef{Session: t.session, Turn: t.id}
+	t.r.work(ref, 1)
+	defer t.r.work(ref, -1)
 	if err := t.steps(ctx); err != nil {
 		return t.res, fmt.Errorf("run turn %s/%s %s: %w", t.r.cfg.Tenant, t.session, t.id, err)
 	}

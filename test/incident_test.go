@@ -22,7 +22,10 @@ import (
 // only after the repair, and `engine replay` must show the chain in order.
 func TestIncident20260219(t *testing.T) {
 	ctx := context.Background()
-	eng := enginetest.Start(t, enginetest.Options{Runtime: refruntime.Config{StageDelay: 20 * time.Millisecond}})
+	// The deadlines of the policy before issue 15's calibration: the
+	// crashed turn (a tool call pending) falls due 2 minutes after its
+	// last event.
+	eng := enginetest.Start(t, enginetest.Options{Policy: "turn_deadline: 120s\ntool_deadline: 120s\n", Runtime: refruntime.Config{StageDelay: 20 * time.Millisecond}})
 	log, rt, clock := eng.Log, eng.Runtime, eng.Clock
 	const session = "incident"
 

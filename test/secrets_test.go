@@ -133,7 +133,7 @@ func quote(s string) string {
 func TestSecretsFromARawClientNeverReachTheLog(t *testing.T) {
 	dir := t.TempDir()
 	policy := filepath.Join(dir, "policy.yaml")
-	if err := os.WriteFile(policy, []byte("turn_deadline: 1s\n"), 0o600); err != nil {
+	if err := os.WriteFile(policy, []byte("turn_deadline: 1s\ntool_deadline: 1s\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	eng := startEngine(t, filepath.Join(dir, "data"), "--policy", policy, "--snapshot-every", "3")

@@ -70,6 +70,9 @@ records; see README.`,
 					}
 				}
 				what := strings.Join(r.Changes, "; ")
+				if r.Policy != "" {
+					what = "policy: " + strings.Join(strings.Fields(r.Policy), " ")
+				}
 				if c := r.Counts; c != nil {
 					what = fmt.Sprintf("%d sessions, %d events, %d snapshots, %d commands, %d statuses, %d index, %d rejects",
 						c.Sessions, c.Events, c.Snapshots, c.Commands, c.Statuses, c.IndexEntries, c.Rejects)
@@ -85,7 +88,7 @@ records; see README.`,
 		},
 	}
 	cmd.Flags().StringVar(&tenant, "tenant", "", "only the records of this tenant (and those of no tenant: stream changes)")
-	cmd.Flags().StringVar(&action, "action", "", "only this action: erase_session, erase_tenant, retention, streams_updated")
+	cmd.Flags().StringVar(&action, "action", "", "only this action: erase_session, erase_tenant, retention, streams_updated, policy_loaded")
 	cmd.Flags().IntVar(&limit, "limit", 0, "the latest N records (0: all)")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print a JSON array")
 	return cmd

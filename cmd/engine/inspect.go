@@ -135,7 +135,11 @@ func printInspect(w io.Writer, s *projections.Session) error {
 	p("turns       %d: %d completed, %d failed, %d abandoned, %d in flight\n", c.TurnsTotal,
 		c.TurnsCompleted, c.TurnsFailed, c.TurnsAbandoned, c.TurnsInFlight)
 	p("history     %d messages since seq %d\n", len(s.Messages), s.HistoryStart.Seq)
-	p("tool calls  %d, %d pending\n", s.Totals.ToolCalls, len(s.Pending))
+	p("tool calls  %d, %d pending", s.Totals.ToolCalls, len(s.Pending))
+	if len(v.PendingToolUseIDs) > 0 {
+		p(": %s", cut(strings.Join(v.PendingToolUseIDs, ", "), 160))
+	}
+	p("\n")
 	p("orphans     %d open, %d repaired, %d reset\n", c.OrphansOpen, c.OrphansRepaired, c.OrphansReset)
 	p("violations  %d open, %d resolved, %d reset\n", c.ViolationsOpen, c.ViolationsResolved, c.ViolationsReset)
 	p("errors      %d", s.Errors.Total)

@@ -56,6 +56,7 @@ Start the engine with 'engine serve'; the other commands connect to it
 		newAuditCommand(g),
 		newRejectsCommand(g),
 		newAuthCommand(g),
+		newWhatifCommand(g),
 		newExportCommand(g),
 	)
 	return root

@@ -3,7 +3,9 @@ package main
 import (
 	"fmt"
 	"io"
+	"strings"
 	"text/tabwriter"
+	"time"
 
 	"github.com/spf13/cobra"
 	"github.com/turnstone-dev/turnstone/events"
@@ -21,12 +23,18 @@ func newSessionsCommand(g *globals) *cobra.Command {
 		Use:   "sessions [--tenant T] [--broken] [--json]",
 		Short: "List the sessions in the log: tenant, session, turns, status, orphans, violations",
 		Long: `List every session in the log, one line each: tenant, session, turns,
-status (paused, in_turn, broken or idle), open orphaned tool_use blocks
+status (paused, broken, interrupted, in_turn or idle), open orphaned tool_use blocks
 (and how many were repaired), open violations (and how many were
 resolved), events and the time of the last event. The rows come from the
 fleet index the engines keep (bucket turnstone_sessions: one summary per
 session, written within a second of its last event), so listing 100,000
 sessions takes a moment; inspect a session for its whole state.
+
+A history session (an import) whose turn is in flight and whose last
+event is older than the live horizon (30 minutes) is "interrupted": the
+transcript ends mid-turn. The pending tool_use ids it left are named
+below the table. Nothing is written for it: importing the grown file
+continues the turn.
 
 Events stored under a subject that names no valid session (a token the
 contract forbids, such as a literal "*") are listed too, with status
@@ -49,6 +57,10 @@ prints an array of the sessions' summaries (docs/cli.md).`,
 			rows, err := projections.ReadIndex(ctx, log.JetStream(), projections.IndexFilter{Tenant: tenant})
 			if err != nil {
 				return fmt.Errorf("read the fleet index: %w (has an engine run on this log? engine setup builds the index)", err)
+			}
+			now := time.Now()
+			for i := range rows {
+				rows[i].Status = rows[i].StatusAt(now, projections.DefaultLiveHorizon)
 			}
 			if broken {
 				rows = brokenRows(rows)
@@ -105,6 +117,22 @@ func renderSessions(w io.Writer, views []projections.Summary, asJSON bool) error
 	}
 	for _, v := range invalid {
 		if _, err := fmt.Fprintf(w, "invalid: subject %s (%d event(s)): %s\n", v.Subject, v.Events, v.StatusDetail); err != nil {
+			return err
+		}
+	}
+	for _, v := range views {
+		if v.Status != projections.StatusInterrupted {
+			continue
+		}
+		pending := "none"
+		if len(v.PendingToolUseIDs) > 0 {
+			pending = strings.Join(v.PendingToolUseIDs, ", ")
+			if more := v.PendingToolUses - len(v.PendingToolUseIDs); more > 0 {
+				pending += fmt.Sprintf(" and %d more", more)
+			}
+		}
+		if _, err := fmt.Fprintf(w, "interrupted: %s/%s ends mid-turn (last event %s); tool_use without its result: %s\n",
+			v.Tenant, v.Session, tableTime(v.LastTime), pending); err != nil {
 			return err
 		}
 	}

@@ -43,7 +43,9 @@ type Main struct {
 	providers   []string
 	model       string
 	stageDelay  time.Duration
-	verbose     bool
+	// turnDeadline is --turn-deadline: each turn.started's deadline_ms.
+	turnDeadline time.Duration
+	verbose      bool
 
 	// faultFlag and providersFlag are --fault and --providers as given,
 	// parsed into fault and providers by check.
@@ -109,6 +111,7 @@ SIGINT or SIGTERM.`,
 	fs.StringVar(&m.providersFlag, "providers", "anthropic,bedrock,vertex", "providers in switch order, comma-separated; the first is the default")
 	fs.StringVar(&m.model, "model", refruntime.DefaultModel, "model the assistant messages name")
 	fs.DurationVar(&m.stageDelay, "stage-delay", 0, "how long each stage and tool takes")
+	fs.DurationVar(&m.turnDeadline, "turn-deadline", 0, "each turn's own deadline (turn.started deadline_ms): how long it may go without a sign of life before the engine abandons it (0: the engine's policy)")
 	fs.BoolVar(&m.verbose, "verbose", false, "debug logs")
 	return cmd
 }
@@ -191,6 +194,7 @@ func (m *Main) Run(ctx context.Context) error {
 		Providers:    m.providers,
 		Model:        m.model,
 		StageDelay:   m.stageDelay,
+		TurnDeadline: m.turnDeadline,
 		AdoptUnknown: m.adopt,
 	}
 	if m.exitOnCrash {

@@ -48,6 +48,10 @@ const (
 	// ActionStreamsUpdated: engine setup (or serve) changed the settings
 	// of existing streams (--update-streams, or this version's contract).
 	ActionStreamsUpdated Action = "streams_updated"
+	// ActionPolicyLoaded: an engine started with a reconciler policy
+	// other than the one last recorded; Policy holds it (YAML), so that
+	// `engine whatif --baseline recorded` knows the policy in force.
+	ActionPolicyLoaded Action = "policy_loaded"
 )
 
 // Outcomes of a record.
@@ -81,7 +85,8 @@ type Counts struct {
 // Nats-Msg-Id), when (At, the writer's clock; Stored is the stream's),
 // the Action, Who did it (see Who), the Scope of an erase, the Reason
 // given, what an erase removed (Counts) or which settings changed
-// (Changes, "AGENT_EVENTS replicas: 1 -> 3"), the Outcome and, when it
+// (Changes, "AGENT_EVENTS replicas: 1 -> 3"), the reconciler policy an
+// engine loaded (Policy, YAML: ActionPolicyLoaded), the Outcome and, when it
 // failed, Error. Seq and Stored are set when read back.
 type Record struct {
 	ID      string    `json:"id"`
@@ -92,6 +97,7 @@ type Record struct {
 	Reason  string    `json:"reason,omitempty"`
 	Counts  *Counts   `json:"counts,omitempty"`
 	Changes []string  `json:"changes,omitempty"`
+	Policy  string    `json:"policy,omitempty"`
 	Outcome string    `json:"outcome"`
 	Error   string    `json:"error,omitempty"`
 	Seq     uint64    `json:"seq,omitempty"`
@@ -270,4 +276,40 @@ func jwtSubject(tok string) string {
 		return c.Name + " (" + c.Subject + ")"
 	}
 	return c.Subject
+}
+
+// LatestPolicy returns the latest ActionPolicyLoaded record (one direct
+// get of the last message on agent.audit.policy_loaded), with Seq and
+// Stored set. jetstream.ErrMsgNotFound (wrapped) when none was recorded;
+// jetstream.ErrStreamNotFound (wrapped) when there is no audit stream.
+func LatestPolicy(ctx context.Context, js jetstream.JetStream) (Record, error) {
+	st, err := js.Stream(ctx, Stream)
+	if err != nil {
+		return Record{}, fmt.Errorf("audit: %w", err)
+	}
+	msg, err := st.GetLastMsgForSubject(ctx, SubjectPrefix+"."+string(ActionPolicyLoaded))
+	if err != nil {
+		return Record{}, fmt.Errorf("audit: latest policy: %w", err)
+	}
+	var r Record
+	if err := json.Unmarshal(msg.Data, &r); err != nil {
+		return Record{}, fmt.Errorf("audit: latest policy at seq %d: %w", msg.Sequence, err)
+	}
+	r.Seq, r.Stored = msg.Sequence, msg.Time.UTC()
+	return r, nil
+}
+
+// RecordPolicy appends an ActionPolicyLoaded record of policy (its YAML)
+// by who, unless the latest one recorded holds the same text; it returns
+// whether it appended.
+func RecordPolicy(ctx context.Context, js jetstream.JetStream, who, reason string, policy []byte) (bool, error) {
+	if last, err := LatestPolicy(ctx, js); err == nil && last.Policy == string(policy) {
+		return false, nil
+	} else if err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
+		return false, err
+	}
+	if _, err := Append(ctx, js, Record{Action: ActionPolicyLoaded, Who: who, Reason: reason, Policy: string(policy)}); err != nil {
+		return false, err
+	}
+	return true, nil
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/turnstone-dev/turnstone/internal/audit"
 	"github.com/turnstone-dev/turnstone/internal/erasure"
 	"github.com/turnstone-dev/turnstone/internal/pgroup"
+	"github.com/turnstone-dev/turnstone/internal/reconciler"
 	"github.com/turnstone-dev/turnstone/projections"
 	"github.com/turnstone-dev/turnstone/recovery"
 )
@@ -58,6 +59,7 @@ var (
 	kvIndex    = projections.IndexBucket
 	kvMembers  = pgroup.DefaultBucket
 	kvProbe    = events.ProbeBucket
+	kvActivity = reconciler.ActivityBucket
 	kvCommands = recovery.StatusBucket
 	projectorP = projections.ProjectorConsumerName("", 0)
 	recoveryP  = recovery.ConsumerName(0)
@@ -187,6 +189,8 @@ func Grants(role Role, tenant string) []Grant {
 			{Subject: "$JS.EVENT.ADVISORY.CONSUMER.PINNED." + evStream + ".*", Sub: true, Why: "hear at once that a projector consumer's pin moved (ADR-42)"},
 			{Subject: "$JS.EVENT.ADVISORY.CONSUMER.UNPINNED." + evStream + ".*", Sub: true, Why: "hear at once that a projector consumer's pin moved (ADR-42)"},
 			{Subject: "$KV." + kvProbe + ".>", Pub: true, Why: "the reconciler's write probe"},
+			{Subject: "$KV." + kvActivity + ".>", Pub: true, Why: "signs of life: a subagent session's activity, for its parent's engine"},
+			{Subject: auditPrefix + "." + string(audit.ActionPolicyLoaded), Pub: true, Why: "record the reconciler policy it loaded (engine whatif --baseline recorded)"},
 			{Subject: "$JS.API.INFO", Pub: true, Why: "the reconciler's check of the account's storage"},
 			{Subject: eraseNotice, Sub: true, Why: "erasure: hear an erase's notices and confirm them (block the scope, forget its state)"},
 		}
@@ -202,6 +206,8 @@ func Grants(role Role, tenant string) []Grant {
 		g = append(g, kvRead(kvMembers, "the engines' group")...)
 		g = append(g, kvRead(kvProbe, "the write probe")...)
 		g = append(g, jsRead("KV_"+kvCommands, "command statuses")...)
+		g = append(g, jsRead("KV_"+kvActivity, "signs of life: a subagent session's activity")...)
+		g = append(g, jsRead(auditStream, "the policy last recorded")...)
 		return g
 	case RoleWorker:
 		g := []Grant{

@@ -203,6 +203,9 @@ func Setup(ctx context.Context, js jetstream.JetStream, cfg events.Config, logge
 	if err := reconciler.EnsureProbeBucket(ctx, js, replicas); err != nil {
 		return nil, fmt.Errorf("setup: %w", err)
 	}
+	if err := reconciler.EnsureActivityBucket(ctx, js, replicas); err != nil {
+		return nil, fmt.Errorf("setup: %w", err)
+	}
 	_, had := js.KeyValue(ctx, projections.IndexBucket)
 	if err := ingestserver.EnsureQuarantineStream(ctx, js, replicas); err != nil {
 		return nil, fmt.Errorf("setup: %w", err)
@@ -302,6 +305,7 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config, logger *zerolog.Logger
 	if e.Store, err = projections.NewSnapshotStore(js, projections.SnapshotConfig{}); err != nil {
 		return nil, fmt.Errorf("open engine: %w", err)
 	}
+	e.recordPolicy(ctx)
 	if e.Presence, err = presence.New(nc, cfg.Presence, logger); err != nil {
 		return nil, fmt.Errorf("open engine: %w", err)
 	}
@@ -406,6 +410,24 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config, logger *zerolog.Logger
 	}
 	e.l.Info().Str("name", e.member.Name()).Ints("partitions", e.member.Owned()).Int("of", e.Log.Partitions()).Msg("engine ready")
 	return e, nil
+}
+
+// recordPolicy records the reconciler policy the engine runs with in the
+// audit stream, when it differs from the one last recorded, so that
+// `engine whatif --baseline recorded` knows the policy in force. An
+// engine that may not write the audit stream says so and runs on.
+func (e *Engine) recordPolicy(ctx context.Context) {
+	p := e.cfg.Policy
+	if p == nil {
+		p = reconciler.DefaultPolicy()
+	}
+	text, err := p.YAML()
+	if err == nil {
+		_, err = audit.RecordPolicy(ctx, e.js, audit.Who(e.nc), "engine "+e.cfg.Name+" started with this policy", text)
+	}
+	if err != nil {
+		e.l.Warn().Err(err).Msg("the policy in force is not recorded in " + audit.Stream + " (engine whatif --baseline recorded will not know it)")
+	}
 }
 
 // acquire starts folding and reconciling partition p under its lease

@@ -230,6 +230,7 @@ func (f *Fleet) Query(q Query) Page {
 	order, tenants, n := f.sorted()
 	p := Page{Fleet: n, Tenants: tenants, Offset: q.Offset, Limit: q.Limit, ByStatus: map[string]int{}}
 	runtime, model := strings.ToLower(q.Runtime), strings.ToLower(q.Model)
+	now := time.Now()
 	for _, s := range order {
 		switch {
 		case q.Tenant != "" && s.Tenant != q.Tenant,
@@ -241,12 +242,17 @@ func (f *Fleet) Query(q Query) Page {
 			q.Anomalous && !s.Anomalous:
 			continue
 		}
-		p.ByStatus[string(s.Status)]++
-		if q.Status != "" && string(s.Status) != q.Status {
+		// The status a reader sees now: an interrupted history session
+		// is computed, not stored (projections.StatusInterrupted).
+		st := s.StatusAt(now, projections.DefaultLiveHorizon)
+		p.ByStatus[string(st)]++
+		if q.Status != "" && string(st) != q.Status {
 			continue
 		}
 		if p.Total >= q.Offset && len(p.Rows) < q.Limit {
-			p.Rows = append(p.Rows, *s)
+			row := *s
+			row.Status = st
+			p.Rows = append(p.Rows, row)
 		}
 		p.Total++
 	}
@@ -291,9 +297,12 @@ func (f *Fleet) sorted() ([]*projections.Summary, []string, int) {
 func (f *Fleet) Related(tenant, session string) []projections.Summary {
 	order, _, _ := f.sorted()
 	var out []projections.Summary
+	now := time.Now()
 	for _, s := range order {
 		if s.Tenant == tenant && (s.ParentSession == session || s.ForkedFrom == session) && s.Session != session {
-			out = append(out, *s)
+			row := *s
+			row.Status = s.StatusAt(now, projections.DefaultLiveHorizon)
+			out = append(out, row)
 		}
 	}
 	return out

@@ -119,18 +119,31 @@ func Discover(ctx context.Context, nc *nats.Conn, wait time.Duration) ([]Runtime
 // responders), or another error (a timeout: something listens but did not
 // answer within timeout; the connection's errors).
 func Ping(ctx context.Context, nc *nats.Conn, tenant string, timeout time.Duration) error {
+	_, err := PingClaims(ctx, nc, tenant, timeout)
+	return err
+}
+
+// PingClaims is Ping that also returns the turns the answering runtime
+// claims to work on (recovery.PresenceReply.Turns, at most
+// recovery.MaxClaimedTurns; none from a reply that is not JSON).
+func PingClaims(ctx context.Context, nc *nats.Conn, tenant string, timeout time.Duration) ([]recovery.TurnRef, error) {
 	req, _ := json.Marshal(recovery.ControlRequest{Action: recovery.ActionPing, Tenant: tenant, Session: recovery.PresenceSession,
 		Reason: "presence check by the engine", DeadlineMS: timeout.Milliseconds()})
 	rctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	_, err := nc.RequestWithContext(rctx, recovery.ControlSubject(tenant, recovery.PresenceSession), req)
+	msg, err := nc.RequestWithContext(rctx, recovery.ControlSubject(tenant, recovery.PresenceSession), req)
 	switch {
 	case err == nil:
-		return nil
+		var reply recovery.PresenceReply
+		if json.Unmarshal(msg.Data, &reply) != nil {
+			return nil, nil
+		}
+		claims := reply.Turns[:min(len(reply.Turns), recovery.MaxClaimedTurns)]
+		return claims, nil
 	case errors.Is(err, nats.ErrNoResponders):
-		return fmt.Errorf("ping %s: %w", tenant, ErrAbsent)
+		return nil, fmt.Errorf("ping %s: %w", tenant, ErrAbsent)
 	default:
-		return fmt.Errorf("ping %s: %w", tenant, err)
+		return nil, fmt.Errorf("ping %s: %w", tenant, err)
 	}
 }
 
@@ -214,9 +227,10 @@ type Tracker struct {
 	l   zerolog.Logger
 
 	mu        sync.Mutex
-	instances map[string]*Runtime  // by instance id
-	answered  map[string]time.Time // tenant -> last ping answered
-	present   map[string]bool      // tenant -> present at the last round
+	instances map[string]*Runtime                       // by instance id
+	answered  map[string]time.Time                      // tenant -> when the last ping answered was sent
+	claims    map[string]map[recovery.TurnRef]time.Time // tenant -> turn claimed -> when the ping claiming it was sent
+	present   map[string]bool                           // tenant -> present at the last round
 	watched   map[string]bool
 
 	cancel context.CancelFunc
@@ -230,7 +244,7 @@ func New(nc *nats.Conn, cfg Config, logger *zerolog.Logger) (*Tracker, error) {
 		return nil, fmt.Errorf("new presence tracker: %w", err)
 	}
 	cfg.setDefaults()
-	t := &Tracker{nc: nc, cfg: cfg, l: zerolog.Nop(), instances: map[string]*Runtime{}, answered: map[string]time.Time{},
+	t := &Tracker{nc: nc, cfg: cfg, l: zerolog.Nop(), instances: map[string]*Runtime{}, answered: map[string]time.Time{}, claims: map[string]map[recovery.TurnRef]time.Time{},
 		present: map[string]bool{}, watched: map[string]bool{}, kick: make(chan struct{}, 1)}
 	for _, tenant := range cfg.Tenants {
 		t.watched[tenant] = true
@@ -317,6 +331,36 @@ func (t *Tracker) Present(tenant, session string) bool {
 	return !claimed
 }
 
+// AnsweredAt returns when the latest presence ping that a runtime
+// serving the session answered was sent (the tracker's clock), or zero
+// when none is present. A session paused because its runtime was gone is
+// resumed only on an answer to a ping sent after the pause (reconciler).
+func (t *Tracker) AnsweredAt(tenant, session string) time.Time {
+	if !t.Present(tenant, session) {
+		return time.Time{}
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.answered[tenant]
+}
+
+// Claimed returns when a runtime of the tenant last claimed, in an answer
+// to a presence ping within Expire, that it works on the session's turn
+// (recovery.PresenceReply.Turns), or zero; only while a runtime serving
+// the session is present.
+func (t *Tracker) Claimed(tenant, session, turn string) time.Time {
+	if !t.Present(tenant, session) {
+		return time.Time{}
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	at := t.claims[tenant][recovery.TurnRef{Session: session, Turn: turn}]
+	if time.Since(at) > t.cfg.Expire {
+		return time.Time{}
+	}
+	return at
+}
+
 // Runtimes returns the runtime instances known, sorted by tenant then id.
 func (t *Tracker) Runtimes() []Runtime {
 	t.mu.Lock()
@@ -374,14 +418,28 @@ func (t *Tracker) Round(ctx context.Context) {
 	}
 	sort.Strings(names)
 	for _, tenant := range names {
-		err := Ping(ctx, t.nc, tenant, t.cfg.Wait)
+		// The time the ping is sent: an answer proves a runtime that was
+		// there after it (a runtime that died earlier cannot answer).
+		sent := time.Now()
+		claims, err := PingClaims(ctx, t.nc, tenant, t.cfg.Wait)
 		t.mu.Lock()
 		if err == nil {
-			t.answered[tenant] = now
+			t.answered[tenant] = sent
+			if len(claims) > 0 {
+				c := t.claims[tenant]
+				if c == nil {
+					c = map[recovery.TurnRef]time.Time{}
+					t.claims[tenant] = c
+				}
+				for _, ref := range claims {
+					c[ref] = sent
+				}
+			}
 		} else if !errors.Is(err, ErrAbsent) {
 			t.l.Debug().Err(err).Str("tenant", tenant).Msg("ping not answered")
 		} else {
 			delete(t.answered, tenant) // no responders: gone at once
+			delete(t.claims, tenant)
 		}
 		t.mu.Unlock()
 	}
@@ -391,6 +449,16 @@ func (t *Tracker) Round(ctx context.Context) {
 	for tenant := range t.answered {
 		if now.Sub(t.answered[tenant]) > t.cfg.Expire {
 			delete(t.answered, tenant)
+		}
+	}
+	for tenant, c := range t.claims {
+		for ref, at := range c {
+			if now.Sub(at) > t.cfg.Expire {
+				delete(c, ref)
+			}
+		}
+		if len(c) == 0 {
+			delete(t.claims, tenant)
 		}
 	}
 	for tenant := range t.answered {

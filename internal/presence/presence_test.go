@@ -107,3 +107,47 @@ func TestTrackerBelievesOnlyRuntimesThatAnswerTheirTenant(t *testing.T) {
 		t.Fatalf("changes %v, want [+acme -acme +initech]", changes)
 	}
 }
+
+// TestClaimsAndAnswers: a runtime's answer to the presence ping may claim
+// the turns it works on (recovery.PresenceReply): Claimed says when, for
+// those turns only, while the runtime is present; AnsweredAt is when the
+// ping it answered was sent, after a time taken before the round; a
+// runtime gone (no responders) claims nothing and answered nothing, at
+// once.
+func TestClaimsAndAnswers(t *testing.T) {
+	srv := embeddedtest.Start(t)
+	engine, _ := embeddedtest.Connect(t, srv)
+	rtNC, _ := embeddedtest.Connect(t, srv)
+	sub, err := rtNC.Subscribe(recovery.ControlSubject("acme", "*"), func(m *nats.Msg) {
+		b, _ := json.Marshal(recovery.PresenceReply{ControlReply: recovery.ControlReply{Outcome: recovery.ReplyOK},
+			Turns: []recovery.TurnRef{{Session: "s1", Turn: "t1"}}})
+		_ = m.Respond(b)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := rtNC.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	tr, err := presence.New(engine, presence.Config{Wait: 200 * time.Millisecond, Interval: time.Hour, Tenants: []string{"acme"}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := time.Now()
+	tr.Round(context.Background())
+	if at := tr.Claimed("acme", "s1", "t1"); at.Before(before) {
+		t.Fatalf("claimed at %s, want after %s", at, before)
+	}
+	if at := tr.Claimed("acme", "s1", "t2"); !at.IsZero() {
+		t.Fatalf("a turn not claimed: %s", at)
+	}
+	if at := tr.AnsweredAt("acme", "s1"); at.Before(before) {
+		t.Fatalf("answered at %s, want after %s", at, before)
+	}
+	_ = sub.Unsubscribe()
+	_ = rtNC.Flush()
+	tr.Round(context.Background())
+	if at, ans := tr.Claimed("acme", "s1", "t1"), tr.AnsweredAt("acme", "s1"); !at.IsZero() || !ans.IsZero() || tr.Present("acme", "s1") {
+		t.Fatalf("gone: claimed %s, answered %s, present %v", at, ans, tr.Present("acme", "s1"))
+	}
+}

@@ -16,11 +16,17 @@ import (
 // sequence being ExpectSeq (a distillation.skipped answer). Key identifies
 // the action so that a repeat is dropped: the command's id, or the id of
 // the first event.
+//
+// StateSeq is the LastSeq of the state it was decided from: before it is
+// carried out, the reconciler checks that the session's log holds nothing
+// after it that changes the decision (Reconciler, "Never act on stale
+// state").
 type Action struct {
 	Key       string
 	Command   *recovery.Command
 	Events    []events.Event
 	ExpectSeq uint64
+	StateSeq  uint64
 	Why       string
 }
 
@@ -31,23 +37,33 @@ type Action struct {
 // just now), whether turns in flight are to be abandoned at once (the
 // restart policy), whether the session is live (see Live; Decide issues
 // nothing for a session that is not), and whether a runtime serving it is
-// present (package presence).
+// present (package presence) and when it last answered.
+//
+// Activity holds the signs of life of turns in flight that the state does
+// not carry, by turn id: the latest activity of a subagent session the
+// turn started, or (Now) a runtime's claim that it works on the turn.
+// RuntimeAnsweredAt is when the latest presence ping that a runtime
+// serving the session answered was sent (zero: none): a session paused
+// because its runtime was away is resumed only on an answer after the
+// pause was stored.
 type Input struct {
-	State          *projections.Session
-	Now            time.Time
-	Policy         *Policy
-	RequestSeenAt  func(seq uint64) time.Time
-	TurnSeenAt     func(turn string) time.Time
-	RestartAbandon bool
-	Live           bool
-	RuntimePresent bool
+	State             *projections.Session
+	Now               time.Time
+	Policy            *Policy
+	RequestSeenAt     func(seq uint64) time.Time
+	TurnSeenAt        func(turn string) time.Time
+	RestartAbandon    bool
+	Live              bool
+	RuntimePresent    bool
+	RuntimeAnsweredAt time.Time
+	Activity          map[string]time.Time
 }
 
 // Live reports whether the reconciler acts on session s at now
 // (docs/policy.md, "Live sessions"): s is not history, and either a
 // runtime serving it is present or its latest runtime activity was stored
-// within the policy's live horizon (projections.Session.LastLiveStored,
-// the log's clock).
+// within LiveFor (projections.Session.LastLiveStored, the log's clock;
+// or its latest abandoned turn, LastAbandonStored, when later).
 func Live(s *projections.Session, now time.Time, p *Policy, runtimePresent bool) bool {
 	if s == nil || s.History {
 		return false
@@ -55,7 +71,38 @@ func Live(s *projections.Session, now time.Time, p *Policy, runtimePresent bool)
 	if runtimePresent {
 		return true
 	}
-	return !s.LastLiveStored.IsZero() && now.Sub(s.LastLiveStored) <= time.Duration(p.Live.Horizon)
+	since := s.LastLiveStored
+	if s.LastAbandonStored.After(since) && !since.IsZero() {
+		// A turn the reconciler abandoned: what the abandon declared
+		// (orphans) is repaired within the horizon after it.
+		since = s.LastAbandonStored
+	}
+	return !since.IsZero() && now.Sub(since) <= LiveFor(s, p)
+}
+
+// LiveFor is how long after its latest runtime activity a session with
+// no runtime present is live: the policy's live horizon, or, while a
+// turn is in flight, long enough for the turn's deadline to pass
+// (turn_deadline, tool_deadline, the turn's own deadline_ms, a pending
+// call's declared timeout and grace), so that every turn ends
+// (invariant 1) however long its deadline.
+func LiveFor(s *projections.Session, p *Policy) time.Duration {
+	d := time.Duration(p.Live.Horizon)
+	if len(s.InFlight) == 0 {
+		return d
+	}
+	d = max(d, time.Duration(p.TurnDeadline), time.Duration(p.ToolDeadline))
+	for _, id := range s.InFlight {
+		t := s.Turn(id)
+		if t == nil {
+			continue
+		}
+		d = max(d, time.Duration(t.DeadlineMS)*time.Millisecond)
+		for _, tc := range s.PendingToolCalls(t.ID) {
+			d = max(d, time.Duration(tc.TimeoutMS)*time.Millisecond+time.Duration(p.ToolTimeoutGrace))
+		}
+	}
+	return d
 }
 
 // transientClasses are the error classes the transient policy covers.
@@ -83,15 +130,16 @@ func Decide(in Input) []Action {
 		}
 		c.IssuedAt = in.Now.UTC()
 		c.IssuedBy = recovery.IssuerReconciler
+		c.DecidedSeq = s.LastRuntimeSeq
 		c.Params = params
-		out = append(out, Action{Key: c.ID, Command: &c, Why: reason})
+		out = append(out, Action{Key: c.ID, Command: &c, StateSeq: s.LastSeq, Why: reason})
 	}
 
 	// A session paused because no runtime answered resumes when its
 	// runtime is back, and the command that could not reach it is issued
 	// again, once, after the resume (recovery.Params.Reissue: the worker
 	// issues its next issue, whoever issued it first).
-	if s.Paused && s.PauseCause == events.CauseRuntimeUnavailable && in.RuntimePresent {
+	if s.Paused && s.PauseCause == events.CauseRuntimeUnavailable && RuntimeBack(s, in) {
 		cmd(recovery.KindResumeSession, "", fmt.Sprintf("the runtime of %s/%s is back (paused at seq %d: %s)", s.Tenant, s.Session, s.PausedSeq, oneLine(s.PauseReason)),
 			[]uint64{s.PausedSeq}, recovery.Params{Reissue: s.PauseCommand})
 	}
@@ -116,25 +164,24 @@ func Decide(in Input) []Action {
 		}
 	}
 
-	// Invariant 1: every turn ends; one without an outcome past its
-	// deadline is abandoned. The deadline runs from when the log stored
-	// its turn.started (Turn.SeenAt, the log's clock: a publisher's clock,
-	// or a time in year 9999, changes nothing), or, for a state without
-	// store times, from when the reconciler first saw it in flight.
+	// Invariant 1: every turn ends; one with no sign of life for its
+	// deadline is abandoned (TurnDue: the deadline counts from the turn's
+	// latest sign of life, a pending call that declared its own timeout
+	// gets that plus a grace, and turn_max_duration, when set, bounds the
+	// whole turn). Times are the log's clock (Turn.SeenAt, ActiveAt), or,
+	// for a state without store times, when the reconciler first saw the
+	// turn in flight.
 	for _, t := range s.Turns {
 		if t.Status != projections.TurnInFlight {
 			continue
 		}
-		deadline := time.Duration(p.TurnDeadline)
-		if t.DeadlineMS > 0 {
-			deadline = time.Duration(t.DeadlineMS) * time.Millisecond
-		}
-		stages := stagesOf(t)
 		switch {
 		case in.RestartAbandon:
-			cmd(recovery.KindAbandonTurn, t.ID, "in flight when the engine restarted; "+stages, []uint64{t.StartedSeq}, recovery.Params{})
-		case in.Now.Sub(turnSeen(t, in.TurnSeenAt, in.Now)) >= deadline:
-			cmd(recovery.KindAbandonTurn, t.ID, fmt.Sprintf("no outcome within %s of its start; %s", deadline, stages), []uint64{t.StartedSeq}, recovery.Params{})
+			cmd(recovery.KindAbandonTurn, t.ID, "in flight when the engine restarted; "+stagesOf(t), []uint64{t.StartedSeq}, recovery.Params{})
+		default:
+			if due, why := TurnDue(s, &t, in); !in.Now.Before(due) {
+				cmd(recovery.KindAbandonTurn, t.ID, why+"; "+stagesOf(t), []uint64{t.StartedSeq}, recovery.Params{})
+			}
 		}
 	}
 
@@ -216,7 +263,7 @@ func distillation(s *projections.Session, d *projections.Distillation, now time.
 		return nil
 	}
 	ev.Source = "urn:turnstone:reconciler"
-	return []Action{{Key: fmt.Sprintf("skip/%s/%s/%d", s.Tenant, s.Session, d.RequestedSeq), Events: []events.Event{ev}, ExpectSeq: s.LastSeq,
+	return []Action{{Key: fmt.Sprintf("skip/%s/%s/%d", s.Tenant, s.Session, d.RequestedSeq), Events: []events.Event{ev}, ExpectSeq: s.LastSeq, StateSeq: s.LastSeq,
 		Why: "distillation skipped: " + strings.Join(reasons, ", ")}}
 }
 
@@ -256,13 +303,121 @@ func seenAt(f func(string) time.Time, id string, now time.Time) time.Time {
 	return now
 }
 
-// turnSeen is when the deadline of turn t starts: its SeenAt, else when
+// turnSeen is when turn t started for its deadline: its SeenAt, else when
 // the reconciler first saw it.
-func turnSeen(t projections.Turn, f func(string) time.Time, now time.Time) time.Time {
+func turnSeen(t *projections.Turn, f func(string) time.Time, now time.Time) time.Time {
 	if !t.SeenAt.IsZero() {
 		return t.SeenAt
 	}
 	return seenAt(f, t.ID, now)
+}
+
+// RuntimeBack reports whether the runtime of session s, paused because no
+// runtime answered, is back: a runtime serving it is present and answered
+// a presence ping sent after the pause was stored (a runtime started after
+// the one that was gone), or, for a pause without a store time, is
+// present. A presence known from before the pause (the tracker had not
+// yet seen the runtime die) is not a return.
+func RuntimeBack(s *projections.Session, in Input) bool {
+	if !in.RuntimePresent {
+		return false
+	}
+	if s.PausedAt.IsZero() {
+		return true
+	}
+	return in.RuntimeAnsweredAt.After(s.PausedAt)
+}
+
+// LastSignOfLife returns turn t's latest sign of life under in and what it
+// was: its start (turnSeen), its latest event (Turn.ActiveAt), or the
+// activity in.Activity holds for it (a subagent's, a runtime's claim).
+func LastSignOfLife(t *projections.Turn, in Input) (time.Time, string) {
+	at, what := turnSeen(t, in.TurnSeenAt, in.Now), "its start"
+	if t.ActiveAt.After(at) {
+		at, what = t.ActiveAt, "its latest event"
+	}
+	if a := in.Activity[t.ID]; a.After(at) {
+		at, what = a, "activity outside its session (a subagent, or its runtime's claim)"
+	}
+	return at, what
+}
+
+// TurnDue returns when turn t, in flight in s, is due to be abandoned
+// under in (docs/policy.md, "Every turn ends") and why it would be:
+//
+//   - its deadline after its last sign of life (LastSignOfLife): the
+//     turn.started's deadline_ms, else tool_deadline while a tool call
+//     of the turn is pending, else turn_deadline;
+//   - but no earlier than each pending tool call of the turn that declared
+//     its own timeout (projections.ToolCall.TimeoutMS) may take: its
+//     start plus that timeout plus tool_timeout_grace;
+//   - and, when turn_max_duration is set, no later than that after the
+//     turn's start, whatever the signs of life.
+func TurnDue(s *projections.Session, t *projections.Turn, in Input) (time.Time, string) {
+	p := in.Policy
+	pending := s.PendingToolCalls(t.ID)
+	deadline, which := time.Duration(p.TurnDeadline), "turn_deadline"
+	switch {
+	case t.DeadlineMS > 0:
+		deadline, which = time.Duration(t.DeadlineMS)*time.Millisecond, "the turn's deadline_ms"
+	case len(pending) > 0:
+		deadline, which = time.Duration(p.ToolDeadline), "tool_deadline, a tool call pending"
+	}
+	life, what := LastSignOfLife(t, in)
+	due := life.Add(deadline)
+	why := fmt.Sprintf("no sign of life for %s (%s) since %s", deadline, which, what)
+	for _, tc := range pending {
+		if tc.TimeoutMS <= 0 {
+			continue
+		}
+		from := tc.UsedAt
+		if from.IsZero() {
+			from = life
+		}
+		timeout := time.Duration(tc.TimeoutMS) * time.Millisecond
+		if d := from.Add(timeout + time.Duration(p.ToolTimeoutGrace)); d.After(due) {
+			due = d
+			why = fmt.Sprintf("tool call %s (%s) declared a timeout of %s and was given %s more, with no sign of life since", tc.ToolUseID, tc.Name, timeout, time.Duration(p.ToolTimeoutGrace))
+		}
+	}
+	if max := time.Duration(p.TurnMaxDuration); max > 0 {
+		if d := turnSeen(t, in.TurnSeenAt, in.Now).Add(max); d.Before(due) {
+			due, why = d, fmt.Sprintf("ran for turn_max_duration (%s)", max)
+		}
+	}
+	return due, why
+}
+
+// NextDue returns the earliest time after in.Now at which Decide, given
+// the same state, may decide something new because time passed: a turn
+// in flight falls due (TurnDue), or a distillation request's grace ends;
+// zero when nothing waits on time. `engine whatif` decides again at each
+// such time between two events.
+func NextDue(in Input) time.Time {
+	s, p := in.State, in.Policy
+	var next time.Time
+	consider := func(t time.Time) {
+		if t.After(in.Now) && (next.IsZero() || t.Before(next)) {
+			next = t
+		}
+	}
+	if s == nil {
+		return next
+	}
+	for i := range s.Turns {
+		if t := &s.Turns[i]; t.Status == projections.TurnInFlight {
+			due, _ := TurnDue(s, t, in)
+			consider(due)
+		}
+	}
+	if *p.Distillation.Guard {
+		if d := s.PendingDistillation(); d != nil && in.RequestSeenAt != nil {
+			if seen := in.RequestSeenAt(d.RequestedSeq); !seen.IsZero() {
+				consider(seen.Add(time.Duration(p.Distillation.Grace)))
+			}
+		}
+	}
+	return next
 }
 
 // stagesOf says where an in-flight turn is, in turn.abandoned's words:

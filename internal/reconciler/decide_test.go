@@ -76,7 +76,10 @@ func TestDeadlineCountsFromTheLogsClock(t *testing.T) {
 	if n := len(s.Violations); n != 1 || s.Violations[0].Rule != projections.RuleClockSkew {
 		t.Fatalf("violations %+v, want one clock_skew", s.Violations)
 	}
-	policy := reconciler.DefaultPolicy()
+	policy, err := reconciler.ParsePolicy([]byte("turn_deadline: 120s\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
 	for _, c := range []struct {
 		after time.Duration
 		want  int
@@ -109,7 +112,13 @@ func TestDecideResumesAndReissuesWhenTheRuntimeReturns(t *testing.T) {
 	if got := reconciler.Decide(in); len(got) != 0 {
 		t.Fatalf("runtime away: %+v, want nothing", got)
 	}
-	in.RuntimePresent = true
+	// Present, but known only from an answer to a ping sent before the
+	// pause (the tracker had not yet seen the runtime go): not back.
+	in.RuntimePresent, in.RuntimeAnsweredAt = true, now.Add(-time.Second)
+	if got := reconciler.Decide(in); len(got) != 0 {
+		t.Fatalf("present as of before the pause: %+v, want nothing", got)
+	}
+	in.RuntimeAnsweredAt = now.Add(5 * time.Second)
 	got := reconciler.Decide(in)
 	if len(got) != 1 || got[0].Command.Kind != recovery.KindResumeSession || got[0].Command.Params.Reissue != distill {
 		t.Fatalf("runtime back: %+v, want resume_session reissuing %s", got, distill)

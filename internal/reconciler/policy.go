@@ -47,9 +47,26 @@ func (d Duration) MarshalYAML() (any, error) { return time.Duration(d).String(),
 // defaults, and per-tenant overrides under `tenants:` that set any subset of
 // the same keys. docs/policy.md documents every key.
 type Policy struct {
-	// TurnDeadline is how long a turn may run without an outcome before it
-	// is abandoned (a turn.started's own deadline_ms wins). Default 120s.
+	// TurnDeadline is how long a turn in flight with no tool call pending
+	// (the runtime, or the model call, works) may go without a sign of
+	// life before it is abandoned (a turn.started's own deadline_ms wins):
+	// an event of the turn, activity of a subagent session it started, or
+	// a runtime's claim that it works on the turn (docs/policy.md, "Every
+	// turn ends"). Default 10m: real model calls were silent up to 7 min.
 	TurnDeadline Duration `yaml:"turn_deadline"`
+	// ToolDeadline is the same while a tool call of the turn is pending:
+	// the tool runs, a subagent works, or the runtime waits for a person
+	// (Claude Code asks before it runs most tools, and writes nothing
+	// while it waits). Default 2h: real calls waited up to 69 min.
+	ToolDeadline Duration `yaml:"tool_deadline"`
+	// TurnMaxDuration, when set, bounds a turn's whole length from its
+	// start, signs of life or not. Default 0: off.
+	TurnMaxDuration Duration `yaml:"turn_max_duration"`
+	// ToolTimeoutGrace is what a pending tool call that declares its own
+	// timeout (projections.DeclaredTimeoutMS: Claude Code's Bash timeout,
+	// Codex's timeout_ms) is given past that timeout before its silence
+	// counts against the turn. Default 30s.
+	ToolTimeoutGrace Duration `yaml:"tool_timeout_grace"`
 	// Restart says what the engine does, when it starts, with turns that
 	// were in flight when it (or a runtime) died.
 	Restart RestartPolicy `yaml:"restart"`
@@ -155,7 +172,13 @@ func DefaultPolicy() *Policy {
 
 func (p *Policy) setDefaults() {
 	if p.TurnDeadline == 0 {
-		p.TurnDeadline = Duration(120 * time.Second)
+		p.TurnDeadline = Duration(10 * time.Minute)
+	}
+	if p.ToolDeadline == 0 {
+		p.ToolDeadline = Duration(2 * time.Hour)
+	}
+	if p.ToolTimeoutGrace == 0 {
+		p.ToolTimeoutGrace = Duration(30 * time.Second)
 	}
 	if p.Restart.InFlightTurns == "" {
 		p.Restart.InFlightTurns = "wait"
@@ -205,6 +228,15 @@ func (p *Policy) validate(prefix string) []error {
 	}
 	if p.TurnDeadline <= 0 {
 		bad("turn_deadline", "must be positive, got %s", time.Duration(p.TurnDeadline))
+	}
+	if p.ToolDeadline <= 0 {
+		bad("tool_deadline", "must be positive, got %s", time.Duration(p.ToolDeadline))
+	}
+	if p.TurnMaxDuration < 0 {
+		bad("turn_max_duration", "must not be negative (0 is off), got %s", time.Duration(p.TurnMaxDuration))
+	}
+	if p.ToolTimeoutGrace < 0 {
+		bad("tool_timeout_grace", "must not be negative, got %s", time.Duration(p.ToolTimeoutGrace))
 	}
 	if p.Restart.InFlightTurns != "wait" && p.Restart.InFlightTurns != "abandon" {
 		bad("restart.in_flight_turns", "must be wait or abandon, got %q", p.Restart.InFlightTurns)
@@ -321,6 +353,18 @@ func LoadPolicy(path string) (*Policy, error) {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
 	return p, nil
+}
+
+// YAML returns the policy as a policy file that ParsePolicy reads back
+// to the same policy: every key with its value, and the tenants'
+// overrides as they were written. The engine records it in the audit
+// stream when it loads it (audit.ActionPolicyLoaded).
+func (p *Policy) YAML() ([]byte, error) {
+	b, err := yaml.Marshal(p)
+	if err != nil {
+		return nil, fmt.Errorf("policy: %w", err)
+	}
+	return b, nil
 }
 
 // Retains reports whether any tenant's sessions have a retention (a

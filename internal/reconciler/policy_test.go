@@ -31,7 +31,8 @@ tenants:
 		t.Fatal("a tenant without overrides gets the base policy")
 	}
 	empty, err := ParsePolicy(nil)
-	if err != nil || time.Duration(empty.TurnDeadline) != 120*time.Second || !*empty.Distillation.Guard {
+	if err != nil || time.Duration(empty.TurnDeadline) != 10*time.Minute || time.Duration(empty.ToolDeadline) != 2*time.Hour ||
+		time.Duration(empty.ToolTimeoutGrace) != 30*time.Second || empty.TurnMaxDuration != 0 || !*empty.Distillation.Guard {
 		t.Fatalf("empty file: %+v, %v", empty, err)
 	}
 }

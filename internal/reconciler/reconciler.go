@@ -73,6 +73,16 @@ type Config struct {
 	// decided from was read, and Forget drops what the reconciler holds
 	// of erased sessions (package erasure).
 	Gate *erasure.Gate
+	// ActivityEvery is how often, at most, the activity of a subagent
+	// session is written for its parent's engine (ActivityBucket): a sign
+	// of life of the parent's turn no older than this. Default 1 second.
+	ActivityEvery time.Duration
+	// MaxRecheck is how many events of a session the reconciler folds,
+	// before it carries out an action, to bring the state the action was
+	// decided from up to the session's log; past it the action is
+	// dropped as decided on stale state, and the session is judged again
+	// once its projection has caught up. Default 1000.
+	MaxRecheck int
 }
 
 // Presence is what the reconciler asks of the runtimes' presence:
@@ -80,7 +90,16 @@ type Config struct {
 // tenant whose session waits for its runtime. *presence.Tracker
 // implements it.
 type Presence interface {
+	// Present reports whether a runtime serving the session is present.
 	Present(tenant, session string) bool
+	// AnsweredAt is when the latest presence ping that a runtime serving
+	// the session answered was sent (zero when none is present).
+	AnsweredAt(tenant, session string) time.Time
+	// Claimed is when a present runtime last claimed, in its answer to a
+	// presence ping, that it works on the turn (zero when none did
+	// lately): a sign of life of the turn.
+	Claimed(tenant, session, turn string) time.Time
+	// Watch keeps an eye on a tenant whose session waits for its runtime.
 	Watch(tenant string)
 }
 
@@ -99,6 +118,12 @@ func (c *Config) setDefaults() {
 	}
 	if c.MaxCommandBytes <= 0 || c.MaxCommandBytes > recovery.MaxCommandBytes {
 		c.MaxCommandBytes = recovery.MaxCommandBytes
+	}
+	if c.ActivityEvery <= 0 {
+		c.ActivityEvery = time.Second
+	}
+	if c.MaxRecheck <= 0 {
+		c.MaxRecheck = 1000
 	}
 }
 
@@ -119,6 +144,11 @@ type Reconciler struct {
 	turnSeen  map[string]map[string]time.Time // session key -> turn in flight -> first seen in flight
 	failWrite bool                            // failErr came from a write, not the probe
 	probeKV   jetstream.KeyValue
+	actKV     jetstream.KeyValue       // ActivityBucket (nil: none)
+	written   map[string]activityWrite // activity key -> what was written of it, and what waits
+	behind    map[string]uint64        // session key -> the log's last sequence its state must reach to be judged
+	due       map[string]time.Time     // watched session key -> when time alone may next change its judgement
+	staleN    uint64                   // actions dropped as decided on stale state
 	failErr   error
 	rescan    []int // partitions whose scan is to be done again
 	queue     chan queued
@@ -150,6 +180,7 @@ func New(log *events.Log, proj *projections.Projector, cfg Config, logger *zerol
 	r := &Reconciler{
 		log: log, js: log.JetStream(), proj: proj, cfg: cfg, l: zerolog.Nop(),
 		done: map[string]bool{}, queued: map[string]bool{}, watch: map[string]time.Time{}, reqSeen: map[string]time.Time{}, turnSeen: map[string]map[string]time.Time{},
+		written: map[string]activityWrite{}, behind: map[string]uint64{}, due: map[string]time.Time{},
 		queue: make(chan queued, cfg.QueueSize),
 	}
 	if logger != nil {
@@ -163,10 +194,11 @@ func New(log *events.Log, proj *projections.Projector, cfg Config, logger *zerol
 // when the fold did not apply the event (the first event of a session the
 // projector restores is already in the restored state): judging is
 // idempotent. Safe for concurrent use.
-func (r *Reconciler) Observe(s *projections.Session, _ events.Event, _ bool, _ []projections.Violation) {
+func (r *Reconciler) Observe(s *projections.Session, ev events.Event, _ bool, _ []projections.Violation) {
 	// The projector holds the gate while it folds and calls Observe, so
 	// an erase that begins now waits for this judgement, and Forget then
 	// drops what it queued.
+	r.noteActivity(s, ev)
 	r.judge(s, r.cfg.Gate.Epoch())
 }
 
@@ -184,6 +216,7 @@ func (r *Reconciler) Forget(scope erasure.Scope) {
 	for k := range r.watch {
 		if covered(k) {
 			delete(r.watch, k)
+			delete(r.due, k)
 		}
 	}
 	for k := range r.turnSeen {
@@ -249,6 +282,13 @@ func (r *Reconciler) Open(ctx context.Context) error {
 	} else if !errors.Is(err, jetstream.ErrBucketNotFound) {
 		return fmt.Errorf("open reconciler: bucket %s: %w", ProbeBucket, err)
 	}
+	if kv, err := r.js.KeyValue(ctx, ActivityBucket); err == nil {
+		r.actKV = kv
+	} else if errors.Is(err, jetstream.ErrBucketNotFound) {
+		r.l.Warn().Msg("bucket " + ActivityBucket + " does not exist (run engine setup): a subagent's activity is no sign of life of its parent's turn")
+	} else {
+		return fmt.Errorf("open reconciler: bucket %s: %w", ActivityBucket, err)
+	}
 	runCtx, cancel := context.WithCancel(context.Background())
 	r.runCtx, r.cancel = runCtx, cancel
 	r.wg.Add(2)
@@ -299,6 +339,7 @@ func (r *Reconciler) Release(p int) {
 		tenant, session, _ := strings.Cut(k, "/")
 		if events.Partition(tenant, session, parts) == p {
 			delete(r.watch, k)
+			delete(r.due, k)
 		}
 	}
 	r.rescan = slices.DeleteFunc(r.rescan, func(x int) bool { return x == p })
@@ -354,8 +395,6 @@ func (r *Reconciler) judge(s *projections.Session, since uint64) {
 	}
 	k := key(s.Tenant, s.Session)
 	now := r.cfg.Clock.Now()
-	policy := r.cfg.Policy.For(s.Tenant)
-	present := r.cfg.Presence != nil && r.cfg.Presence.Present(s.Tenant, s.Session)
 	waiting := s.Paused && s.PauseCause == events.CauseRuntimeUnavailable && !s.History
 	if waiting && r.cfg.Presence != nil {
 		r.cfg.Presence.Watch(s.Tenant)
@@ -402,8 +441,50 @@ func (r *Reconciler) judge(s *projections.Session, since uint64) {
 			r.reqSeen[rk] = now
 		}
 	}
+	// Never act on stale state: a session whose state was found behind
+	// its log (an action decided from it was dropped, see current) is
+	// judged again only once its state has caught up.
+	if b, ok := r.behind[k]; ok {
+		if s.LastSeq < b {
+			r.mu.Unlock()
+			return
+		}
+		delete(r.behind, k)
+	}
 	r.mu.Unlock()
-	actions := Decide(Input{
+	actions, due := r.decide(r.runContext(), s, now)
+	r.mu.Lock()
+	// A session waiting for its runtime is judged at every tick: its
+	// runtime may come back at any time.
+	if _, watched := r.watch[k]; watched && !due.IsZero() && !waiting {
+		r.due[k] = due
+	} else {
+		delete(r.due, k)
+	}
+	r.mu.Unlock()
+	r.enqueue(actions, since)
+}
+
+// runContext is the reconciler's run context, or a background one
+// before Open.
+func (r *Reconciler) runContext() context.Context {
+	if r.runCtx != nil {
+		return r.runCtx
+	}
+	return context.Background()
+}
+
+// decide runs Decide on s at now with what the reconciler knows beside
+// the state: presence, when it first saw each turn and request, and, for
+// a turn that would be abandoned, the signs of life the state does not
+// carry (a runtime's claim, a subagent session's activity), read only
+// then. It also returns when time alone may next change the decision
+// (NextDue; zero: nothing waits on time).
+func (r *Reconciler) decide(ctx context.Context, s *projections.Session, now time.Time) ([]Action, time.Time) {
+	k := key(s.Tenant, s.Session)
+	policy := r.cfg.Policy.For(s.Tenant)
+	present := r.cfg.Presence != nil && r.cfg.Presence.Present(s.Tenant, s.Session)
+	in := Input{
 		State: s, Now: now, Policy: policy, Live: Live(s, now, policy, present), RuntimePresent: present,
 		RequestSeenAt: func(seq uint64) time.Time {
 			r.mu.Lock()
@@ -415,8 +496,25 @@ func (r *Reconciler) judge(s *projections.Session, since uint64) {
 			defer r.mu.Unlock()
 			return r.turnSeen[k][turn]
 		},
-	})
-	r.enqueue(actions, since)
+	}
+	if present {
+		in.RuntimeAnsweredAt = r.cfg.Presence.AnsweredAt(s.Tenant, s.Session)
+	}
+	actions := Decide(in)
+	var turns []string
+	for _, a := range actions {
+		if a.Command != nil && a.Command.Kind == recovery.KindAbandonTurn && a.Command.Turn != "" {
+			turns = append(turns, a.Command.Turn)
+		}
+	}
+	if len(turns) == 0 || in.RestartAbandon {
+		return actions, NextDue(in)
+	}
+	in.Activity = r.signsOfLife(ctx, s, turns)
+	if len(in.Activity) == 0 {
+		return actions, NextDue(in)
+	}
+	return Decide(in), NextDue(in)
 }
 
 func (r *Reconciler) enqueue(actions []Action, since uint64) {
@@ -532,6 +630,7 @@ func (r *Reconciler) tickLoop(ctx context.Context) {
 // tick re-judges the sessions whose deadlines or pending requests may have
 // come due, and rescans everything after a failure.
 func (r *Reconciler) tick(ctx context.Context) {
+	r.flushActivity()
 	if err := r.probe(ctx); err != nil {
 		r.failClosed(err, false)
 		return
@@ -548,7 +647,15 @@ func (r *Reconciler) tick(ctx context.Context) {
 		rescan, r.rescan = r.rescan, nil
 	}
 	keys := make([]string, 0, len(r.watch))
+	now := r.cfg.Clock.Now()
 	for k := range r.watch {
+		// A session whose next deadline is still to come is not judged
+		// again before it (an event judges it meanwhile): a long
+		// tool_deadline keeps many sessions watched for hours, and a
+		// judgement copies the state.
+		if due, ok := r.due[k]; ok && now.Before(due) {
+			continue
+		}
 		keys = append(keys, k)
 	}
 	r.mu.Unlock()
@@ -571,6 +678,7 @@ func (r *Reconciler) tick(ctx context.Context) {
 			// Erased: nothing to watch.
 			r.mu.Lock()
 			delete(r.watch, k)
+			delete(r.due, k)
 			r.mu.Unlock()
 			continue
 		}
@@ -659,7 +767,17 @@ func (r *Reconciler) executeLoop(ctx context.Context) {
 					moot = true
 					break
 				}
-				err = r.execute(ctx, a)
+				// Never act on stale state: the session's log may hold
+				// events the state this was decided from did not.
+				var still bool
+				if still, err = r.current(ctx, a); err == nil && !still {
+					r.cfg.Gate.Leave(tenant, session)
+					moot = true
+					break
+				}
+				if err == nil {
+					err = r.execute(ctx, a)
+				}
 				if recovery.Refused(err) {
 					err = r.park(ctx, a, err)
 				}
@@ -684,8 +802,9 @@ func (r *Reconciler) executeLoop(ctx context.Context) {
 			}
 		}
 		if moot {
-			// Not done: if the erase is given up, judging the session
-			// again queues it again.
+			// Not done: judging the session again (after an erase that
+			// was given up, or once its state caught up with its log)
+			// queues it again if it still holds.
 			r.forget(a.Key)
 			continue
 		}

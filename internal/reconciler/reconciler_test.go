@@ -115,6 +115,11 @@ func TestDeadlineAbandonsASilentTurn(t *testing.T) {
 	if tn.LastStage != events.StageContext || !strings.Contains(tn.Reason, "last stage completed: context") {
 		t.Fatalf("abandoned turn: %+v", tn)
 	}
+	// The worker records the abandon, then tells the runtime.
+	deadline := time.Now().Add(10 * time.Second)
+	for len(e.rt.Notices("hang")) == 0 && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
 	if n := e.rt.Notices("hang"); len(n) == 0 || !strings.Contains(n[0].Notice, "abandoned") {
 		t.Fatalf("the runtime was not told: %+v", n)
 	}

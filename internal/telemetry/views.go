@@ -2,6 +2,7 @@ package telemetry
 
 import (
 	"sync"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/turnstone-dev/turnstone/projections"
@@ -10,14 +11,22 @@ import (
 // viewStatuses are the statuses sessions{status} exports. Idle sessions
 // are not counted (the tracker forgets a clean idle session; see
 // ObserveView), and no Session is ever StatusInvalid.
-var viewStatuses = []projections.SessionStatus{projections.StatusPaused, projections.StatusInTurn, projections.StatusBroken}
+var viewStatuses = []projections.SessionStatus{projections.StatusPaused, projections.StatusInTurn, projections.StatusInterrupted, projections.StatusBroken}
 
 // viewEntry is what the view tracker keeps of one session: its latest
-// View's status and counts.
+// View's status and counts, and, for a history session in turn, when its
+// last event was (it is interrupted once that is older than the live
+// horizon: projections.Interrupted, computed when the gauges are read).
 type viewEntry struct {
-	status projections.SessionStatus
-	c      projections.Counts
+	status  projections.SessionStatus
+	c       projections.Counts
+	history bool
+	last    time.Time
 }
+
+// mayInterrupt reports whether the entry is counted in_turn now and may
+// read interrupted later.
+func (e viewEntry) mayInterrupt() bool { return e.status == projections.StatusInTurn && e.history }
 
 // clean reports whether the entry contributes nothing to any gauge.
 func (e viewEntry) clean() bool {
@@ -31,6 +40,7 @@ func (e viewEntry) clean() bool {
 type viewTracker struct {
 	mu       sync.Mutex
 	sessions map[sessionKey]viewEntry
+	inTurn   map[sessionKey]time.Time // history sessions in turn: their last event
 
 	status                           map[projections.SessionStatus]float64
 	oOpen, oRepaired, oReset         float64
@@ -44,8 +54,9 @@ func newViewTracker(namespace string) *viewTracker {
 	}
 	return &viewTracker{
 		sessions:    map[sessionKey]viewEntry{},
+		inTurn:      map[sessionKey]time.Time{},
 		status:      map[projections.SessionStatus]float64{},
-		dSessions:   desc("sessions", "Sessions by status (paused, in_turn, broken) as of the latest event folded of each (projections.View).", "status"),
+		dSessions:   desc("sessions", "Sessions by status (paused, in_turn, interrupted, broken) as of the latest event folded of each (projections.View; interrupted: a history session whose turn is in flight and whose last event is older than the default live horizon).", "status"),
 		dOrphans:    desc("orphans", "Orphaned tool_use blocks by state (open, repaired, reset) over the sessions folded (projections.View counts).", "state"),
 		dViolations: desc("violations", "Invariant violations by state (open, resolved, reset) over the sessions folded (projections.View counts).", "state"),
 	}
@@ -85,7 +96,11 @@ func (m *Metrics) ObserveSession(s *projections.Session) {
 	if m == nil || s == nil {
 		return
 	}
-	m.observeView(s.Tenant, s.Session, viewEntry{status: s.Status(), c: s.Counts()})
+	last := s.LastTime
+	if last.IsZero() {
+		last = s.LastStored
+	}
+	m.observeView(s.Tenant, s.Session, viewEntry{status: s.Status(), c: s.Counts(), history: s.History, last: last})
 }
 
 func (m *Metrics) observeView(tenant, session string, e viewEntry) {
@@ -96,12 +111,16 @@ func (m *Metrics) observeView(tenant, session string, e viewEntry) {
 	if old, ok := t.sessions[k]; ok {
 		t.add(old, -1)
 		delete(t.sessions, k)
+		delete(t.inTurn, k)
 	}
 	if e.clean() {
 		return
 	}
 	t.sessions[k] = e
 	t.add(e, 1)
+	if e.mayInterrupt() {
+		t.inTurn[k] = e.last
+	}
 }
 
 // Describe implements prometheus.Collector.
@@ -115,8 +134,24 @@ func (t *viewTracker) Describe(ch chan<- *prometheus.Desc) {
 func (t *viewTracker) Collect(ch chan<- prometheus.Metric) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	// History sessions in turn whose last event is older than the
+	// horizon are interrupted as of now, as every reader computes it.
+	now := time.Now()
+	interrupted := 0.0
+	for _, last := range t.inTurn {
+		if projections.Interrupted(true, 1, last, now, projections.DefaultLiveHorizon) {
+			interrupted++
+		}
+	}
 	for _, st := range viewStatuses {
-		ch <- prometheus.MustNewConstMetric(t.dSessions, prometheus.GaugeValue, t.status[st], string(st))
+		v := t.status[st]
+		switch st {
+		case projections.StatusInTurn:
+			v -= interrupted
+		case projections.StatusInterrupted:
+			v += interrupted
+		}
+		ch <- prometheus.MustNewConstMetric(t.dSessions, prometheus.GaugeValue, v, string(st))
 	}
 	for _, x := range []struct {
 		state string

@@ -2,7 +2,9 @@ package telemetry
 
 import (
 	"testing"
+	"time"
 
+	"github.com/turnstone-dev/turnstone/events"
 	"github.com/turnstone-dev/turnstone/projections"
 )
 
@@ -51,4 +53,37 @@ func TestObserveViewSumsTheLatestViews(t *testing.T) {
 	var nilMetrics *Metrics
 	nilMetrics.ObserveView(broken)
 	nilMetrics.ObserveSession(&projections.Session{})
+}
+
+// TestInterruptedIsComputedWhenRead: a history session in turn counts as
+// interrupted once its last event is older than the live horizon, as of
+// the scrape; a live one, or a recent one, stays in_turn.
+func TestInterruptedIsComputedWhenRead(t *testing.T) {
+	m := NewMetrics(Namespace)
+	reg := m.Registry()
+	fold := func(session string, history bool, at time.Time) {
+		s := &projections.Session{}
+		evs := []events.Payload{&events.SessionStarted{History: history}, &events.TurnStarted{}}
+		for i, p := range evs {
+			turn := ""
+			if i == 1 {
+				turn = "t1"
+			}
+			ev, err := events.NewAt(at, events.NewID(), "a", session, turn, p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ev.Seq = uint64(i + 1)
+			s.Apply(ev)
+		}
+		m.ObserveSession(s)
+	}
+	fold("old-history", true, time.Now().Add(-365*24*time.Hour))
+	fold("new-history", true, time.Now())
+	fold("old-live", false, time.Now().Add(-365*24*time.Hour))
+	for st, n := range map[string]float64{"interrupted": 1, "in_turn": 2} {
+		if got, _ := value(t, reg, "turnstone_sessions", map[string]string{"status": st}); got != n {
+			t.Errorf("sessions{status=%s} = %v, want %v", st, got, n)
+		}
+	}
 }

@@ -19,7 +19,7 @@ import (
 
 // statuses are the session statuses the sessions page filters by, in the
 // order it shows them.
-var statuses = []string{string(projections.StatusBroken), string(projections.StatusPaused), string(projections.StatusInTurn), string(projections.StatusIdle)}
+var statuses = []string{string(projections.StatusBroken), string(projections.StatusPaused), string(projections.StatusInterrupted), string(projections.StatusInTurn), string(projections.StatusIdle)}
 
 type sessionsPage struct {
 	Form      url.Values
@@ -104,8 +104,11 @@ func (s *Server) sessions(_ http.ResponseWriter, r *http.Request) (string, any, 
 }
 
 type sessionPage struct {
-	T        *forensics.Timeline
-	S        *projections.Session
+	T *forensics.Timeline
+	S *projections.Session
+	// V is the state's View now (its Status says interrupted for a
+	// history session that ends mid-turn; its pending tool_use ids).
+	V        projections.View
 	Base     string // the session page's path
 	First    uint64
 	Last     uint64
@@ -152,7 +155,7 @@ func (s *Server) session(_ http.ResponseWriter, r *http.Request) (string, any, e
 	if err != nil {
 		return "", nil, err
 	}
-	v := sessionPage{T: t, S: t.State, Base: sessionPath(tenant, session), First: first, Last: last, Until: t.State.LastSeq, Latest: until == 0,
+	v := sessionPage{T: t, S: t.State, V: t.State.View(), Base: sessionPath(tenant, session), First: first, Last: last, Until: t.State.LastSeq, Latest: until == 0,
 		Position: t.State.Events}
 	if v.Latest {
 		v.Until = last
