@@ -65,7 +65,7 @@ func memberChild(kind string) error {
 		if err != nil {
 			return err
 		}
-		w, err := worker.New(nc, l, worker.Config{Name: name, UseExisting: true}, nil)
+		w, err := worker.New(nc, l, worker.Config{Name: name}, nil)
 		if err != nil {
 			return err
 		}
@@ -147,7 +147,7 @@ func setupServer(ctx context.Context) (*server, *client, *events.Log, error) {
 		srv.close()
 		return nil, nil, nil, err
 	}
-	l, err := engine.Setup(ctx, c.js, events.Config{}, nil)
+	l, err := engine.Setup(ctx, c.js, engine.SetupConfig{}, nil)
 	if err != nil {
 		c.nc.Close()
 		srv.close()

@@ -45,8 +45,10 @@ const (
 	// ActionRetention: sessions past their tenant's retention, erased by
 	// the engine that owns their partition.
 	ActionRetention Action = "retention"
-	// ActionStreamsUpdated: engine setup (or serve) changed the settings
-	// of existing streams (--update-streams, or this version's contract).
+	// ActionStreamsUpdated: engine setup (or serve, on its embedded
+	// server) changed the settings of existing streams or consumers
+	// (--update-streams, --ack-wait and the other consumer settings, or
+	// this version's contract).
 	ActionStreamsUpdated Action = "streams_updated"
 )
 
