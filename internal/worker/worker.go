@@ -119,13 +119,13 @@ type Worker struct {
 	// name: a command is kept alive, redelivered and parked by the
 	// settings of the consumer that delivered it.
 	delivery sync.Map // string -> recovery.DeliveryConfig
-	gate   *erasure.Gate
-	notice *nats.Subscription
-	mu     sync.Mutex
-	ccs    map[int]jetstream.ConsumeContext
-	runCtx context.Context
-	cancel context.CancelFunc
-	wg     sync.WaitGroup
+	gate     *erasure.Gate
+	notice   *nats.Subscription
+	mu       sync.Mutex
+	ccs      map[int]jetstream.ConsumeContext
+	runCtx   context.Context
+	cancel   context.CancelFunc
+	wg       sync.WaitGroup
 }
 
 // New returns a worker that executes commands against log, talking to
