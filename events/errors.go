@@ -32,6 +32,9 @@ var (
 	ErrLogUnavailable = errors.New("event log unavailable")
 	// ErrSessionNotFound: no event of the session is in the log.
 	ErrSessionNotFound = errors.New("session not found")
+	// ErrAmbiguousSession: a name given to ResolveSession matches several
+	// sessions.
+	ErrAmbiguousSession = errors.New("session name is ambiguous")
 	// ErrSettingsDiffer: the config asks for a stream setting that
 	// differs from the existing stream's, without Config.UpdateStreams.
 	ErrSettingsDiffer = errors.New("stream settings differ")

@@ -120,3 +120,23 @@ func CheckSetUp(ctx context.Context, js jetstream.JetStream) error {
 	}
 	return nil
 }
+
+// PendingCommands returns, for each of the partitions, how many commands
+// its consumer holds that are not done: not yet delivered, or delivered
+// and not yet acknowledged. A partition whose consumer does not exist is
+// left out. It writes nothing.
+func PendingCommands(ctx context.Context, js jetstream.JetStream, partitions []int) (map[int]uint64, error) {
+	out := make(map[int]uint64, len(partitions))
+	for _, p := range partitions {
+		c, err := js.Consumer(ctx, Stream, ConsumerName(p))
+		if errors.Is(err, jetstream.ErrConsumerNotFound) || errors.Is(err, jetstream.ErrStreamNotFound) {
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("pending commands of partition %d: %w", p, err)
+		}
+		ci := c.CachedInfo()
+		out[p] = ci.NumPending + uint64(ci.NumAckPending)
+	}
+	return out, nil
+}
