@@ -15,8 +15,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/turnstone-dev/turnstone/events"
-	"github.com/turnstone-dev/turnstone/internal/telemetry"
 	"github.com/turnstone-dev/turnstone/internal/forensics"
+	"github.com/turnstone-dev/turnstone/internal/telemetry"
 	"github.com/turnstone-dev/turnstone/projections"
 )
 
