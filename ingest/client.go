@@ -2,7 +2,6 @@ package ingest
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
@@ -10,6 +9,7 @@ import (
 
 	"github.com/cenkalti/backoff/v4"
 
+	"github.com/go-json-experiment/json"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/turnstone-dev/turnstone/events"
@@ -283,7 +283,10 @@ func (c *Client) read(ctx context.Context, tenant, session string, req ReadReque
 
 // readOnce asks for one page once.
 func (c *Client) readOnce(ctx context.Context, tenant, session string, req ReadRequest) (*ReadReply, error) {
-	b, _ := json.Marshal(req)
+	b, err := json.Marshal(req)
+	if err != nil {
+		return nil, fmt.Errorf("read session %s/%s: %w", tenant, session, err)
+	}
 	rctx, cancel := c.withTimeout(ctx)
 	defer cancel()
 	resp, err := c.nc.RequestWithContext(rctx, ReadSubject(tenant, session), b)

@@ -382,8 +382,11 @@ func (r *runner) fleetFigure(ctx context.Context) error {
 	for i := 0; i < n; i++ {
 		s := sessionName("fleet", i)
 		p := events.Partition(benchTenant, s, l.Partitions())
-		b, _ := json.Marshal(projections.Summary{Tenant: benchTenant, Session: s, Partition: p, Status: projections.StatusIdle,
+		b, err := json.Marshal(projections.Summary{Tenant: benchTenant, Session: s, Partition: p, Status: projections.StatusIdle,
 			Runtime: "bench", Counts: projections.Counts{TurnsTotal: 3, TurnsCompleted: 3}, Events: 12, FirstSeq: uint64(i*12 + 1), LastSeq: uint64(i*12 + 12), LastTime: now, LastStored: now})
+		if err != nil {
+			return err
+		}
 		f, err := js.PublishAsync("$KV."+projections.IndexBucket+"."+projections.IndexKey(p, benchTenant, s), b)
 		if err != nil {
 			return err

@@ -2,7 +2,6 @@ package engine
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -10,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/go-json-experiment/json"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/turnstone-dev/turnstone/events"
@@ -322,7 +322,10 @@ func (p purger) all(ctx context.Context, scope erasure.Scope, counts *audit.Coun
 // purge purges stream's messages on filter and returns how many it
 // removed; 0 when the stream does not exist.
 func (p purger) purge(ctx context.Context, stream, filter string) (uint64, error) {
-	body, _ := json.Marshal(map[string]string{"filter": filter})
+	body, err := json.Marshal(map[string]string{"filter": filter})
+	if err != nil {
+		return 0, fmt.Errorf("purge %s %s: %w", stream, filter, err)
+	}
 	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	msg, err := p.nc.RequestWithContext(rctx, p.prefix+"STREAM.PURGE."+stream, body)

@@ -3,7 +3,6 @@ package forensics
 import (
 	"cmp"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -11,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/go-json-experiment/json"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 	"github.com/turnstone-dev/turnstone/internal/correlate"

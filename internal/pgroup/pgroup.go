@@ -40,7 +40,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -50,6 +49,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/go-json-experiment/json"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 )
@@ -376,7 +376,10 @@ func (m *Member) beat(ctx context.Context) error {
 	if rec.Partitions == nil {
 		rec.Partitions = []int{}
 	}
-	b, _ := json.Marshal(rec)
+	b, err := json.Marshal(rec)
+	if err != nil {
+		return fmt.Errorf("heartbeat record: %w", err)
+	}
 	bctx, cancel := context.WithTimeout(ctx, m.cfg.FenceAfter)
 	defer cancel()
 	if _, err := m.kv.Put(bctx, m.key(), b); err != nil {

@@ -17,7 +17,6 @@ package presence
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"sort"
@@ -25,6 +24,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/go-json-experiment/json"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
 	"github.com/rs/zerolog"
@@ -119,11 +119,14 @@ func Discover(ctx context.Context, nc *nats.Conn, wait time.Duration) ([]Runtime
 // responders), or another error (a timeout: something listens but did not
 // answer within timeout; the connection's errors).
 func Ping(ctx context.Context, nc *nats.Conn, tenant string, timeout time.Duration) error {
-	req, _ := json.Marshal(recovery.ControlRequest{Action: recovery.ActionPing, Tenant: tenant, Session: recovery.PresenceSession,
+	req, err := json.Marshal(recovery.ControlRequest{Action: recovery.ActionPing, Tenant: tenant, Session: recovery.PresenceSession,
 		Reason: "presence check by the engine", DeadlineMS: timeout.Milliseconds()})
+	if err != nil {
+		return fmt.Errorf("ping %s: %w", tenant, err)
+	}
 	rctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	_, err := nc.RequestWithContext(rctx, recovery.ControlSubject(tenant, recovery.PresenceSession), req)
+	_, err = nc.RequestWithContext(rctx, recovery.ControlSubject(tenant, recovery.PresenceSession), req)
 	switch {
 	case err == nil:
 		return nil

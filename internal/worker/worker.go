@@ -584,7 +584,10 @@ func (w *Worker) setStatus(ctx context.Context, cmd recovery.Command, meta *jets
 	if meta != nil {
 		st.Seq = meta.Sequence.Stream
 	}
-	b, _ := json.Marshal(st, json.Deterministic(true))
+	b, err := json.Marshal(st, json.Deterministic(true))
+	if err != nil {
+		return fmt.Errorf("status of %s: %w", cmd.ID, err)
+	}
 	if !w.gate.Enter(cmd.Tenant, cmd.Session, epochOf(ctx)) {
 		return fmt.Errorf("status of %s: %w", cmd.ID, erasure.ErrErasing)
 	}
