@@ -21,7 +21,7 @@ const (
 	DefaultSnapshotEvery = 100
 	DefaultDurable       = "turnstone-projector"
 	DefaultIdleEvict     = time.Minute
-	DefaultCompactAfter  = 5 * time.Second
+	DefaultCompressAfter = 5 * time.Second
 	DefaultMaxSessions   = 10000
 	// DefaultProjectorGroup is the priority group the engines pull the
 	// projector consumers in: the pinned_client policy (ADR-42) delivers
@@ -58,12 +58,12 @@ type ProjectorConfig struct {
 	// IdleEvict is how long a session may go without an event before its
 	// state leaves memory. Default 1 minute.
 	IdleEvict time.Duration
-	// CompactAfter is how long a session with no turn in flight may go
-	// without an event before the projector holds its state in compact
+	// CompressAfter is how long a session with no turn in flight may go
+	// without an event before the projector holds its state in compressed
 	// form (its JSON compressed: a few hundred bytes for a short session,
 	// about a quarter of the JSON for a long one) until its next event or
 	// a reader expands it again. Default 5 seconds; negative: never.
-	CompactAfter time.Duration
+	CompressAfter time.Duration
 	// MaxSessions bounds the session states held in memory: past it, the
 	// least recently active leave. Default 10,000. A state that left is
 	// restored (last snapshot + at most SnapshotEvery events) when its
@@ -119,8 +119,8 @@ func (c *ProjectorConfig) setDefaults() {
 	if c.IdleEvict == 0 {
 		c.IdleEvict = DefaultIdleEvict
 	}
-	if c.CompactAfter == 0 {
-		c.CompactAfter = DefaultCompactAfter
+	if c.CompressAfter == 0 {
+		c.CompressAfter = DefaultCompressAfter
 	}
 	if c.MaxSessions == 0 {
 		c.MaxSessions = DefaultMaxSessions
@@ -272,12 +272,12 @@ type Projector struct {
 	cfg   ProjectorConfig
 	l     zerolog.Logger
 
-	mu       sync.Mutex
-	sessions map[string]*tracked
-	lru      *list.List // of *tracked, most recently active first
-	parts    map[int]*partition
-	newFast  int // sessions folded from empty without a restore (new ones)
-	nCompact int // states held in compact form
+	mu          sync.Mutex
+	sessions    map[string]*tracked
+	lru         *list.List // of *tracked, most recently active first
+	parts       map[int]*partition
+	newFast     int // sessions folded from empty without a restore (new ones)
+	nCompressed int // states held in compressed form
 
 	runCtx context.Context
 	cancel context.CancelFunc
@@ -289,13 +289,13 @@ type tracked struct {
 	tenant    string
 	session   string
 	partition int
-	// state is the session's state, or nil while it is held in compact
-	// form (compact; see compactState).
-	state     *Session
-	compact   []byte
-	sinceSnap int
-	touched   time.Time
-	elem      *list.Element
+	// state is the session's state, or nil while it is held in compressed
+	// form (see compressState).
+	state      *Session
+	compressed []byte
+	sinceSnap  int
+	touched    time.Time
+	elem       *list.Element
 	// indexed is the attention of the summary last written to the index;
 	// dirty says the summary changed since; subject is the session's
 	// stored subject (for a subject that names no valid session).
@@ -566,9 +566,9 @@ func (p *Projector) Session(tenant, session string) (*Session, bool) {
 		return nil, false
 	}
 	if t.state == nil {
-		s, err := expandState(t.compact) // a copy already
+		s, err := decompressState(t.compressed) // a copy already
 		if err != nil {
-			p.l.Warn().Err(err).Str("session", t.key).Msg("compact state does not expand; it is restored at its next event")
+			p.l.Warn().Err(err).Str("session", t.key).Msg("compressed state does not expand; it is restored at its next event")
 			p.drop(t)
 			return nil, false
 		}
@@ -577,30 +577,30 @@ func (p *Projector) Session(tenant, session string) (*Session, bool) {
 	return t.state.Clone(), true
 }
 
-// Compacted is how many of the session states the projector holds are in
-// compact form (see ProjectorConfig.CompactAfter).
-func (p *Projector) Compacted() int {
+// Compressed is how many of the session states the projector holds are in
+// compressed form (see ProjectorConfig.CompressAfter).
+func (p *Projector) Compressed() int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return p.nCompact
+	return p.nCompressed
 }
 
 // expand makes t's state whole again; p.mu must be held. It reports false
-// when the compact form does not expand (it cannot happen: the form never
+// when the compressed form does not expand (it cannot happen: the form never
 // leaves memory), and t is then dropped.
 func (p *Projector) expand(t *tracked) bool {
 	if t.state != nil {
 		return true
 	}
-	s, err := expandState(t.compact)
+	s, err := decompressState(t.compressed)
 	if err != nil {
-		p.l.Warn().Err(err).Str("session", t.key).Msg("compact state does not expand; restoring it")
+		p.l.Warn().Err(err).Str("session", t.key).Msg("compressed state does not expand; restoring it")
 		p.drop(t)
 		return false
 	}
-	t.state, t.compact = s, nil
+	t.state, t.compressed = s, nil
 	if p.sessions[t.key] == t {
-		p.nCompact--
+		p.nCompressed--
 	}
 	return true
 }
@@ -656,7 +656,7 @@ func (p *Projector) apply(ctx context.Context, part int, ev events.Event) jetstr
 	}
 	// st is the state this goroutine folds: the partition's events come
 	// one at a time, so nothing else changes it, and the field t.state
-	// (which the compactor may set while st is read) is only read under
+	// (which the compressor may set while st is read) is only read under
 	// p.mu.
 	p.mu.Lock()
 	if !p.expand(t) {
@@ -801,7 +801,7 @@ func (p *Projector) indexLoop(ctx context.Context) {
 		var due []indexRow
 		var keys []string // the sessions' keys in p.sessions, by due's index
 		for key, t := range p.sessions {
-			// A state held in compact form is never dirty (compactIdle
+			// A state held in compressed form is never dirty (compressIdle
 			// leaves dirty states whole).
 			if t.dirty && t.state != nil {
 				due = append(due, t.summary(t.state))
@@ -905,13 +905,13 @@ func (p *Projector) snapshot(ctx context.Context, s *Session) {
 	}
 }
 
-// evictLoop lets idle states go (IdleEvict) and compacts the idle ones
-// it keeps (CompactAfter).
+// evictLoop lets idle states go (IdleEvict) and compresses the idle ones
+// it keeps (CompressAfter).
 func (p *Projector) evictLoop(ctx context.Context) {
 	defer p.wg.Done()
 	every := p.cfg.IdleEvict / 4
-	if p.cfg.CompactAfter > 0 {
-		every = min(every, max(p.cfg.CompactAfter/2, 10*time.Millisecond))
+	if p.cfg.CompressAfter > 0 {
+		every = min(every, max(p.cfg.CompressAfter/2, 10*time.Millisecond))
 	}
 	tick := time.NewTicker(every)
 	defer tick.Stop()
@@ -921,33 +921,33 @@ func (p *Projector) evictLoop(ctx context.Context) {
 			return
 		case now := <-tick.C:
 			p.evict(ctx, now)
-			if p.cfg.CompactAfter > 0 {
-				p.compactIdle(now)
+			if p.cfg.CompressAfter > 0 {
+				p.compressIdle(now)
 			}
 		}
 	}
 }
 
-// compactBatch is how many states compactIdle looks at per hold of p.mu.
-const compactBatch = 64
+// compressBatch is how many states compressIdle looks at per hold of p.mu.
+const compressBatch = 64
 
-// compactIdle holds in compact form the states of the sessions with no
-// turn in flight that have had no event for CompactAfter, least recently
-// active first. It holds p.mu for compactBatch states at a time, so the
+// compressIdle holds in compressed form the states of the sessions with no
+// turn in flight that have had no event for CompressAfter, least recently
+// active first. It holds p.mu for compressBatch states at a time, so the
 // partitions' folds go on between.
-func (p *Projector) compactIdle(now time.Time) {
+func (p *Projector) compressIdle(now time.Time) {
 	p.mu.Lock()
 	e := p.lru.Back()
 	p.mu.Unlock()
 	for e != nil {
 		p.mu.Lock()
-		for n := 0; e != nil && n < compactBatch; n++ {
+		for n := 0; e != nil && n < compressBatch; n++ {
 			t, ok := e.Value.(*tracked)
 			if !ok || t.elem != e { // dropped meanwhile: start again next tick
 				p.mu.Unlock()
 				return
 			}
-			if now.Sub(t.touched) < p.cfg.CompactAfter {
+			if now.Sub(t.touched) < p.cfg.CompressAfter {
 				p.mu.Unlock()
 				return // the rest are more recent
 			}
@@ -956,12 +956,12 @@ func (p *Projector) compactIdle(now time.Time) {
 			if s == nil || len(s.InFlight) > 0 || s.NeedsRefold || t.dirty {
 				continue
 			}
-			c, err := compactState(s)
+			c, err := compressState(s)
 			if err != nil {
 				continue
 			}
-			t.state, t.compact = nil, c
-			p.nCompact++
+			t.state, t.compressed = nil, c
+			p.nCompressed++
 		}
 		p.mu.Unlock()
 	}
@@ -1009,7 +1009,7 @@ func (p *Projector) forgetKey(key string) {
 // drop forgets a session's state; p.mu must be held.
 func (p *Projector) drop(t *tracked) {
 	if t.state == nil && p.sessions[t.key] == t {
-		p.nCompact--
+		p.nCompressed--
 	}
 	delete(p.sessions, t.key)
 	if t.elem != nil {

@@ -53,12 +53,12 @@ type Config struct {
 	Log events.Config
 	// Policy is the reconciler's (nil: the defaults).
 	Policy *reconciler.Policy
-	// SnapshotEvery, MaxSessions, IdleEvict and CompactAfter configure the
+	// SnapshotEvery, MaxSessions, IdleEvict and CompressAfter configure the
 	// projector (projections.ProjectorConfig; zero: its defaults).
 	SnapshotEvery int
 	MaxSessions   int
 	IdleEvict     time.Duration
-	CompactAfter  time.Duration
+	CompressAfter time.Duration
 	// Heartbeat and TTL configure the partition group (pgroup.Config;
 	// zero: its defaults, 1 s and 5 s).
 	Heartbeat time.Duration
@@ -280,7 +280,7 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config, logger *zerolog.Logger
 	m := cfg.Metrics
 	var rec *reconciler.Reconciler // set below, before any event is folded
 	e.Projector, err = projections.NewProjector(e.Log, e.Store, projections.ProjectorConfig{
-		SnapshotEvery: cfg.SnapshotEvery, MaxSessions: cfg.MaxSessions, IdleEvict: cfg.IdleEvict, CompactAfter: cfg.CompactAfter,
+		SnapshotEvery: cfg.SnapshotEvery, MaxSessions: cfg.MaxSessions, IdleEvict: cfg.IdleEvict, CompressAfter: cfg.CompressAfter,
 		Shared: true, Index: true, Gate: e.Gate,
 		OnApply: func(s *projections.Session, ev events.Event, applied bool, vs []projections.Violation) {
 			if m != nil {
