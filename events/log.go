@@ -706,7 +706,7 @@ func DecodeStored(subject string, seq uint64, body []byte) Event {
 // metadata Timestamp, or the Nats-Time-Stamp header of a direct get).
 func DecodeStoredAt(subject string, seq uint64, stored time.Time, body []byte) Event {
 	tenant, session := subjectTokens(subject)
-	if ev, ok := decodeValid(body); ok && ev.Tenant == tenant && ev.Session == session {
+	if ev, ok := decodeValid(body, tenant, session); ok && ev.Tenant == tenant && ev.Session == session {
 		ev.Seq, ev.Subject, ev.Stored, ev.Raw = seq, subject, stored, body
 		return ev
 	}

@@ -5,6 +5,7 @@ import (
 	stdjson "encoding/json"
 	"io"
 	"sync"
+	"time"
 
 	"github.com/go-json-experiment/json"
 	"github.com/go-json-experiment/json/jsontext"
@@ -16,11 +17,33 @@ type storedDecoder struct {
 	dec *jsontext.Decoder
 	buf *bytes.Buffer
 	ev  Event // decoded into here (a pointer to a local would escape)
+	// interned holds the values of the envelope's repetitive members
+	// (source, turn) this decoder has read: a value seen before costs no
+	// allocation, and the states that keep it share one string.
+	interned map[string]string
+}
+
+// maxInterned bounds storedDecoder.interned; past it the table starts
+// again.
+const maxInterned = 4096
+
+// intern returns the string of the unquoted bytes b, from the table when
+// it holds it.
+func (sd *storedDecoder) intern(b []byte) string {
+	if s, ok := sd.interned[string(b)]; ok {
+		return s
+	}
+	if len(sd.interned) >= maxInterned {
+		clear(sd.interned)
+	}
+	s := string(b)
+	sd.interned[s] = s
+	return s
 }
 
 var storedDecoders = sync.Pool{New: func() any {
 	buf := new(bytes.Buffer)
-	return &storedDecoder{dec: jsontext.NewDecoder(buf), buf: buf}
+	return &storedDecoder{dec: jsontext.NewDecoder(buf), buf: buf, interned: map[string]string{}}
 }}
 
 // decodeValid decodes a stored body and checks it against the contract in
@@ -34,7 +57,10 @@ var storedDecoders = sync.Pool{New: func() any {
 // false, and the caller decodes the body with Decode and Validate, whose
 // results and errors are the reference: for a body decodeValid accepts,
 // they give the same Event and payload (FuzzDecodeValidate checks).
-func decodeValid(body []byte) (Event, bool) {
+//
+// tenant and session are the subject's: a body that names them (as a
+// valid one does) shares their strings rather than allocating its own.
+func decodeValid(body []byte, tenant, session string) (Event, bool) {
 	sd := storedDecoders.Get().(*storedDecoder)
 	defer storedDecoders.Put(sd)
 	sd.buf.Reset()
@@ -55,21 +81,74 @@ func decodeValid(body []byte) (Event, bool) {
 		}
 		switch string(name) {
 		case `"specversion"`:
-			err = json.UnmarshalDecode(dec, &ev.SpecVersion)
+			v, ok := stringValue(dec)
+			if !ok {
+				return Event{}, false
+			}
+			if string(v) == SpecVersion {
+				ev.SpecVersion = SpecVersion
+			} else {
+				ev.SpecVersion = string(v)
+			}
 		case `"id"`:
-			err = json.UnmarshalDecode(dec, &ev.ID)
+			v, ok := stringValue(dec)
+			if !ok {
+				return Event{}, false
+			}
+			ev.ID = string(v)
 		case `"type"`:
-			err = json.UnmarshalDecode(dec, &ev.Type)
+			v, ok := stringValue(dec)
+			if !ok {
+				return Event{}, false
+			}
+			ev.Type = Type(sd.intern(v))
 		case `"source"`:
-			err = json.UnmarshalDecode(dec, &ev.Source)
+			v, ok := stringValue(dec)
+			if !ok {
+				return Event{}, false
+			}
+			ev.Source = sd.intern(v)
 		case `"time"`:
-			err = json.UnmarshalDecode(dec, &ev.Time)
+			if dec.PeekKind() != '"' {
+				return Event{}, false
+			}
+			raw, err := dec.ReadValue()
+			if err != nil {
+				return Event{}, false
+			}
+			// Encode's form is parsed by hand; any other goes through the
+			// library, the reference.
+			t, ok := parseCanonicalTime(raw)
+			if !ok && json.Unmarshal(raw, &t) != nil {
+				return Event{}, false
+			}
+			ev.Time = t
 		case `"tenant"`:
-			err = json.UnmarshalDecode(dec, &ev.Tenant)
+			v, ok := stringValue(dec)
+			if !ok {
+				return Event{}, false
+			}
+			if string(v) == tenant {
+				ev.Tenant = tenant
+			} else {
+				ev.Tenant = string(v)
+			}
 		case `"session"`:
-			err = json.UnmarshalDecode(dec, &ev.Session)
+			v, ok := stringValue(dec)
+			if !ok {
+				return Event{}, false
+			}
+			if string(v) == session {
+				ev.Session = session
+			} else {
+				ev.Session = string(v)
+			}
 		case `"turn"`:
-			err = json.UnmarshalDecode(dec, &ev.Turn)
+			v, ok := stringValue(dec)
+			if !ok {
+				return Event{}, false
+			}
+			ev.Turn = sd.intern(v)
 		case `"data"`:
 			if p = newPayload(ev.Type); p == nil || dec.PeekKind() != '{' {
 				return Event{}, false // unknown type, data before type, or not an object
@@ -109,6 +188,79 @@ func decodeValid(body []byte) (Event, bool) {
 	out := *ev
 	*ev = Event{} // the pool keeps nothing of it
 	return out, true
+}
+
+// stringValue reads the next value, which must be a JSON string, and
+// returns its content unquoted: the bytes as they are in the body when
+// they hold no escape (read them before the decoder's next read), else a
+// copy with the escapes decoded. The decoder has checked the string (valid
+// UTF-8, valid escapes).
+func stringValue(dec *jsontext.Decoder) ([]byte, bool) {
+	if dec.PeekKind() != '"' {
+		return nil, false
+	}
+	v, err := dec.ReadValue()
+	if err != nil {
+		return nil, false
+	}
+	if bytes.IndexByte(v, '\\') < 0 {
+		return v[1 : len(v)-1], true
+	}
+	u, err := jsontext.AppendUnquote(nil, v)
+	return u, err == nil
+}
+
+// parseCanonicalTime parses a JSON string in the form Encode writes a
+// time in, RFC 3339 in UTC with an optional fraction of 1 to 9 digits
+// ("2026-02-19T10:00:00.123Z"), without reflection. It reports false for
+// any other form, and for a date or time out of range, which the caller
+// then gives to the library (the reference).
+func parseCanonicalTime(q []byte) (time.Time, bool) {
+	if len(q) < len(`"2006-01-02T15:04:05Z"`) || q[0] != '"' || q[len(q)-1] != '"' {
+		return time.Time{}, false
+	}
+	b := q[1 : len(q)-1]
+	num := func(s []byte) (int, bool) {
+		n := 0
+		for _, c := range s {
+			if c < '0' || c > '9' {
+				return 0, false
+			}
+			n = n*10 + int(c-'0')
+		}
+		return n, true
+	}
+	if b[4] != '-' || b[7] != '-' || b[10] != 'T' || b[13] != ':' || b[16] != ':' || b[len(b)-1] != 'Z' {
+		return time.Time{}, false
+	}
+	year, ok1 := num(b[0:4])
+	month, ok2 := num(b[5:7])
+	day, ok3 := num(b[8:10])
+	hour, ok4 := num(b[11:13])
+	minute, ok5 := num(b[14:16])
+	sec, ok6 := num(b[17:19])
+	if !(ok1 && ok2 && ok3 && ok4 && ok5 && ok6) || year < 1000 || month < 1 || month > 12 || day < 1 || hour > 23 || minute > 59 || sec > 59 {
+		return time.Time{}, false
+	}
+	if day > time.Date(year, time.Month(month)+1, 0, 0, 0, 0, 0, time.UTC).Day() {
+		return time.Time{}, false
+	}
+	nsec := 0
+	switch rest := b[19 : len(b)-1]; {
+	case len(rest) == 0:
+	case len(rest) >= 2 && len(rest) <= 10 && rest[0] == '.':
+		n, ok := num(rest[1:])
+		if !ok {
+			return time.Time{}, false
+		}
+		for range 10 - len(rest) {
+			n *= 10
+		}
+		nsec = n
+	default:
+		return time.Time{}, false
+	}
+	return time.Date(year, time.Month(month), day, hour, minute, sec, nsec, time.UTC), true
 }
 
 // rawInPlace decodes a json.RawMessage (a tool's input, a result's
