@@ -17,6 +17,7 @@ type storedDecoder struct {
 	dec *jsontext.Decoder
 	buf *bytes.Buffer
 	ev  Event // decoded into here (a pointer to a local would escape)
+	val validator
 	// interned holds the values of the envelope's repetitive members
 	// (source, turn) this decoder has read: a value seen before costs no
 	// allocation, and the states that keep it share one string.
@@ -118,11 +119,11 @@ func decodeValid(body []byte, tenant, session string) (Event, bool) {
 			}
 			// Encode's form is parsed by hand; any other goes through the
 			// library, the reference.
-			t, ok := parseCanonicalTime(raw)
-			if !ok && json.Unmarshal(raw, &t) != nil {
+			if t, ok := parseCanonicalTime(raw); ok {
+				ev.Time = t
+			} else if json.Unmarshal(raw, &ev.Time) != nil {
 				return Event{}, false
 			}
-			ev.Time = t
 		case `"tenant"`:
 			v, ok := stringValue(dec)
 			if !ok {
@@ -178,10 +179,12 @@ func decodeValid(body []byte, tenant, session string) (Event, bool) {
 	if p == nil {
 		return Event{}, false
 	}
-	v := validator{}
+	v := &sd.val // the decoder's: no allocation per event
+	*v = validator{errs: v.errs[:0]}
 	v.envelope(ev)
 	v.payload(ev, p)
 	if len(v.errs) > 0 {
+		clear(v.errs[:cap(v.errs)]) // the pool keeps no error
 		return Event{}, false
 	}
 	ev.payload = p
