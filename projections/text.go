@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"strings"
+	"unicode"
 	"unicode/utf8"
 
 	"github.com/go-json-experiment/json"
@@ -192,11 +193,17 @@ func digest(cb *events.ContentBlock, seq uint64) Block {
 // compactPrefix returns about the first max bytes of the JSON value raw
 // with the white space outside strings removed, without reading further.
 func compactPrefix(raw []byte, max int) string {
-	var b strings.Builder
-	b.Grow(min(len(raw), max+1))
+	return string(appendCompact(make([]byte, 0, min(len(raw), max+1)), raw, max))
+}
+
+// appendCompact appends to dst about the first max bytes of the JSON
+// value raw with the white space outside strings removed (compactPrefix),
+// and returns the extended slice.
+func appendCompact(dst, raw []byte, max int) []byte {
+	n := 0
 	inString, escaped := false, false
 	for _, c := range raw {
-		if b.Len() >= max {
+		if n >= max {
 			break
 		}
 		switch {
@@ -214,13 +221,68 @@ func compactPrefix(raw []byte, max int) string {
 		case c == ' ' || c == '\t' || c == '\n' || c == '\r':
 			continue
 		}
-		b.WriteByte(c)
+		dst = append(dst, c)
+		n++
 	}
-	return b.String()
+	return dst
 }
 
 // compactJSON returns raw with the white space outside strings removed.
 func compactJSON(raw []byte) string { return compactPrefix(raw, len(raw)) }
+
+// appendFields appends to dst the words of s (strings.Fields: runs of
+// Unicode white space split them) joined by single spaces: what
+// strings.Join(strings.Fields(s), " ") returns, without allocating.
+func appendFields(dst []byte, s string) []byte {
+	first := true
+	for i := 0; i < len(s); {
+		// Skip white space.
+		for i < len(s) {
+			c := s[i]
+			if c < utf8.RuneSelf {
+				if asciiSpace[c] == 0 {
+					break
+				}
+				i++
+				continue
+			}
+			r, size := utf8.DecodeRuneInString(s[i:])
+			if !unicode.IsSpace(r) {
+				break
+			}
+			i += size
+		}
+		if i == len(s) {
+			break
+		}
+		start := i
+		for i < len(s) {
+			c := s[i]
+			if c < utf8.RuneSelf {
+				if asciiSpace[c] != 0 {
+					break
+				}
+				i++
+				continue
+			}
+			r, size := utf8.DecodeRuneInString(s[i:])
+			if unicode.IsSpace(r) {
+				break
+			}
+			i += size
+		}
+		if !first {
+			dst = append(dst, ' ')
+		}
+		dst = append(dst, s[start:i]...)
+		first = false
+	}
+	return dst
+}
+
+// asciiSpace marks the ASCII bytes unicode.IsSpace holds space, as
+// strings.Fields reads them.
+var asciiSpace = [256]uint8{'\t': 1, '\n': 1, '\v': 1, '\f': 1, '\r': 1, ' ': 1}
 
 // resultText returns the start of a tool_result's content as text: the
 // string, or the text blocks of an array joined by newlines. Only the

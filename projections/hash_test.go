@@ -1,0 +1,132 @@
+package projections
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"math/rand/v2"
+	"strings"
+	"testing"
+
+	"github.com/turnstone-dev/turnstone/events"
+)
+
+// The hashes as they were written before they were made to allocate
+// nothing: the reference the new ones must equal, byte for byte, since
+// stored snapshots and the loop detectors compare them.
+
+func refChainOutput(h string, cb *events.ContentBlock) string {
+	if cb.Type == events.BlockThinking || cb.Type == "redacted_thinking" {
+		return h
+	}
+	sum := sha256.New()
+	for i, part := range []string{h + "\n" + cb.Type, cb.Name, refCompactJSON(cb.Input), strings.Join(strings.Fields(cb.Text), " ")} {
+		if i > 0 {
+			sum.Write([]byte{0})
+		}
+		sum.Write([]byte(part))
+	}
+	return hex.EncodeToString(sum.Sum(nil)[:8])
+}
+func refChainInput(h string, cb *events.ContentBlock) string {
+	sum := sha256.New()
+	sum.Write([]byte(h + "\n" + cb.Type))
+	if cb.IsError {
+		sum.Write([]byte{0, 1})
+	}
+	for _, part := range [][]byte{[]byte(cb.Text), cb.Content, cb.Source, []byte(cb.Data)} {
+		sum.Write([]byte{0})
+		sum.Write(part)
+	}
+	return hex.EncodeToString(sum.Sum(nil)[:8])
+}
+func refInputHash(input json.RawMessage) string {
+	sum := sha256.Sum256([]byte(refCompactJSON(input)))
+	return hex.EncodeToString(sum[:8])
+}
+func refStepKey(name string, input json.RawMessage) string {
+	sum := sha256.New()
+	sum.Write([]byte(name))
+	sum.Write([]byte{0})
+	sum.Write([]byte(strings.Join(strings.Fields(refCompactJSON(firstMember(input))), " ")))
+	return hex.EncodeToString(sum.Sum(nil)[:8])
+}
+
+func refCompactJSON(raw []byte) string {
+	var b strings.Builder
+	inString, escaped := false, false
+	for _, c := range raw {
+		switch {
+		case inString:
+			switch {
+			case escaped:
+				escaped = false
+			case c == '\\':
+				escaped = true
+			case c == '"':
+				inString = false
+			}
+		case c == '"':
+			inString = true
+		case c == ' ' || c == '\t' || c == '\n' || c == '\r':
+			continue
+		}
+		b.WriteByte(c)
+	}
+	return b.String()
+}
+
+// TestHashesEqualTheirReference: chainOutput, chainInput, InputHash and
+// StepKey give what they gave before they were rewritten, on texts with
+// every kind of white space (Unicode's too), escapes and invalid UTF-8,
+// short and longer than their stack buffers.
+func TestHashesEqualTheirReference(t *testing.T) {
+	t.Parallel()
+	parts := []string{"a", "word", " ", "  ", "\t", "\n", "\r\n", "\v", "\f", "\u00a0", "\u2003", "\u3000", "\u0085", "\x85", "\xff", "\xe2\x80",
+		"é", "日本", `"`, `\"`, `\\`, "{", "}", ":", ",", "[", "]", "x y", strings.Repeat("long text ", 150)}
+	rnd := rand.New(rand.NewPCG(1, 2))
+	gen := func() string {
+		var b strings.Builder
+		for range rnd.IntN(12) {
+			b.WriteString(parts[rnd.IntN(len(parts))])
+		}
+		return b.String()
+	}
+	for i := range 5000 {
+		cb := events.ContentBlock{Type: []string{"text", "tool_use", "tool_result", "image"}[i%4], Name: gen(), Text: gen(),
+			Input: json.RawMessage(gen()), Content: json.RawMessage(gen()), Source: json.RawMessage(gen()), Data: gen(), IsError: i%3 == 0}
+		h := refInputHash(json.RawMessage(gen()))
+		if got, want := chainOutput(h, &cb), refChainOutput(h, &cb); got != want {
+			t.Fatalf("chainOutput(%q, %+v) = %s, want %s", h, cb, got, want)
+		}
+		if got, want := chainInput(h, &cb), refChainInput(h, &cb); got != want {
+			t.Fatalf("chainInput(%q, %+v) = %s, want %s", h, cb, got, want)
+		}
+		if got, want := InputHash(cb.Input), refInputHash(cb.Input); got != want {
+			t.Fatalf("InputHash(%q) = %s, want %s", cb.Input, got, want)
+		}
+		if got, want := StepKey(cb.Name, cb.Input), refStepKey(cb.Name, cb.Input); got != want {
+			t.Fatalf("StepKey(%q, %q) = %s, want %s", cb.Name, cb.Input, got, want)
+		}
+		if got, want := string(appendFields(nil, cb.Text)), strings.Join(strings.Fields(cb.Text), " "); got != want {
+			t.Fatalf("appendFields(%q) = %q, want %q", cb.Text, got, want)
+		}
+	}
+}
+
+// TestHashesAllocateOnlyTheirResult: the fold's hashes allocate the
+// string they return and nothing else.
+func TestHashesAllocateOnlyTheirResult(t *testing.T) {
+	cb := events.ContentBlock{Type: "tool_use", Name: "Bash", Input: json.RawMessage(`{"command": "go test ./...", "description": "run the tests"}`),
+		Text: "The handler returns early when the request has no body, so the counter is never updated."}
+	for name, f := range map[string]func(){
+		"chainOutput": func() { chainOutput(emptyOutputHash, &cb) },
+		"chainInput":  func() { chainInput(emptyOutputHash, &cb) },
+		"InputHash":   func() { InputHash(cb.Input) },
+	} {
+		if n := testing.AllocsPerRun(100, f); n > 1 {
+			t.Errorf("%s: %v allocations, want 1 (its result)", name, n)
+		}
+	}
+}
+
