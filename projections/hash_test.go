@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"github.com/go-json-experiment/json/jsontext"
 	"math/rand/v2"
 	"strings"
 	"testing"
@@ -130,3 +131,98 @@ func TestHashesAllocateOnlyTheirResult(t *testing.T) {
 	}
 }
 
+// The previews' sources as they were written before they were made to
+// allocate nothing but their result.
+
+func refResultText(raw []byte) string {
+	raw = trimSpace(raw)
+	if len(raw) == 0 {
+		return ""
+	}
+	switch raw[0] {
+	case '"':
+		// A cut string ends in a valid rune; should it not, the invalid
+		// bytes read as U+FFFD, which the preview never reaches.
+		s, _ := jsontext.AppendUnquote(nil, refStringPrefix(raw, rawPrefix))
+		return string(s)
+	case '[':
+		var blocks []struct {
+			Type string `json:"type"`
+			Text string `json:"text"`
+		}
+		if err := json.Unmarshal(raw, &blocks); err != nil {
+			return ""
+		}
+		var parts []string
+		for _, bl := range blocks {
+			if bl.Type == events.BlockText && bl.Text != "" {
+				parts = append(parts, bl.Text)
+			}
+		}
+		return strings.Join(parts, "\n")
+	}
+	return ""
+}
+func refStringPrefix(raw []byte, max int) []byte {
+	if len(raw) <= max {
+		return raw
+	}
+	i := 1
+	for i < max && i < len(raw)-1 {
+		switch {
+		case raw[i] == '\\' && i+1 < len(raw) && raw[i+1] == 'u':
+			i += 6
+			if highSurrogate(raw[i-4 : min(i, len(raw))]) {
+				i += 6 // and the low one after it
+			}
+		case raw[i] == '\\':
+			i += 2
+		default:
+			i++
+		}
+	}
+	if i > len(raw)-1 {
+		return raw
+	}
+	for i > 1 && raw[i]&0xC0 == 0x80 {
+		i-- // not inside a rune's UTF-8 bytes
+	}
+	out := make([]byte, 0, i+1)
+	out = append(out, raw[:i]...)
+	return append(out, '"')
+}
+
+// TestPreviewsEqualTheirReference: a tool_use's and a tool_result's
+// previews are what they were (clip of compactPrefix, clip of
+// resultText), on generated inputs of every length.
+func TestPreviewsEqualTheirReference(t *testing.T) {
+	t.Parallel()
+	parts := []string{"a", " ", "\n", `"`, `\"`, `\\`, `\n`, `\u00e9`, `\ud83d\ude00`, "é", "😀", "\u2028", "<", "\xff", "\xe2\x82", "{", "}", ":", ",",
+		strings.Repeat("x", 700), strings.Repeat("é", 400)}
+	rnd := rand.New(rand.NewPCG(3, 4))
+	gen := func() string {
+		var b strings.Builder
+		for range rnd.IntN(16) {
+			b.WriteString(parts[rnd.IntN(len(parts))])
+		}
+		return b.String()
+	}
+	for range 5000 {
+		in := []byte(gen())
+		if got, want := previewBytes(appendCompact(nil, in, rawPrefix), PreviewRunes), preview(compactPrefix(in, rawPrefix), PreviewRunes); got != want {
+			t.Fatalf("tool_use preview of %q:\n  %q\nwant\n  %q", in, got, want)
+		}
+		str, err := json.Marshal(gen())
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, raw := range [][]byte{str, in, []byte(`[{"type":"text","text":` + string(str) + `},{"type":"text","text":"b"}]`)} {
+			if got, want := previewBytes(appendResultText(nil, raw), PreviewRunes), preview(refResultText(raw), PreviewRunes); got != want {
+				t.Fatalf("tool_result preview of %q:\n  %q\nwant\n  %q", raw, got, want)
+			}
+		}
+		if got, want := clipBytes(in, 50, 120), clip(string(in), 50, 120); got != want {
+			t.Fatalf("clipBytes(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
