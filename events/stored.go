@@ -155,7 +155,12 @@ func decodeValid(body []byte, tenant, session string) (Event, bool) {
 				return Event{}, false // unknown type, data before type, or not an object
 			}
 			start := dec.InputOffset() // after the name: the colon and white space follow
-			if err := json.UnmarshalDecode(dec, p, rawInPlace); err != nil {
+			if m, ok := p.(*MessageAppended); ok {
+				// Most of a log: read without reflection.
+				if !sd.messageAppended(m) {
+					return Event{}, false
+				}
+			} else if err := json.UnmarshalDecode(dec, p, rawInPlace); err != nil {
 				return Event{}, false
 			}
 			data := body[start:dec.InputOffset()]
@@ -191,6 +196,177 @@ func decodeValid(body []byte, tenant, session string) (Event, bool) {
 	out := *ev
 	*ev = Event{} // the pool keeps nothing of it
 	return out, true
+}
+
+// messageAppended decodes the data of a message.appended event into m as
+// json.UnmarshalDecode would (the contract's strictness: the decoder
+// refuses duplicate names and invalid UTF-8; names match exactly; unknown
+// members are skipped; raw values share the body's bytes, as rawInPlace
+// does), without reflection. It reports false for anything it does not
+// read the library's way (an escaped name, a null where a string or a
+// bool goes, a value of another kind), and the caller gives the body to
+// the reference path.
+func (sd *storedDecoder) messageAppended(m *MessageAppended) bool {
+	dec := sd.dec
+	if tok, err := dec.ReadToken(); err != nil || tok.Kind() != '{' {
+		return false
+	}
+	for dec.PeekKind() == '"' {
+		name, err := dec.ReadValue()
+		if err != nil || bytes.IndexByte(name, '\\') >= 0 {
+			return false
+		}
+		switch string(name) {
+		case `"role"`:
+			v, ok := stringValue(dec)
+			if !ok {
+				return false
+			}
+			m.Role = Role(sd.intern(v))
+		case `"content"`:
+			if tok, err := dec.ReadToken(); err != nil || tok.Kind() != '[' {
+				return false
+			}
+			for dec.PeekKind() == '{' {
+				m.Content = append(m.Content, ContentBlock{})
+				if !sd.contentBlock(&m.Content[len(m.Content)-1]) {
+					return false
+				}
+			}
+			if tok, err := dec.ReadToken(); err != nil || tok.Kind() != ']' {
+				return false
+			}
+		case `"message_id"`:
+			v, ok := stringValue(dec)
+			if !ok {
+				return false
+			}
+			m.MessageID = string(v)
+		case `"model"`:
+			v, ok := stringValue(dec)
+			if !ok {
+				return false
+			}
+			m.Model = sd.intern(v)
+		case `"stop_reason"`:
+			v, ok := stringValue(dec)
+			if !ok {
+				return false
+			}
+			m.StopReason = sd.intern(v)
+		case `"meta"`:
+			if !boolValue(dec, &m.Meta) {
+				return false
+			}
+		case `"synthetic"`:
+			if !boolValue(dec, &m.Synthetic) {
+				return false
+			}
+		case `"usage"`:
+			if dec.PeekKind() != '{' {
+				return false
+			}
+			m.Usage = new(Usage)
+			if json.UnmarshalDecode(dec, m.Usage) != nil {
+				return false
+			}
+		default:
+			if dec.SkipValue() != nil {
+				return false
+			}
+		}
+	}
+	tok, err := dec.ReadToken()
+	return err == nil && tok.Kind() == '}'
+}
+
+// contentBlock decodes one content block into b, the way messageAppended
+// decodes the message.
+func (sd *storedDecoder) contentBlock(b *ContentBlock) bool {
+	dec := sd.dec
+	if tok, err := dec.ReadToken(); err != nil || tok.Kind() != '{' {
+		return false
+	}
+	for dec.PeekKind() == '"' {
+		name, err := dec.ReadValue()
+		if err != nil || bytes.IndexByte(name, '\\') >= 0 {
+			return false
+		}
+		var dst *string
+		switch string(name) {
+		case `"type"`:
+			v, ok := stringValue(dec)
+			if !ok {
+				return false
+			}
+			b.Type = sd.intern(v)
+			continue
+		case `"name"`:
+			v, ok := stringValue(dec)
+			if !ok {
+				return false
+			}
+			b.Name = sd.intern(v)
+			continue
+		case `"text"`:
+			dst = &b.Text
+		case `"thinking"`:
+			dst = &b.Thinking
+		case `"signature"`:
+			dst = &b.Signature
+		case `"data"`:
+			dst = &b.Data
+		case `"id"`:
+			dst = &b.ID
+		case `"tool_use_id"`:
+			dst = &b.ToolUseID
+		case `"is_error"`:
+			if !boolValue(dec, &b.IsError) {
+				return false
+			}
+			continue
+		case `"input"`, `"content"`, `"source"`:
+			v, err := dec.ReadValue() // shared with the body, as rawInPlace
+			if err != nil {
+				return false
+			}
+			switch string(name) {
+			case `"input"`:
+				b.Input = stdjson.RawMessage(v)
+			case `"content"`:
+				b.Content = stdjson.RawMessage(v)
+			default:
+				b.Source = stdjson.RawMessage(v)
+			}
+			continue
+		default:
+			if dec.SkipValue() != nil {
+				return false
+			}
+			continue
+		}
+		v, ok := stringValue(dec)
+		if !ok {
+			return false
+		}
+		*dst = string(v)
+	}
+	tok, err := dec.ReadToken()
+	return err == nil && tok.Kind() == '}'
+}
+
+// boolValue reads the next value, which must be true or false, into b.
+func boolValue(dec *jsontext.Decoder, b *bool) bool {
+	switch dec.PeekKind() {
+	case 't', 'f':
+		tok, err := dec.ReadToken()
+		if err != nil {
+			return false
+		}
+		*b = tok.Bool()
+		return true
+	}
+	return false
 }
 
 // stringValue reads the next value, which must be a JSON string, and

@@ -37,3 +37,34 @@ func TestParseCanonicalTimeAgreesWithTheLibrary(t *testing.T) {
 		t.Errorf("the hand parser accepted %d of the canonical forms, want 7", accepted)
 	}
 }
+
+// TestStoredMessageWithEscapesDecodesAsTheReference: a message.appended
+// with escaped names and values is read as Decode and Validate read it
+// (the hand decoder hands an escaped name to them).
+func TestStoredMessageWithEscapesDecodesAsTheReference(t *testing.T) {
+	t.Parallel()
+	for _, data := range []string{
+		`{"role":"user","content":[{"type":"text","t\u0065xt":"b"}]}`,
+		`{"r\u006fle":"user","content":[{"type":"text","text":"a\u00e9\n\"q\""}]}`,
+		`{"role":"assistant","content":[{"type":"tool_use","id":"t\u0031","name":"Bash","input":{"c":"\u00e9"}}]}`,
+	} {
+		body := []byte(`{"specversion":"1.0","id":"01JGZ8Q0000000000000000000","type":"message.appended","source":"urn:x","time":"2026-02-19T10:00:00Z","tenant":"acme","session":"chat-42","data":` + data + `}`)
+		got := DecodeStored("agent.evt.3.acme.chat-42", 9, body)
+		want, err := Decode(body)
+		if err == nil {
+			err = Validate(&want)
+		}
+		if (got.Err == nil) != (err == nil) {
+			t.Fatalf("%s: DecodeStored err %v, reference %v", data, got.Err, err)
+		}
+		if err != nil {
+			continue
+		}
+		gp, _ := got.Payload()
+		wp, _ := want.Payload()
+		if gm, wm := gp.(*MessageAppended), wp.(*MessageAppended); gm.Role != wm.Role || len(gm.Content) != len(wm.Content) ||
+			gm.Content[0].Text != wm.Content[0].Text || gm.Content[0].ID != wm.Content[0].ID || string(gm.Content[0].Input) != string(wm.Content[0].Input) {
+			t.Fatalf("%s: DecodeStored %+v, reference %+v", data, gm, wm)
+		}
+	}
+}
