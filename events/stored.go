@@ -80,35 +80,18 @@ func decodeValid(body []byte, tenant, session string) (Event, bool) {
 		if err != nil {
 			return Event{}, false
 		}
+		ok := true
 		switch string(name) {
 		case `"specversion"`:
-			v, ok := stringValue(dec)
-			if !ok {
-				return Event{}, false
-			}
-			if string(v) == SpecVersion {
-				ev.SpecVersion = SpecVersion
-			} else {
-				ev.SpecVersion = string(v)
-			}
+			ok = sd.readInterned(&ev.SpecVersion)
 		case `"id"`:
-			v, ok := stringValue(dec)
-			if !ok {
-				return Event{}, false
-			}
-			ev.ID = string(v)
+			ok = sd.readString(&ev.ID)
 		case `"type"`:
-			v, ok := stringValue(dec)
-			if !ok {
-				return Event{}, false
-			}
-			ev.Type = Type(sd.intern(v))
+			var t string
+			ok = sd.readInterned(&t)
+			ev.Type = Type(t)
 		case `"source"`:
-			v, ok := stringValue(dec)
-			if !ok {
-				return Event{}, false
-			}
-			ev.Source = sd.intern(v)
+			ok = sd.readInterned(&ev.Source)
 		case `"time"`:
 			if dec.PeekKind() != '"' {
 				return Event{}, false
@@ -125,31 +108,11 @@ func decodeValid(body []byte, tenant, session string) (Event, bool) {
 				return Event{}, false
 			}
 		case `"tenant"`:
-			v, ok := stringValue(dec)
-			if !ok {
-				return Event{}, false
-			}
-			if string(v) == tenant {
-				ev.Tenant = tenant
-			} else {
-				ev.Tenant = string(v)
-			}
+			ok = sd.readShared(&ev.Tenant, tenant)
 		case `"session"`:
-			v, ok := stringValue(dec)
-			if !ok {
-				return Event{}, false
-			}
-			if string(v) == session {
-				ev.Session = session
-			} else {
-				ev.Session = string(v)
-			}
+			ok = sd.readShared(&ev.Session, session)
 		case `"turn"`:
-			v, ok := stringValue(dec)
-			if !ok {
-				return Event{}, false
-			}
-			ev.Turn = sd.intern(v)
+			ok = sd.readInterned(&ev.Turn)
 		case `"data"`:
 			if p = newPayload(ev.Type); p == nil || dec.PeekKind() != '{' {
 				return Event{}, false // unknown type, data before type, or not an object
@@ -171,7 +134,7 @@ func decodeValid(body []byte, tenant, session string) (Event, bool) {
 			}
 			err = dec.SkipValue()
 		}
-		if err != nil {
+		if err != nil || !ok {
 			return Event{}, false
 		}
 	}
@@ -218,11 +181,11 @@ func (sd *storedDecoder) messageAppended(m *MessageAppended) bool {
 		}
 		switch string(name) {
 		case `"role"`:
-			v, ok := stringValue(dec)
-			if !ok {
+			var r string
+			if !sd.readInterned(&r) {
 				return false
 			}
-			m.Role = Role(sd.intern(v))
+			m.Role = Role(r)
 		case `"content"`:
 			if tok, err := dec.ReadToken(); err != nil || tok.Kind() != '[' {
 				return false
@@ -237,23 +200,17 @@ func (sd *storedDecoder) messageAppended(m *MessageAppended) bool {
 				return false
 			}
 		case `"message_id"`:
-			v, ok := stringValue(dec)
-			if !ok {
+			if !sd.readString(&m.MessageID) {
 				return false
 			}
-			m.MessageID = string(v)
 		case `"model"`:
-			v, ok := stringValue(dec)
-			if !ok {
+			if !sd.readInterned(&m.Model) {
 				return false
 			}
-			m.Model = sd.intern(v)
 		case `"stop_reason"`:
-			v, ok := stringValue(dec)
-			if !ok {
+			if !sd.readInterned(&m.StopReason) {
 				return false
 			}
-			m.StopReason = sd.intern(v)
 		case `"meta"`:
 			if !boolValue(dec, &m.Meta) {
 				return false
@@ -295,18 +252,14 @@ func (sd *storedDecoder) contentBlock(b *ContentBlock) bool {
 		var dst *string
 		switch string(name) {
 		case `"type"`:
-			v, ok := stringValue(dec)
-			if !ok {
+			if !sd.readInterned(&b.Type) {
 				return false
 			}
-			b.Type = sd.intern(v)
 			continue
 		case `"name"`:
-			v, ok := stringValue(dec)
-			if !ok {
+			if !sd.readInterned(&b.Name) {
 				return false
 			}
-			b.Name = sd.intern(v)
 			continue
 		case `"text"`:
 			dst = &b.Text
@@ -345,14 +298,46 @@ func (sd *storedDecoder) contentBlock(b *ContentBlock) bool {
 			}
 			continue
 		}
-		v, ok := stringValue(dec)
-		if !ok {
+		if !sd.readString(dst) {
 			return false
 		}
-		*dst = string(v)
 	}
 	tok, err := dec.ReadToken()
 	return err == nil && tok.Kind() == '}'
+}
+
+// readString reads the next value, which must be a JSON string, into
+// *dst (a string of its own).
+func (sd *storedDecoder) readString(dst *string) bool {
+	v, ok := stringValue(sd.dec)
+	if ok {
+		*dst = string(v)
+	}
+	return ok
+}
+
+// readInterned is readString for a value that repeats (a type, a source,
+// a turn, a model): the string comes from the decoder's table.
+func (sd *storedDecoder) readInterned(dst *string) bool {
+	v, ok := stringValue(sd.dec)
+	if ok {
+		*dst = sd.intern(v)
+	}
+	return ok
+}
+
+// readShared is readString for the event's tenant or session: a value
+// that is the subject's, given as s, shares its string.
+func (sd *storedDecoder) readShared(dst *string, s string) bool {
+	v, ok := stringValue(sd.dec)
+	switch {
+	case !ok:
+	case string(v) == s:
+		*dst = s
+	default:
+		*dst = string(v)
+	}
+	return ok
 }
 
 // boolValue reads the next value, which must be true or false, into b.
