@@ -62,7 +62,10 @@ func (l *Log) readDirect(ctx context.Context, subject string, opts ReadOptions, 
 	}
 	r := directRead{until: opts.UntilSeq, fn: fn}
 	for {
-		body, _ := marshal(req)
+		body, err := marshal(req)
+		if err != nil {
+			return fmt.Errorf("direct get request: %w", err)
+		}
 		if err := nc.PublishRequest("$JS.API.DIRECT.GET."+EventsStream, inbox, body); err != nil {
 			return unavailable(err)
 		}

@@ -32,9 +32,14 @@ var (
 	ErrLogUnavailable = errors.New("event log unavailable")
 	// ErrSessionNotFound: no event of the session is in the log.
 	ErrSessionNotFound = errors.New("session not found")
+	// ErrAmbiguousSession: a name given to ResolveSession matches several
+	// sessions.
+	ErrAmbiguousSession = errors.New("session name is ambiguous")
 	// ErrSettingsDiffer: the config asks for a stream setting that
-	// differs from the existing stream's, without Config.UpdateStreams.
-	ErrSettingsDiffer = errors.New("stream settings differ")
+	// differs from the existing stream's, without Config.UpdateStreams;
+	// or (recovery.SettingsError) a process asks for consumer settings
+	// other than those stored. Only a setup changes them (engine setup).
+	ErrSettingsDiffer = errors.New("settings differ")
 	// ErrNoStream: a stream the log needs does not exist and
 	// Config.UseExisting forbids creating it.
 	ErrNoStream = errors.New("stream missing")

@@ -3,6 +3,7 @@ package events
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -58,11 +59,11 @@ func (l *Log) Follow(ctx context.Context, opts FollowOptions, fn func(Event)) (*
 		return nil, fmt.Errorf("follow: %w", unavailable(err))
 	}
 	cc, err := cons.Consume(func(msg jetstream.Msg) {
-		meta, err := msg.Metadata()
+		seq, stored, _, err := deliveredMeta(msg)
 		if err != nil {
 			return
 		}
-		fn(DecodeStoredAt(msg.Subject(), meta.Sequence.Stream, meta.Timestamp, msg.Data()))
+		fn(DecodeStoredAt(msg.Subject(), seq, stored, msg.Data()))
 	})
 	if err != nil {
 		return nil, fmt.Errorf("follow: %w", unavailable(err))
@@ -117,13 +118,13 @@ func (l *Log) readOrdered(ctx context.Context, cfg jetstream.OrderedConsumerConf
 	quit := make(chan struct{})
 	cc, err := cons.Consume(func(msg jetstream.Msg) {
 		var it item
-		if meta, err := msg.Metadata(); err != nil {
+		if seq, stored, pending, err := deliveredMeta(msg); err != nil {
 			it.err = unavailable(err)
-		} else if seq := meta.Sequence.Stream; seq > last {
+		} else if seq > last {
 			it.skip, it.end = true, true
 		} else {
-			it.ev = DecodeStoredAt(msg.Subject(), seq, meta.Timestamp, msg.Data())
-			it.end = seq == last || meta.NumPending == 0
+			it.ev = DecodeStoredAt(msg.Subject(), seq, stored, msg.Data())
+			it.end = seq == last || pending == 0
 		}
 		select {
 		case items <- it:
@@ -163,3 +164,61 @@ func (l *Log) readOrdered(ctx context.Context, cfg jetstream.OrderedConsumerConf
 
 // readAhead is how many decoded events readOrdered holds for fn.
 const readAhead = 256
+
+// deliveredMeta reads what the log needs of a message a consumer
+// delivered (its stream sequence, store time and how many messages the
+// consumer has yet to deliver) from the message's reply subject, as
+// jetstream.Msg.Metadata does, without allocating its MsgMetadata. The
+// subject is "$JS.ACK.<stream>.<consumer>.<delivered>.<sseq>.<cseq>.<tm>.<pending>"
+// or, from newer servers, with a domain and an account hash after
+// "$JS.ACK." and a token at the end (nats.go's parser.GetMetadataFields
+// gives the rule); for anything else it asks Metadata.
+func deliveredMeta(msg jetstream.Msg) (seq uint64, stored time.Time, pending uint64, err error) {
+	reply := msg.Reply()
+	if rest, ok := strings.CutPrefix(reply, "$JS.ACK."); ok {
+		n := strings.Count(rest, ".") + 1 // tokens after "$JS.ACK."
+		skip := 0
+		switch {
+		case n == 7:
+		case n >= 9:
+			skip = 2 // domain, account hash
+		default:
+			n = -1
+		}
+		if n > 0 {
+			var tok [9]string
+			for i := 0; i < skip+7; i++ {
+				tok[i], rest, _ = strings.Cut(rest, ".")
+			}
+			t := tok[skip:]
+			// t: stream, consumer, delivered, sseq, cseq, tm, pending
+			s, ok1 := parseUint(t[3])
+			tm, ok2 := parseUint(t[5])
+			p, ok3 := parseUint(t[6])
+			if ok1 && ok2 && ok3 {
+				return s, time.Unix(0, int64(tm)), p, nil
+			}
+		}
+	}
+	meta, err := msg.Metadata()
+	if err != nil {
+		return 0, time.Time{}, 0, err
+	}
+	return meta.Sequence.Stream, meta.Timestamp, meta.NumPending, nil
+}
+
+// parseUint parses a decimal number of at most 19 digits.
+func parseUint(s string) (uint64, bool) {
+	if len(s) == 0 || len(s) > 19 {
+		return 0, false
+	}
+	var n uint64
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		n = n*10 + uint64(c-'0')
+	}
+	return n, true
+}

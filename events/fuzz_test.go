@@ -113,6 +113,17 @@ func seedBodies(tb testing.TB) [][]byte {
 		`{"specversion":"1.0","id":"01JGZ8Q0000000000000000000","type":"turn.started","source":"urn:x","time":"2026-02-19T10:00:00Z","tenant":"acme","session":"chat-42","turn":"t-1","data":{"prompt":"hi"},"data":{}}`,
 		` { "specversion" : "1.0" , "id" : "01JGZ8Q0000000000000000000" , "type" : "turn.started" , "source" : "urn:x" , "time" : "2026-02-19T10:00:00Z" , "tenant" : "acme" , "session" : "chat-42" , "turn" : "t-1" , "data" : { "prompt" : "hi" } , "extra" : [1] } `,
 		`{"specversion":"1.0","id":"01JGZ8Q0000000000000000000","type":"session.started","source":"urn:x","time":"2026-02-19T10:00:00Z","tenant":"acme","session":"chat-42","data":{"labels":{"token":"sk-ant-aaaaaaaaaaaaaaaaaaaa"}}}`,
+		// message.appended, read without reflection: what it reads the
+		// library's way, and what it hands to the reference.
+		`{"specversion":"1.0","id":"01JGZ8Q0000000000000000000","type":"message.appended","source":"urn:x","time":"2026-02-19T10:00:00.5Z","tenant":"acme","session":"chat-42","turn":"t-1","data":{"role":"assistant","model":"m","stop_reason":"tool_use","usage":{"input_tokens":3,"output_tokens":4},"content":[{"type":"text","text":"aé"},{"type":"tool_use","id":"toolu_1","name":"Bash","input":{"command":"ls"},"extra":[1]}],"unknown":{"x":1}}}`,
+		`{"specversion":"1.0","id":"01JGZ8Q0000000000000000000","type":"message.appended","source":"urn:x","time":"2026-02-19T10:00:00.5Z","tenant":"acme","session":"chat-42","turn":"t-1","data":{"role":"user","meta":true,"synthetic":false,"content":[{"type":"tool_result","tool_use_id":"toolu_1","is_error":true,"content":[{"type":"text","text":"x"}]},{"type":"image","source":{"type":"base64","data":"AA=="}}]}}`,
+		`{"specversion":"1.0","id":"01JGZ8Q0000000000000000000","type":"message.appended","source":"urn:x","time":"2026-02-19T10:00:00.5Z","tenant":"acme","session":"chat-42","turn":"t-1","data":{"role":"user","content":[{"type":"text","text":"a","text":"b"}]}}`,
+		`{"specversion":"1.0","id":"01JGZ8Q0000000000000000000","type":"message.appended","source":"urn:x","time":"2026-02-19T10:00:00.5Z","tenant":"acme","session":"chat-42","turn":"t-1","data":{"role":"user","content":[{"type":"text","text":null}]}}`,
+		`{"specversion":"1.0","id":"01JGZ8Q0000000000000000000","type":"message.appended","source":"urn:x","time":"2026-02-19T10:00:00.5Z","tenant":"acme","session":"chat-42","turn":"t-1","data":{"role":"user","content":null}}`,
+		`{"specversion":"1.0","id":"01JGZ8Q0000000000000000000","type":"message.appended","source":"urn:x","time":"2026-02-19T10:00:00.5Z","tenant":"acme","session":"chat-42","turn":"t-1","data":{"role":"user","content":[]}}`,
+		`{"specversion":"1.0","id":"01JGZ8Q0000000000000000000","type":"message.appended","source":"urn:x","time":"2026-02-19T10:00:00.5Z","tenant":"acme","session":"chat-42","turn":"t-1","data":{"role":"user","content":[{"type":"tool_result","tool_use_id":"t","content":null,"is_error":null}]}}`,
+		`{"specversion":"1.0","id":"01JGZ8Q0000000000000000000","type":"message.appended","source":"urn:x","time":"2026-02-19T10:00:00.5Z","tenant":"acme","session":"chat-42","turn":"t-1","data":{"role":"user","Content":[{"type":"text","text":"case"}]}}`,
+		`{"specversion":"1.0","id":"01JGZ8Q0000000000000000000","type":"message.appended","source":"urn:x","time":"2026-02-19T10:00:00.5Z","tenant":"acme","session":"chat-42","turn":"t-1","data":{"role":"assistant","content":[{"type":"thinking","thinking":"hm","signature":"sig","data":"d"}],"usage":null}}`,
 	} {
 		out = append(out, []byte(s))
 	}

@@ -89,9 +89,9 @@ func Open(ctx context.Context, js jetstream.JetStream, cfg Config, logger *zerol
 			return nil, fmt.Errorf("open event log: stream %s has %d partitions, config asks for %d: the partition count is fixed when the stream is created", EventsStream, hp, partitions)
 		}
 		partitions = hp
-		if !requested.UpdateStreams {
+		if !requested.UpdateStreams || requested.UseExisting {
 			if diffs := explicitDiffs(requested, have); len(diffs) > 0 {
-				return nil, fmt.Errorf("open event log: %w: stream %s has %s; pass --update-streams (Config.UpdateStreams) to change it",
+				return nil, fmt.Errorf("open event log: %w: stream %s has %s; only a setup with Config.UpdateStreams changes it (engine setup --update-streams)",
 					ErrSettingsDiffer, EventsStream, strings.Join(diffs, ", "))
 			}
 		}
@@ -149,7 +149,7 @@ func (l *Log) openSnapshots(ctx context.Context, requested Config) error {
 		return nil
 	}
 	if !requested.UpdateStreams && (requested.SnapshotsPerSession != 0 && have.MaxMsgsPerSubject != want.MaxMsgsPerSubject) {
-		return fmt.Errorf("%w: stream %s keeps %d snapshots per session, config asks for %d; pass --update-streams to change it",
+		return fmt.Errorf("%w: stream %s keeps %d snapshots per session, config asks for %d; only a setup with Config.UpdateStreams changes it (engine setup --update-streams)",
 			ErrSettingsDiffer, SnapshotsStream, have.MaxMsgsPerSubject, want.MaxMsgsPerSubject)
 	}
 	if requested.SnapshotsPerSession == 0 {
@@ -713,7 +713,7 @@ func DecodeStored(subject string, seq uint64, body []byte) Event {
 // metadata Timestamp, or the Nats-Time-Stamp header of a direct get).
 func DecodeStoredAt(subject string, seq uint64, stored time.Time, body []byte) Event {
 	tenant, session := subjectTokens(subject)
-	if ev, ok := decodeValid(body); ok && ev.Tenant == tenant && ev.Session == session {
+	if ev, ok := decodeValid(body, tenant, session); ok && ev.Tenant == tenant && ev.Session == session {
 		ev.Seq, ev.Subject, ev.Stored, ev.Raw = seq, subject, stored, body
 		return ev
 	}

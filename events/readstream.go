@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/cenkalti/backoff/v4"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -86,20 +87,16 @@ type callbackError struct{ err error }
 func (e *callbackError) Error() string { return e.err.Error() }
 
 // retryNoResponders runs op again while it fails with "no responders",
-// pausing 50 ms, then twice as long each time up to 1 s, for at most 10
-// tries; any other result is returned at once.
+// pausing 50 ms, then about twice as long each time up to 1 s, for at most
+// 10 tries, within ctx; any other result is returned at once.
 func retryNoResponders(ctx context.Context, op func() error) error {
-	pause := 50 * time.Millisecond
-	for try := 1; ; try++ {
+	b := backoff.NewExponentialBackOff(backoff.WithInitialInterval(50*time.Millisecond),
+		backoff.WithMaxInterval(time.Second), backoff.WithMaxElapsedTime(0))
+	return backoff.Retry(func() error {
 		err := op()
-		if err == nil || !errors.Is(err, nats.ErrNoResponders) || try == 10 {
-			return err
+		if err != nil && !errors.Is(err, nats.ErrNoResponders) {
+			return backoff.Permanent(err)
 		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(pause):
-		}
-		pause = min(2*pause, time.Second)
-	}
+		return err
+	}, backoff.WithContext(backoff.WithMaxRetries(b, 9), ctx))
 }

@@ -225,7 +225,7 @@ func (p *MessageAppended) validate(v *validator) {
 		v.add("content", "must hold at least one content block", "")
 	}
 	for i := range p.Content {
-		validateBlock(v, "content["+strconv.Itoa(i)+"]", &p.Content[i], p.Role)
+		validateBlock(v, i, &p.Content[i], p.Role)
 	}
 	if u := p.Usage; u != nil {
 		if p.Role != RoleAssistant {
@@ -248,26 +248,35 @@ func (p *MessageAppended) validate(v *validator) {
 	}
 }
 
-func validateBlock(v *validator, field string, b *ContentBlock, role Role) {
+// validateBlock checks content block i of a message of role. The field
+// path ("content[2].id") is made only for an error: a valid block costs
+// no allocation.
+func validateBlock(v *validator, i int, b *ContentBlock, role Role) {
+	field := func(name string) string { return "content[" + strconv.Itoa(i) + "]." + name }
+	required := func(name, s string) {
+		if strings.TrimSpace(s) == "" {
+			v.add(field(name), "required", "")
+		}
+	}
 	switch b.Type {
 	case "":
-		v.add(field+".type", "required", "")
+		v.add(field("type"), "required", "")
 	case BlockToolUse:
-		v.required(field+".id", b.ID)
-		v.required(field+".name", b.Name)
+		required("id", b.ID)
+		required("name", b.Name)
 		if in := bytes.TrimSpace(b.Input); len(in) > 0 && in[0] != '{' {
-			v.add(field+".input", "must be a JSON object", "")
+			v.add(field("input"), "must be a JSON object", "")
 		}
 		if role == RoleUser {
-			v.add(field+".type", "tool_use blocks belong to assistant messages", b.Type)
+			v.add(field("type"), "tool_use blocks belong to assistant messages", b.Type)
 		}
 	case BlockToolResult:
-		v.required(field+".tool_use_id", b.ToolUseID)
+		required("tool_use_id", b.ToolUseID)
 		if c := bytes.TrimSpace(b.Content); len(c) > 0 && c[0] != '"' && c[0] != '[' && string(c) != "null" {
-			v.add(field+".content", "must be a string or an array of content blocks", "")
+			v.add(field("content"), "must be a string or an array of content blocks", "")
 		}
 		if role == RoleAssistant {
-			v.add(field+".type", "tool_result blocks belong to user messages", b.Type)
+			v.add(field("type"), "tool_result blocks belong to user messages", b.Type)
 		}
 	}
 }

@@ -2,14 +2,13 @@ package ingest
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
-
+	"github.com/go-json-experiment/json"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/turnstone-dev/turnstone/events"
@@ -36,9 +35,9 @@ type ClientConfig struct {
 // events.SessionLog that appends through the engine
 // (agent.evt.<tenant>.<session>) and reads through it
 // (agent.read.<tenant>.<session>), so it needs no access to the streams:
-// under auth a tenant's credentials are enough. The engine validates and
-// masks the events, once; the client only encodes them. It is safe for
-// concurrent use.
+// under auth a tenant's credentials are enough. The client validates and
+// encodes the events; the engine validates them again and masks them. It
+// is safe for concurrent use.
 type Client struct {
 	nc  *nats.Conn
 	js  jetstream.JetStream
@@ -69,9 +68,9 @@ func NewClient(nc *nats.Conn, cfg ClientConfig) (*Client, error) {
 }
 
 // Append sends evs to the engine, in order, and returns one Ack per event
-// (see events.Log.Append for the semantics). The engine validates them
-// (this side checks only that their tenant and session can be subject
-// tokens) and quarantines what it refuses.
+// (see events.Log.Append for the semantics). Nothing is sent when any
+// event breaks the contract (events.Validate, here); the engine validates
+// again, masks, and quarantines what it refuses.
 // With events.ExpectLastSeq the events (of one session) are one request,
 // stored as one atomic batch or not at all. Errors: events.ErrInvalid
 // (refused here or by the engine, which quarantines it),
@@ -85,12 +84,14 @@ func (c *Client) Append(ctx context.Context, evs []events.Event, opts ...events.
 	var errs []error
 	for i := range evs {
 		ev := &evs[i]
-		// The engine validates (once: this side does not) and refuses,
-		// with the reason, what breaks the contract; only what cannot be
-		// sent at all is refused here.
-		if !events.ValidToken(ev.Tenant) || !events.ValidToken(ev.Session) {
-			errs = append(errs, &events.EventError{Tenant: ev.Tenant, Session: ev.Session, ID: ev.ID,
-				Err: fmt.Errorf("event %d: %w: tenant and session must be tokens of [A-Za-z0-9_-]", i, events.ErrInvalid)})
+		// Validated here too, so that a call with an invalid event sends
+		// none of its events, as events.Log.Append does (the
+		// sessionlogtest suite checks both): the engine answers each
+		// request on its own, and would store the valid ones sent before.
+		// The engine validates again, masks, and refuses (quarantines)
+		// what it must.
+		if err := events.Validate(ev); err != nil {
+			errs = append(errs, &events.EventError{Tenant: ev.Tenant, Session: ev.Session, ID: ev.ID, Err: fmt.Errorf("event %d: %w", i, err)})
 			continue
 		}
 		b, err := ev.Encode()
@@ -286,7 +287,10 @@ func (c *Client) read(ctx context.Context, tenant, session string, req ReadReque
 
 // readOnce asks for one page once.
 func (c *Client) readOnce(ctx context.Context, tenant, session string, req ReadRequest) (*ReadReply, error) {
-	b, _ := json.Marshal(req)
+	b, err := json.Marshal(req)
+	if err != nil {
+		return nil, fmt.Errorf("read session %s/%s: %w", tenant, session, err)
+	}
 	rctx, cancel := c.withTimeout(ctx)
 	defer cancel()
 	resp, err := c.nc.RequestWithContext(rctx, ReadSubject(tenant, session), b)

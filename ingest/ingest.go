@@ -72,9 +72,9 @@ func ReadSubject(tenant, session string) string {
 // nothing was stored.
 type PubAck struct {
 	Stream    string    `json:"stream,omitempty"`
-	Seq       uint64    `json:"seq,omitempty"`
-	Duplicate bool      `json:"duplicate,omitempty"`
-	Count     int       `json:"count,omitempty"`
+	Seq       uint64    `json:"seq,omitzero"`
+	Duplicate bool      `json:"duplicate,omitzero"`
+	Count     int       `json:"count,omitzero"`
 	Error     *APIError `json:"error,omitempty"`
 }
 
@@ -97,9 +97,9 @@ func (e *APIError) Error() string {
 // server's page size). MaxEvents -1 asks only for the session's last
 // sequence.
 type ReadRequest struct {
-	FromSeq   uint64 `json:"from_seq,omitempty"`
-	UntilSeq  uint64 `json:"until_seq,omitempty"`
-	MaxEvents int    `json:"max_events,omitempty"`
+	FromSeq   uint64 `json:"from_seq,omitzero"`
+	UntilSeq  uint64 `json:"until_seq,omitzero"`
+	MaxEvents int    `json:"max_events,omitzero"`
 }
 
 // ReadReply is a page of a session's events: each stored event (Seq,
@@ -112,7 +112,7 @@ type ReadReply struct {
 	Session string       `json:"session"`
 	LastSeq uint64       `json:"last_seq"`
 	Events  []StoredItem `json:"events"`
-	NextSeq uint64       `json:"next_seq,omitempty"`
+	NextSeq uint64       `json:"next_seq,omitzero"`
 	Error   *APIError    `json:"error,omitempty"`
 }
 

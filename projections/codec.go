@@ -28,7 +28,7 @@ import (
 // starts with its decoded length as a uvarint, which is '{' only for 123
 // bytes, and no snapshot's JSON is that short.
 //
-// An idle state the projector holds (compactState) is its JSON compressed
+// An idle state the projector holds (compressState) is its JSON compressed
 // with S2 against a dictionary, the JSON of a typical state made from a
 // fixed session when the package loads, so that the names and shapes every
 // state shares cost next to nothing: an idle session's state of 1.4 KB of
@@ -153,7 +153,7 @@ func putBuffer(b []byte) {
 	}
 }
 
-// idleDict is the dictionary of the compact form: the JSON of the state
+// idleDict is the dictionary of the compressed form: the JSON of the state
 // of a short session of every common shape (a turn with a prompt, a
 // tool call and its result, an answer, labels, a distillation).
 var idleDict = sync.OnceValue(func() *s2.Dict {
@@ -191,8 +191,8 @@ var idleDict = sync.OnceValue(func() *s2.Dict {
 	return s2.MakeDict(j, []byte(`{"version":`))
 })
 
-// compactState returns the compact form of s (see above).
-func compactState(s *Session) ([]byte, error) {
+// compressState returns the compressed form of s (see above).
+func compressState(s *Session) ([]byte, error) {
 	j, err := encodeState(s)
 	if err != nil {
 		return nil, err
@@ -208,8 +208,8 @@ func compactState(s *Session) ([]byte, error) {
 	return bytes.Clone(c), nil // exactly its size: it is what memory holds
 }
 
-// expandState decodes the compact form of a state.
-func expandState(c []byte) (*Session, error) {
+// decompressState decodes the compressed form of a state.
+func decompressState(c []byte) (*Session, error) {
 	n, err := s2.DecodedLen(c)
 	if err != nil {
 		return nil, err

@@ -80,10 +80,10 @@ func TestSnapshotCodec(t *testing.T) {
 	}
 }
 
-// TestCompactState checks the projector's compact form of an idle state:
+// TestCompressState checks the projector's compressed form of an idle state:
 // it expands to the same state, and an idle session's state is a few
 // hundred bytes.
-func TestCompactState(t *testing.T) {
+func TestCompressState(t *testing.T) {
 	idle := &Session{}
 	at := time.Date(2026, 5, 1, 9, 30, 0, 123456789, time.UTC)
 	for i, p := range []events.Payload{
@@ -106,21 +106,21 @@ func TestCompactState(t *testing.T) {
 		idle.Apply(ev)
 	}
 	for _, s := range []*Session{idle, FoldLog(synth(t, 9, 1, false)), FoldLog(synth(t, 9, 200, true)), {}} {
-		c, err := compactState(s)
+		c, err := compressState(s)
 		if err != nil {
 			t.Fatal(err)
 		}
-		back, err := expandState(c)
+		back, err := decompressState(c)
 		if err != nil {
 			t.Fatal(err)
 		}
 		j := mustJSON(t, s)
 		if got := mustJSON(t, back); string(got) != string(j) {
-			t.Fatalf("the state changed through its compact form:\n%s", diffAt(got, j))
+			t.Fatalf("the state changed through its compressed form:\n%s", diffAt(got, j))
 		}
 		t.Logf("%d events: %d bytes of JSON, %d compact", s.Events, len(j), len(c))
 		if s == idle && len(c) > 512 {
-			t.Errorf("an idle session's compact state is %d bytes", len(c))
+			t.Errorf("an idle session's compressed state is %d bytes", len(c))
 		}
 	}
 }

@@ -5,7 +5,6 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"slices"
-	"strings"
 
 	"github.com/turnstone-dev/turnstone/events"
 )
@@ -173,14 +172,17 @@ func chainOutput(h string, cb *events.ContentBlock) string {
 	if cb.Type == events.BlockThinking || cb.Type == "redacted_thinking" {
 		return h
 	}
-	sum := sha256.New()
-	for i, part := range []string{h + "\n" + cb.Type, cb.Name, compactJSON(cb.Input), strings.Join(strings.Fields(cb.Text), " ")} {
-		if i > 0 {
-			sum.Write([]byte{0})
-		}
-		sum.Write([]byte(part))
-	}
-	return hex.EncodeToString(sum.Sum(nil)[:8])
+	var scratch [1024]byte // the hashed bytes, on the stack unless they are longer
+	b := append(scratch[:0], h...)
+	b = append(b, '\n')
+	b = append(b, cb.Type...)
+	b = append(b, 0)
+	b = append(b, cb.Name...)
+	b = append(b, 0)
+	b = appendCompact(b, cb.Input, len(cb.Input))
+	b = append(b, 0)
+	b = appendFields(b, cb.Text)
+	return shortHash(b)
 }
 
 // chainInput returns the hash h of a user message extended with block cb:
@@ -190,24 +192,38 @@ func chainOutput(h string, cb *events.ContentBlock) string {
 // is the same input. Two user messages with the same hash said the same
 // thing to the model.
 func chainInput(h string, cb *events.ContentBlock) string {
-	sum := sha256.New()
-	sum.Write([]byte(h + "\n" + cb.Type))
+	var scratch [1024]byte
+	b := append(scratch[:0], h...)
+	b = append(b, '\n')
+	b = append(b, cb.Type...)
 	if cb.IsError {
-		sum.Write([]byte{0, 1})
+		b = append(b, 0, 1)
 	}
-	for _, part := range [][]byte{[]byte(cb.Text), cb.Content, cb.Source, []byte(cb.Data)} {
-		sum.Write([]byte{0})
-		sum.Write(part)
-	}
-	return hex.EncodeToString(sum.Sum(nil)[:8])
+	b = append(b, 0)
+	b = append(b, cb.Text...)
+	b = append(b, 0)
+	b = append(b, cb.Content...)
+	b = append(b, 0)
+	b = append(b, cb.Source...)
+	b = append(b, 0)
+	b = append(b, cb.Data...)
+	return shortHash(b)
 }
 
 // InputHash returns the first 16 hex digits of the SHA-256 of a tool
 // input as compact JSON (white space outside strings removed): two tool
 // calls with the same name and InputHash are the same call.
 func InputHash(input json.RawMessage) string {
-	sum := sha256.Sum256([]byte(compactJSON(input)))
-	return hex.EncodeToString(sum[:8])
+	var scratch [1024]byte
+	return shortHash(appendCompact(scratch[:0], input, len(input)))
+}
+
+// shortHash is the first 16 hex digits of the SHA-256 of b.
+func shortHash(b []byte) string {
+	sum := sha256.Sum256(b)
+	var out [16]byte
+	hex.Encode(out[:], sum[:8])
+	return string(out[:])
 }
 
 // countOutput counts assistant message m, now complete, in the output
@@ -339,11 +355,11 @@ func stageStep(stage events.Stage) string {
 // a timeout, the text an edit tries to replace): a command re-run with
 // another description, or a file that keeps refusing edits, is one step.
 func StepKey(name string, input json.RawMessage) string {
-	sum := sha256.New()
-	sum.Write([]byte(name))
-	sum.Write([]byte{0})
-	sum.Write([]byte(strings.Join(strings.Fields(compactJSON(firstMember(input))), " ")))
-	return hex.EncodeToString(sum.Sum(nil)[:8])
+	var scratch, compact [1024]byte
+	b := append(scratch[:0], name...)
+	b = append(b, 0)
+	member := firstMember(input)
+	return shortHash(appendFields(b, string(appendCompact(compact[:0], member, len(member)))))
 }
 
 // firstMember returns the first member ("name":value) of the JSON object

@@ -89,7 +89,7 @@ func (p *Projector) dropPartition(part int) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for _, t := range p.sessions {
-		if t.partition == part {
+		if int(t.partition) == part {
 			p.drop(t)
 		}
 	}

@@ -1,7 +1,6 @@
 package projections
 
 import (
-	"container/list"
 	"context"
 	"errors"
 	"fmt"
@@ -22,7 +21,7 @@ const (
 	DefaultSnapshotEvery = 100
 	DefaultDurable       = "turnstone-projector"
 	DefaultIdleEvict     = time.Minute
-	DefaultCompactAfter  = 5 * time.Second
+	DefaultCompressAfter = 5 * time.Second
 	DefaultMaxSessions   = 10000
 	// DefaultProjectorGroup is the priority group the engines pull the
 	// projector consumers in: the pinned_client policy (ADR-42) delivers
@@ -66,12 +65,12 @@ type ProjectorConfig struct {
 	// IdleEvict is how long a session may go without an event before its
 	// state leaves memory. Default 1 minute.
 	IdleEvict time.Duration
-	// CompactAfter is how long a session with no turn in flight may go
-	// without an event before the projector holds its state in compact
+	// CompressAfter is how long a session with no turn in flight may go
+	// without an event before the projector holds its state in compressed
 	// form (its JSON compressed: a few hundred bytes for a short session,
 	// about a quarter of the JSON for a long one) until its next event or
 	// a reader expands it again. Default 5 seconds; negative: never.
-	CompactAfter time.Duration
+	CompressAfter time.Duration
 	// MaxSessions bounds the session states held in memory: past it, the
 	// least recently active leave. Default 10,000. A state that left is
 	// restored (last snapshot + at most SnapshotEvery events) when its
@@ -136,8 +135,8 @@ func (c *ProjectorConfig) setDefaults() {
 	if c.IdleEvict == 0 {
 		c.IdleEvict = DefaultIdleEvict
 	}
-	if c.CompactAfter == 0 {
-		c.CompactAfter = DefaultCompactAfter
+	if c.CompressAfter == 0 {
+		c.CompressAfter = DefaultCompressAfter
 	}
 	if c.MaxSessions == 0 {
 		c.MaxSessions = DefaultMaxSessions
@@ -302,10 +301,13 @@ type Projector struct {
 
 	mu       sync.Mutex
 	sessions map[string]*tracked
-	lru      *list.List // of *tracked, most recently active first
-	parts    map[int]*partition
-	newFast  int // sessions folded from empty without a restore (new ones)
-	nCompact int // states held in compact form
+	lru      lru // most recently active first
+	// started is when the projector was made: tracked.touched counts
+	// from it, on the monotonic clock.
+	started     time.Time
+	parts       map[int]*partition
+	newFast     int // sessions folded from empty without a restore (new ones)
+	nCompressed int // states held in compressed form
 
 	runCtx  context.Context
 	cancel  context.CancelFunc
@@ -313,42 +315,49 @@ type Projector struct {
 	pinSubs []*nats.Subscription
 }
 
+// tracked is a session the projector tracks. It is what an idle state
+// held costs beside its compressed form, so its fields are packed
+// (184 bytes: the 192-byte size class, where it was in the 224).
 type tracked struct {
-	key       string
-	tenant    string
-	session   string
-	partition int
-	// state is the session's state, or nil while it is held in compact
-	// form (compact; see compactState).
-	state     *Session
-	compact   []byte
-	sinceSnap int
-	touched   time.Time
-	elem      *list.Element
+	key     string
+	tenant  string
+	session string
+	// state is the session's state, or nil while it is held in compressed
+	// form (see compressState).
+	state      *Session
+	compressed []byte
+	// touched is when the session last had an event, as time since
+	// Projector.started.
+	touched time.Duration
+	// prev and next link the projector's lru; listed says t is in it.
+	prev, next *tracked
+	partition  int32
+	sinceSnap  int32
+	listed     bool
 	// indexed is the attention of the summary last written to the index;
 	// dirty says the summary changed since; subject is the session's
 	// stored subject (for a subject that names no valid session).
-	indexed attention
 	dirty   bool
+	indexed attention
 	subject string
 }
 
 // attention is what the reconciler acts on, of a session's state (see
 // Summary.Attention): comparable, and cheap to compute per event.
 type attention struct {
-	written  bool
 	status   SessionStatus
-	inFlight int
+	cause    events.PauseCause
+	inFlight int32
+	orphans  int32
+	written  bool
 	pending  bool
 	paused   bool
-	cause    events.PauseCause
-	orphans  int
 	history  bool
 }
 
 func attentionOf(s *Session) attention {
-	return attention{written: true, status: s.Status(), inFlight: len(s.InFlight), pending: s.PendingDistillation() != nil,
-		paused: s.Paused, cause: s.PauseCause, orphans: s.openOrphans(), history: s.History}
+	return attention{written: true, status: s.Status(), inFlight: int32(len(s.InFlight)), pending: s.PendingDistillation() != nil,
+		paused: s.Paused, cause: s.PauseCause, orphans: int32(s.openOrphans()), history: s.History}
 }
 
 // partition is one partition the projector folds: its consumer, the
@@ -404,7 +413,7 @@ func NewProjector(log *events.Log, store *SnapshotStore, cfg ProjectorConfig, lo
 		return nil, fmt.Errorf("new projector: %w", err)
 	}
 	cfg.setDefaults()
-	p := &Projector{log: log, store: store, cfg: cfg, l: zerolog.Nop(), sessions: map[string]*tracked{}, lru: list.New(),
+	p := &Projector{log: log, store: store, cfg: cfg, l: zerolog.Nop(), sessions: map[string]*tracked{}, started: time.Now(),
 		parts: map[int]*partition{}}
 	if logger != nil {
 		p.l = logger.With().Str("component", "projector").Logger()
@@ -733,9 +742,9 @@ func (p *Projector) Session(tenant, session string) (*Session, bool) {
 		return nil, false
 	}
 	if t.state == nil {
-		s, err := expandState(t.compact) // a copy already
+		s, err := decompressState(t.compressed) // a copy already
 		if err != nil {
-			p.l.Warn().Err(err).Str("session", t.key).Msg("compact state does not expand; it is restored at its next event")
+			p.l.Warn().Err(err).Str("session", t.key).Msg("compressed state does not expand; it is restored at its next event")
 			p.drop(t)
 			return nil, false
 		}
@@ -744,30 +753,30 @@ func (p *Projector) Session(tenant, session string) (*Session, bool) {
 	return t.state.Clone(), true
 }
 
-// Compacted is how many of the session states the projector holds are in
-// compact form (see ProjectorConfig.CompactAfter).
-func (p *Projector) Compacted() int {
+// Compressed is how many of the session states the projector holds are in
+// compressed form (see ProjectorConfig.CompressAfter).
+func (p *Projector) Compressed() int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return p.nCompact
+	return p.nCompressed
 }
 
 // expand makes t's state whole again; p.mu must be held. It reports false
-// when the compact form does not expand (it cannot happen: the form never
+// when the compressed form does not expand (it cannot happen: the form never
 // leaves memory), and t is then dropped.
 func (p *Projector) expand(t *tracked) bool {
 	if t.state != nil {
 		return true
 	}
-	s, err := expandState(t.compact)
+	s, err := decompressState(t.compressed)
 	if err != nil {
-		p.l.Warn().Err(err).Str("session", t.key).Msg("compact state does not expand; restoring it")
+		p.l.Warn().Err(err).Str("session", t.key).Msg("compressed state does not expand; restoring it")
 		p.drop(t)
 		return false
 	}
-	t.state, t.compact = s, nil
+	t.state, t.compressed = s, nil
 	if p.sessions[t.key] == t {
-		p.nCompact--
+		p.nCompressed--
 	}
 	return true
 }
@@ -805,27 +814,27 @@ func (p *Projector) apply(ctx context.Context, part int, ev events.Event) (jetst
 			p.l.Warn().Err(err).Str("session", key).Uint64("seq", ev.Seq).Msg("restore failed; the event is delivered again")
 			return nil, false
 		}
-		t = &tracked{key: key, tenant: ev.Tenant, session: ev.Session, partition: part, state: state, touched: time.Now()}
+		t = &tracked{key: key, tenant: ev.Tenant, session: ev.Session, partition: int32(part), state: state, touched: time.Since(p.started)}
 		p.mu.Lock()
 		p.sessions[key] = t
-		t.elem = p.lru.PushFront(t)
-		for p.lru.Len() > p.cfg.MaxSessions {
-			p.drop(p.lru.Back().Value.(*tracked))
+		p.lru.pushFront(t)
+		for p.lru.len() > p.cfg.MaxSessions {
+			p.drop(p.lru.back())
 		}
 		p.mu.Unlock()
 	}
 	// st is the state this goroutine folds: the partition's events come
 	// one at a time, so nothing else changes it, and the field t.state
-	// (which the compactor may set while st is read) is only read under
+	// (which the compressor may set while st is read) is only read under
 	// p.mu.
 	p.mu.Lock()
 	if !p.expand(t) {
 		p.mu.Unlock()
 		return p.apply(ctx, part, ev) // dropped: restored from the log
 	}
-	t.touched = time.Now()
-	if t.elem != nil {
-		p.lru.MoveToFront(t.elem)
+	t.touched = time.Since(p.started)
+	if t.listed {
+		p.lru.moveToFront(t)
 	}
 	st := t.state
 	before := st.LastSeq
@@ -864,13 +873,13 @@ func (p *Projector) apply(ctx context.Context, part int, ev events.Event) (jetst
 		}
 		// Snapshot it at once, so that the next restore need not refold.
 		st = fresh
-		t.state, t.sinceSnap = st, p.cfg.SnapshotEvery
+		t.state, t.sinceSnap = st, int32(p.cfg.SnapshotEvery)
 		p.mu.Unlock()
 	}
 
 	p.mu.Lock()
 	var snap *Session
-	if t.sinceSnap >= p.cfg.SnapshotEvery {
+	if int(t.sinceSnap) >= p.cfg.SnapshotEvery {
 		// Saved from this goroutine, the only one that changes the state,
 		// before the partition's next event: no copy needed.
 		snap = st
@@ -924,11 +933,11 @@ func (p *Projector) apply(ctx context.Context, part int, ev events.Event) (jetst
 // invalid row.
 func (t *tracked) summary(st *Session) indexRow {
 	if validIndexKey(st.Tenant, st.Session) {
-		return indexRow{key: IndexKey(t.partition, st.Tenant, st.Session), sum: st.Summary(t.partition)}
+		return indexRow{key: IndexKey(int(t.partition), st.Tenant, st.Session), sum: st.Summary(int(t.partition))}
 	}
 	_, tenant, session, _, why := events.ParseStoredSubject(t.subject)
-	return indexRow{key: invalidIndexKey(t.partition, t.subject),
-		sum: InvalidSubjectSummary(t.subject, tenant, session, t.partition, st.Events, why)}
+	return indexRow{key: invalidIndexKey(int(t.partition), t.subject),
+		sum: InvalidSubjectSummary(t.subject, tenant, session, int(t.partition), st.Events, why)}
 }
 
 // indexRow is an index entry to write.
@@ -971,10 +980,10 @@ func (p *Projector) indexLoop(ctx context.Context) {
 		var due []indexRow
 		var keys []string // the sessions' keys in p.sessions, by due's index
 		for key, t := range p.sessions {
-			// A state held in compact form is never dirty (compactIdle
+			// A state held in compressed form is never dirty (compressIdle
 			// leaves dirty states whole). Nothing is written for a
 			// partition whose lease ended.
-			if ps, held := p.parts[t.partition]; !held || ps.lease.Err() != nil {
+			if ps, held := p.parts[int(t.partition)]; !held || ps.lease.Err() != nil {
 				continue
 			}
 			if t.dirty && t.state != nil {
@@ -1079,13 +1088,13 @@ func (p *Projector) snapshot(ctx context.Context, s *Session) {
 	}
 }
 
-// evictLoop lets idle states go (IdleEvict) and compacts the idle ones
-// it keeps (CompactAfter).
+// evictLoop lets idle states go (IdleEvict) and compresses the idle ones
+// it keeps (CompressAfter).
 func (p *Projector) evictLoop(ctx context.Context) {
 	defer p.wg.Done()
 	every := p.cfg.IdleEvict / 4
-	if p.cfg.CompactAfter > 0 {
-		every = min(every, max(p.cfg.CompactAfter/2, 10*time.Millisecond))
+	if p.cfg.CompressAfter > 0 {
+		every = min(every, max(p.cfg.CompressAfter/2, 10*time.Millisecond))
 	}
 	tick := time.NewTicker(every)
 	defer tick.Stop()
@@ -1095,47 +1104,44 @@ func (p *Projector) evictLoop(ctx context.Context) {
 			return
 		case now := <-tick.C:
 			p.evict(ctx, now)
-			if p.cfg.CompactAfter > 0 {
-				p.compactIdle(now)
+			if p.cfg.CompressAfter > 0 {
+				p.compressIdle(now)
 			}
 		}
 	}
 }
 
-// compactBatch is how many states compactIdle looks at per hold of p.mu.
-const compactBatch = 64
+// compressBatch is how many states compressIdle looks at per hold of p.mu.
+const compressBatch = 64
 
-// compactIdle holds in compact form the states of the sessions with no
-// turn in flight that have had no event for CompactAfter, least recently
-// active first. It holds p.mu for compactBatch states at a time, so the
+// compressIdle holds in compressed form the states of the sessions with no
+// turn in flight that have had no event for CompressAfter, least recently
+// active first. It holds p.mu for compressBatch states at a time, so the
 // partitions' folds go on between.
-func (p *Projector) compactIdle(now time.Time) {
+func (p *Projector) compressIdle(now time.Time) {
 	p.mu.Lock()
-	e := p.lru.Back()
+	t := p.lru.back()
 	p.mu.Unlock()
-	for e != nil {
+	for t != nil {
 		p.mu.Lock()
-		for n := 0; e != nil && n < compactBatch; n++ {
-			t, ok := e.Value.(*tracked)
-			if !ok || t.elem != e { // dropped meanwhile: start again next tick
+		for n := 0; t != nil && n < compressBatch; n++ {
+			if !t.listed { // dropped meanwhile: start again next tick
 				p.mu.Unlock()
 				return
 			}
-			if now.Sub(t.touched) < p.cfg.CompactAfter {
+			if p.idleFor(now, t) < p.cfg.CompressAfter {
 				p.mu.Unlock()
 				return // the rest are more recent
 			}
-			e = e.Prev()
+			next := t.prev
 			s := t.state
-			if s == nil || len(s.InFlight) > 0 || s.NeedsRefold || t.dirty {
-				continue
+			if s != nil && len(s.InFlight) == 0 && !s.NeedsRefold && !t.dirty {
+				if c, err := compressState(s); err == nil {
+					t.state, t.compressed = nil, c
+					p.nCompressed++
+				}
 			}
-			c, err := compactState(s)
-			if err != nil {
-				continue
-			}
-			t.state, t.compact = nil, c
-			p.nCompact++
+			t = next
 		}
 		p.mu.Unlock()
 	}
@@ -1144,14 +1150,13 @@ func (p *Projector) compactIdle(now time.Time) {
 func (p *Projector) evict(_ context.Context, now time.Time) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	for e := p.lru.Back(); e != nil; {
-		t := e.Value.(*tracked)
-		if now.Sub(t.touched) < p.cfg.IdleEvict {
+	for t := p.lru.back(); t != nil; {
+		if p.idleFor(now, t) < p.cfg.IdleEvict {
 			return // the rest are more recent
 		}
-		prev := e.Prev()
+		prev := t.prev
 		p.drop(t)
-		e = prev
+		t = prev
 	}
 }
 
@@ -1183,13 +1188,15 @@ func (p *Projector) forgetKey(key string) {
 // drop forgets a session's state; p.mu must be held.
 func (p *Projector) drop(t *tracked) {
 	if t.state == nil && p.sessions[t.key] == t {
-		p.nCompact--
+		p.nCompressed--
 	}
 	delete(p.sessions, t.key)
-	if t.elem != nil {
-		p.lru.Remove(t.elem)
-		t.elem = nil
-	}
+	p.lru.remove(t)
+}
+
+// idleFor is how long t has had no event, at now.
+func (p *Projector) idleFor(now time.Time, t *tracked) time.Duration {
+	return now.Sub(p.started) - t.touched
 }
 
 // Held is how many session states the projector holds in memory.

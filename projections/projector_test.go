@@ -78,7 +78,7 @@ func TestProjectorBoundsTheStatesItHolds(t *testing.T) {
 }
 
 // TestProjectorCompactsIdleStates: a session with no turn in flight and no
-// event for CompactAfter is held in compact form; a reader gets the same
+// event for CompressAfter is held in compressed form; a reader gets the same
 // state from it, and its next event folds on it exactly. A session with a
 // turn in flight stays whole.
 func TestProjectorCompactsIdleStates(t *testing.T) {
@@ -88,7 +88,7 @@ func TestProjectorCompactsIdleStates(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, err := NewProjector(log, newStore(t, js), ProjectorConfig{CompactAfter: 50 * time.Millisecond, Durable: "compact"}, nil)
+	p, err := NewProjector(log, newStore(t, js), ProjectorConfig{CompressAfter: 50 * time.Millisecond, Durable: "compact"}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -126,10 +126,10 @@ func TestProjectorCompactsIdleStates(t *testing.T) {
 			time.Sleep(10 * time.Millisecond)
 		}
 	}
-	waitFor("one compact state", func() bool { return p.Compacted() == 1 })
+	waitFor("one compressed state", func() bool { return p.Compressed() == 1 })
 	time.Sleep(200 * time.Millisecond) // many compaction rounds
-	if n, held := p.Compacted(), p.Held(); n != 1 || held != 2 {
-		t.Fatalf("%d compact states of %d held, want the idle one of 2", n, held)
+	if n, held := p.Compressed(), p.Held(); n != 1 || held != 2 {
+		t.Fatalf("%d compressed states of %d held, want the idle one of 2", n, held)
 	}
 	stored := func(s *Session) *Session { // the log's clock, which the test's events lack
 		c := s.Clone()
@@ -141,18 +141,18 @@ func TestProjectorCompactsIdleStates(t *testing.T) {
 	}
 	got, ok := p.Session(testTenant, "idle")
 	if !ok || string(mustJSON(t, stored(got))) != string(mustJSON(t, FoldLog(all))) {
-		t.Fatalf("the compact state reads back as %+v", got)
+		t.Fatalf("the compressed state reads back as %+v", got)
 	}
 	add("idle", "t2", &events.TurnStarted{Prompt: "again"})
 	waitFor("the next event folded", func() bool {
 		s, ok := p.Session(testTenant, "idle")
 		return ok && s.Events == len(all)
 	})
-	if p.Compacted() != 0 {
+	if p.Compressed() != 0 {
 		t.Fatal("the session is in a turn, and still compact")
 	}
 	got, _ = p.Session(testTenant, "idle")
 	if string(mustJSON(t, stored(got))) != string(mustJSON(t, FoldLog(all))) {
-		t.Fatalf("folded on a compact state:\n%s\nwant\n%s", mustJSON(t, stored(got)), mustJSON(t, FoldLog(all)))
+		t.Fatalf("folded on a compressed state:\n%s\nwant\n%s", mustJSON(t, stored(got)), mustJSON(t, FoldLog(all)))
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"strings"
+	"unicode"
 	"unicode/utf8"
 
 	"github.com/go-json-experiment/json"
@@ -21,6 +22,33 @@ func preview(s string, n int) string { return clip(s, n, 4*n) }
 // state keeps in a list entry: DetailRunes runes and DetailBytes bytes of
 // JSON at most (see clip).
 func detail(s string) string { return clip(s, DetailRunes, DetailBytes) }
+
+// previewBytes is preview of the text b (UTF-8; invalid bytes read as
+// U+FFFD): the one allocation is the string it returns.
+func previewBytes(b []byte, n int) string { return clipBytes(b, n, 4*n) }
+
+// clipBytes is clip of the text b.
+func clipBytes(b []byte, runes, maxJSON int) string {
+	if !utf8.Valid(b) {
+		return clip(string(b), runes, maxJSON)
+	}
+	n, size := 0, 0
+	for j := 0; j < len(b); {
+		w, c := 1, int(asciiJSONLen[b[j]&0x7f])
+		if b[j] >= utf8.RuneSelf {
+			var r rune
+			r, w = utf8.DecodeRune(b[j:])
+			c = jsonRuneLen(r)
+		}
+		if n == runes || size+c > maxJSON {
+			return string(b[:j]) + "…"
+		}
+		n++
+		size += c
+		j += w
+	}
+	return string(b)
+}
 
 // clip returns the first runes runes of s, with invalid UTF-8 replaced by
 // U+FFFD, cut sooner where the JSON encoding of what it keeps (as
@@ -178,10 +206,12 @@ func digest(cb *events.ContentBlock, seq uint64) Block {
 		b.Text, b.Size = preview(cb.Thinking, PreviewRunes), len(cb.Thinking)
 	case events.BlockToolUse:
 		b.ID, b.Name = IDKey(cb.ID), IDKey(cb.Name)
-		b.Text, b.Size = preview(compactPrefix(cb.Input, rawPrefix), PreviewRunes), len(cb.Input)
+		var scratch [rawPrefix]byte // the preview's source, on the stack
+		b.Text, b.Size = previewBytes(appendCompact(scratch[:0], cb.Input, rawPrefix), PreviewRunes), len(cb.Input)
 	case events.BlockToolResult:
 		b.ToolUseID, b.IsError = IDKey(cb.ToolUseID), cb.IsError
-		b.Text, b.Size = preview(resultText(cb.Content), PreviewRunes), len(cb.Content)
+		var scratch [2 * rawPrefix]byte
+		b.Text, b.Size = previewBytes(appendResultText(scratch[:0], cb.Content), PreviewRunes), len(cb.Content)
 	default:
 		b.Text = preview(cb.Text, PreviewRunes)
 		b.Size = len(cb.Text) + len(cb.Thinking) + len(cb.Data) + len(cb.Input) + len(cb.Content) + len(cb.Source)
@@ -192,11 +222,17 @@ func digest(cb *events.ContentBlock, seq uint64) Block {
 // compactPrefix returns about the first max bytes of the JSON value raw
 // with the white space outside strings removed, without reading further.
 func compactPrefix(raw []byte, max int) string {
-	var b strings.Builder
-	b.Grow(min(len(raw), max+1))
+	return string(appendCompact(make([]byte, 0, min(len(raw), max+1)), raw, max))
+}
+
+// appendCompact appends to dst about the first max bytes of the JSON
+// value raw with the white space outside strings removed (compactPrefix),
+// and returns the extended slice.
+func appendCompact(dst, raw []byte, max int) []byte {
+	n := 0
 	inString, escaped := false, false
 	for _, c := range raw {
-		if b.Len() >= max {
+		if n >= max {
 			break
 		}
 		switch {
@@ -214,52 +250,117 @@ func compactPrefix(raw []byte, max int) string {
 		case c == ' ' || c == '\t' || c == '\n' || c == '\r':
 			continue
 		}
-		b.WriteByte(c)
+		dst = append(dst, c)
+		n++
 	}
-	return b.String()
+	return dst
 }
 
 // compactJSON returns raw with the white space outside strings removed.
 func compactJSON(raw []byte) string { return compactPrefix(raw, len(raw)) }
 
-// resultText returns the start of a tool_result's content as text: the
-// string, or the text blocks of an array joined by newlines. Only the
-// first rawPrefix bytes of a string are decoded.
-func resultText(raw []byte) string {
+// appendFields appends to dst the words of s (strings.Fields: runs of
+// Unicode white space split them) joined by single spaces: what
+// strings.Join(strings.Fields(s), " ") returns, without allocating.
+func appendFields(dst []byte, s string) []byte {
+	first := true
+	for i := 0; i < len(s); {
+		// Skip white space.
+		for i < len(s) {
+			c := s[i]
+			if c < utf8.RuneSelf {
+				if asciiSpace[c] == 0 {
+					break
+				}
+				i++
+				continue
+			}
+			r, size := utf8.DecodeRuneInString(s[i:])
+			if !unicode.IsSpace(r) {
+				break
+			}
+			i += size
+		}
+		if i == len(s) {
+			break
+		}
+		start := i
+		for i < len(s) {
+			c := s[i]
+			if c < utf8.RuneSelf {
+				if asciiSpace[c] != 0 {
+					break
+				}
+				i++
+				continue
+			}
+			r, size := utf8.DecodeRuneInString(s[i:])
+			if unicode.IsSpace(r) {
+				break
+			}
+			i += size
+		}
+		if !first {
+			dst = append(dst, ' ')
+		}
+		dst = append(dst, s[start:i]...)
+		first = false
+	}
+	return dst
+}
+
+// asciiSpace marks the ASCII bytes unicode.IsSpace holds space, as
+// strings.Fields reads them.
+var asciiSpace = [256]uint8{'\t': 1, '\n': 1, '\v': 1, '\f': 1, '\r': 1, ' ': 1}
+
+// appendResultText appends to dst the start of a tool_result's content as
+// text: the string, or the text blocks of an array joined by newlines.
+// Only the first rawPrefix bytes of a string are decoded.
+func appendResultText(dst, raw []byte) []byte {
 	raw = trimSpace(raw)
 	if len(raw) == 0 {
-		return ""
+		return dst
 	}
 	switch raw[0] {
 	case '"':
 		// A cut string ends in a valid rune; should it not, the invalid
 		// bytes read as U+FFFD, which the preview never reaches.
-		s, _ := jsontext.AppendUnquote(nil, stringPrefix(raw, rawPrefix))
-		return string(s)
+		var scratch [rawPrefix + 1]byte
+		out, err := jsontext.AppendUnquote(dst, appendStringPrefix(scratch[:0], raw, rawPrefix))
+		if err != nil {
+			// AppendUnquote keeps what it decoded up to the error, as
+			// the text it stands for.
+			return out
+		}
+		return out
 	case '[':
 		var blocks []struct {
 			Type string `json:"type"`
 			Text string `json:"text"`
 		}
 		if err := json.Unmarshal(raw, &blocks); err != nil {
-			return ""
+			return dst
 		}
-		var parts []string
+		first := true
 		for _, bl := range blocks {
 			if bl.Type == events.BlockText && bl.Text != "" {
-				parts = append(parts, bl.Text)
+				if !first {
+					dst = append(dst, '\n')
+				}
+				dst = append(dst, bl.Text...)
+				first = false
 			}
 		}
-		return strings.Join(parts, "\n")
+		return dst
 	}
-	return ""
+	return dst
 }
 
-// stringPrefix returns the JSON string raw cut, at a character boundary of
+// appendStringPrefix appends to dst the JSON string raw cut, at a character boundary of
 // the encoding, after about max bytes, and closed with a quote.
-func stringPrefix(raw []byte, max int) []byte {
+func appendStringPrefix(dst, raw []byte, max int) []byte {
 	if len(raw) <= max {
-		return raw
+		return append(dst, raw...)
 	}
 	i := 1
 	for i < max && i < len(raw)-1 {
@@ -276,14 +377,13 @@ func stringPrefix(raw []byte, max int) []byte {
 		}
 	}
 	if i > len(raw)-1 {
-		return raw
+		return append(dst, raw...)
 	}
 	for i > 1 && raw[i]&0xC0 == 0x80 {
 		i-- // not inside a rune's UTF-8 bytes
 	}
-	out := make([]byte, 0, i+1)
-	out = append(out, raw[:i]...)
-	return append(out, '"')
+	dst = append(dst, raw[:i]...)
+	return append(dst, '"')
 }
 
 // highSurrogate reports whether hex, the four digits of a \u escape, is a

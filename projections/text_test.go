@@ -30,7 +30,7 @@ func TestResultText(t *testing.T) {
 		{"not text", []byte(`{"x":1}`), ""},
 		{"empty", nil, ""},
 	} {
-		got := resultText(tc.raw)
+		got := string(appendResultText(nil, tc.raw))
 		if !strings.HasPrefix(got, tc.want) || (tc.want == "" && got != "") {
 			t.Errorf("%s: got %.40q…, want it to start with %.40q", tc.name, got, tc.want)
 		}

@@ -239,9 +239,6 @@ func (c Command) Masked() Command {
 	return c
 }
 
-// ErrInvalidCommand wraps every rule a command breaks.
-var ErrInvalidCommand = errors.New("invalid command")
-
 // Validate reports every rule the command breaks, joined; each error wraps
 // ErrInvalidCommand.
 func (c *Command) Validate() error {

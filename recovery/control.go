@@ -44,7 +44,7 @@ type ControlRequest struct {
 	Params     Params `json:"params,omitzero"`
 	Reason     string `json:"reason,omitempty"`
 	Notice     string `json:"notice,omitempty"`
-	DeadlineMS int64  `json:"deadline_ms,omitempty"`
+	DeadlineMS int64  `json:"deadline_ms,omitzero"`
 }
 
 // Reply outcomes of the control protocol.
@@ -70,7 +70,7 @@ type ControlReply struct {
 	Detail   string            `json:"detail,omitempty"`
 	Error    *events.ErrorInfo `json:"error,omitempty"`
 	Provider string            `json:"provider,omitempty"`
-	Degraded bool              `json:"degraded,omitempty"`
+	Degraded bool              `json:"degraded,omitzero"`
 }
 
 // PresenceReply is a ControlReply to a presence ping (ActionPing) that

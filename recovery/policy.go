@@ -16,10 +16,6 @@ const (
 	DefaultMaxElapsed      = 2 * time.Minute
 )
 
-// ErrInvalidPolicy wraps every rule a RetryPolicy, a Strategy, a chain or
-// a BreakerConfig breaks.
-var ErrInvalidPolicy = errors.New("invalid policy")
-
 // RetryPolicy is how an operation is retried: exponential backoff with
 // jitter (github.com/cenkalti/backoff/v4), bounded by the number of
 // attempts AND the elapsed time, whichever ends first.

@@ -56,16 +56,25 @@ func StreamConfig(partitions, replicas int) jetstream.StreamConfig {
 			Source:      CommandSubjectPrefix + ".*.*",
 			Destination: fmt.Sprintf("%s.{{partition(%d,1,2)}}.{{wildcard(1)}}.{{wildcard(2)}}", CommandSubjectPrefix, partitions),
 		},
-		Retention:   jetstream.LimitsPolicy,
-		MaxAge:      CommandMaxAge,
-		Storage:     jetstream.FileStorage,
-		Replicas:    replicas,
-		Duplicates:  events.DefaultDuplicateWindow,
-		AllowDirect: true,
+		Retention: jetstream.LimitsPolicy,
+		MaxAge:    CommandMaxAge,
+		// -1: unlimited, as the server stores an unset limit.
+		MaxBytes:          -1,
+		MaxMsgs:           -1,
+		MaxMsgSize:        -1,
+		MaxMsgsPerSubject: -1,
+		Storage:           jetstream.FileStorage,
+		Replicas:          replicas,
+		Duplicates:        events.DefaultDuplicateWindow,
+		AllowDirect:       true,
 	}
 }
 
-// DeliveryConfig sets how the partition consumers deliver.
+// DeliveryConfig sets how the partition consumers deliver. These are the
+// settings an operator chooses (`engine setup --ack-wait --max-deliver
+// --pinned-ttl`); Setup is their only writer. A zero field means "not
+// given": Setup keeps the consumers' value (the default for a consumer it
+// creates), and Check accepts whatever they hold.
 type DeliveryConfig struct {
 	// AckWait is how long a worker may hold a command without acking or
 	// signalling progress before it is redelivered. Workers signal
@@ -133,38 +142,6 @@ func ConsumerConfig(p int, c DeliveryConfig) jetstream.ConsumerConfig {
 		PriorityGroups: []string{PriorityGroup},
 		PinnedTTL:      c.PinnedTTL,
 	}
-}
-
-// Setup creates or updates AGENT_RECOVERY (with the event log's partition
-// count), one consumer per partition, and the status bucket. It is
-// idempotent; workers and the engine both call it.
-func Setup(ctx context.Context, log *events.Log, c DeliveryConfig) (jetstream.KeyValue, error) {
-	if err := c.Validate(); err != nil {
-		return nil, fmt.Errorf("set up recovery: %w", err)
-	}
-	js := log.JetStream()
-	replicas := log.Config().Replicas
-	partitions := log.Partitions()
-	if _, err := js.CreateOrUpdateStream(ctx, StreamConfig(partitions, replicas)); err != nil {
-		return nil, fmt.Errorf("set up recovery: stream %s: %w", Stream, err)
-	}
-	for p := 0; p < partitions; p++ {
-		if _, err := js.CreateOrUpdateConsumer(ctx, Stream, ConsumerConfig(p, c)); err != nil {
-			return nil, fmt.Errorf("set up recovery: consumer %s: %w", ConsumerName(p), err)
-		}
-	}
-	kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
-		Bucket:      StatusBucket,
-		Description: "Turnstone recovery command statuses",
-		Storage:     jetstream.FileStorage,
-		Replicas:    replicas,
-		History:     1,
-		TTL:         CommandMaxAge,
-	})
-	if err != nil {
-		return nil, fmt.Errorf("set up recovery: bucket %s: %w", StatusBucket, err)
-	}
-	return kv, nil
 }
 
 // Issue publishes a command to agent.cmd.<tenant>.<session> with its id as
@@ -247,9 +224,6 @@ func SessionCommands(ctx context.Context, js jetstream.JetStream, tenant, sessio
 		seq = msg.Sequence + 1
 	}
 }
-
-// ErrCommandNotFound: no command with that id is stored for the session.
-var ErrCommandNotFound = errors.New("command not found")
 
 // Status is what the status bucket holds for a command: its State (one of
 // States; StatePending is never stored), Outcome once completed,

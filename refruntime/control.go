@@ -2,12 +2,12 @@ package refruntime
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
 	"time"
 
+	"github.com/go-json-experiment/json"
 	"github.com/nats-io/nats.go"
 
 	"github.com/turnstone-dev/turnstone/events"

@@ -2,10 +2,10 @@ package refruntime
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strings"
 
+	"github.com/cenkalti/backoff/v4"
 	"github.com/turnstone-dev/turnstone/events"
 	"github.com/turnstone-dev/turnstone/projections"
 	"github.com/turnstone-dev/turnstone/recovery"
@@ -18,39 +18,36 @@ func (r *Runtime) distill(ctx context.Context, s *session, req recovery.ControlR
 	if reason == "" {
 		reason = "control request " + req.CommandID
 	}
-	for attempt := 0; ; attempt++ {
+	var skip, detail string
+	err := retryConflicts(ctx, r.cfg.ConflictRetries, func() error {
 		var evs []events.Event
 		err := r.log.ReadSession(ctx, r.cfg.Tenant, s.id, events.ReadOptions{}, func(ev events.Event) error {
 			evs = append(evs, ev)
 			return nil
 		})
 		if err != nil {
-			return failed("distill: "+err.Error(), logError(err))
+			return backoff.Permanent(err)
 		}
 		state := projections.Fold(evs)
-		plan, skip, detail, err := r.planDistill(s.id, state, evs, reason)
+		var plan []events.Event
+		plan, skip, detail, err = r.planDistill(s.id, state, evs, reason)
 		if err != nil {
-			return failed("distill: "+err.Error(), logError(err))
+			return backoff.Permanent(err)
 		}
 		_, err = r.log.Append(ctx, plan, events.ExpectLastSeq(state.LastSeq))
-		if errors.Is(err, events.ErrConflict) && attempt < r.cfg.ConflictRetries {
-			if err := sleep(ctx, conflictBackoff(attempt)); err != nil {
-				return failed("distill: "+err.Error(), logError(err))
-			}
-			continue
-		}
-		if err != nil {
-			return failed("distill: "+err.Error(), logError(err))
-		}
-		if skip != "" {
-			return failed("distillation skipped: "+skip, events.ErrorInfo{
-				Message: "refruntime: distillation skipped: " + skip + ": " + detail,
-				Kind:    events.KindLogic,
-				Code:    skip,
-			})
-		}
-		return r.ok(s, detail)
+		return err
+	}, nil)
+	if err != nil {
+		return failed("distill: "+err.Error(), logError(err))
 	}
+	if skip != "" {
+		return failed("distillation skipped: "+skip, events.ErrorInfo{
+			Message: "refruntime: distillation skipped: " + skip + ": " + detail,
+			Kind:    events.KindLogic,
+			Code:    skip,
+		})
+	}
+	return r.ok(s, detail)
 }
 
 // planDistill returns the events a distillation of state appends: when

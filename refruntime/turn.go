@@ -6,9 +6,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"time"
 
+	"github.com/cenkalti/backoff/v4"
 	"github.com/turnstone-dev/turnstone/events"
 	"github.com/turnstone-dev/turnstone/recovery"
 )
@@ -290,30 +290,27 @@ func (t *turnRun) start(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	for attempt := 0; ; attempt++ {
+	var acks []events.Ack
+	err = retryConflicts(ctx, r.cfg.ConflictRetries, func() error {
 		last, err := r.log.LastSeq(ctx, r.cfg.Tenant, t.session)
 		fresh := errors.Is(err, events.ErrSessionNotFound)
 		if err != nil && !fresh {
-			return err
+			return backoff.Permanent(err)
 		}
 		evs := []events.Event{started}
 		if fresh {
 			evs = []events.Event{opened, started}
 		}
-		acks, err := r.log.Append(ctx, evs, events.ExpectLastSeq(last))
-		if errors.Is(err, events.ErrConflict) && attempt < r.cfg.ConflictRetries {
-			r.l.Debug().Str("session", t.session).Str("turn", t.id).Int("attempt", attempt+1).Msg("turn start conflicted: re-reading the session")
-			if err := sleep(ctx, conflictBackoff(attempt)); err != nil {
-				return err
-			}
-			continue
-		}
-		if err != nil {
-			return err
-		}
-		t.note(acks)
-		return nil
+		acks, err = r.log.Append(ctx, evs, events.ExpectLastSeq(last))
+		return err
+	}, func(attempt int) {
+		r.l.Debug().Str("session", t.session).Str("turn", t.id).Int("attempt", attempt).Msg("turn start conflicted: re-reading the session")
+	})
+	if err != nil {
+		return err
 	}
+	t.note(acks)
+	return nil
 }
 
 // run records the rest of the turn after its start.
@@ -571,10 +568,28 @@ func sleep(ctx context.Context, d time.Duration) error {
 	}
 }
 
-// conflictBackoff is the pause before retry attempt+1 of a conditional
-// append that conflicted: a random duration up to 5 ms per attempt made,
-// at most 50 ms, so that writers racing for one session spread out.
-func conflictBackoff(attempt int) time.Duration {
-	limit := min(time.Duration(attempt+1)*5*time.Millisecond, 50*time.Millisecond)
-	return rand.N(limit) + time.Millisecond
+// retryConflicts runs op, and again while it fails with
+// events.ErrConflict (another writer appended to the session first: op
+// re-reads it), at most retries more times, with a short randomised
+// exponential back-off (5 ms, growing to at most 50 ms, each pause
+// jittered by half) so that writers racing for one session spread out.
+// It honours ctx, and returns op's last error (a backoff.Permanent one
+// unwrapped). notify, when set, is called before each retry with its
+// number (1, 2, ...).
+func retryConflicts(ctx context.Context, retries int, op func() error, notify func(attempt int)) error {
+	b := backoff.NewExponentialBackOff(backoff.WithInitialInterval(5*time.Millisecond),
+		backoff.WithMaxInterval(50*time.Millisecond), backoff.WithRandomizationFactor(0.5), backoff.WithMaxElapsedTime(0))
+	attempt := 0
+	return backoff.RetryNotify(func() error {
+		err := op()
+		if err != nil && !errors.Is(err, events.ErrConflict) {
+			return backoff.Permanent(err)
+		}
+		return err
+	}, backoff.WithContext(backoff.WithMaxRetries(b, uint64(max(retries, 0))), ctx), func(error, time.Duration) {
+		attempt++
+		if notify != nil {
+			notify(attempt)
+		}
+	})
 }

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/turnstone-dev/turnstone/events"
 	"github.com/turnstone-dev/turnstone/ingest"
@@ -49,7 +50,7 @@ func startAuthEnvWith(t *testing.T, extra string, policy *reconciler.Policy) *au
 	srv := authtest.Start(t, []string{"acme", "globex"}, extra)
 	op := srv.Connect(t, "operator")
 	opJS, _ := jetstream.New(op)
-	opLog, err := engine.Setup(ctx, opJS, events.Config{}, nil)
+	opLog, err := engine.Setup(ctx, opJS, engine.SetupConfig{Delivery: recovery.DeliveryConfig{AckWait: 5 * time.Second}}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -71,7 +72,7 @@ func startAuthEnvWith(t *testing.T, extra string, policy *reconciler.Policy) *au
 	}
 	wclock := clock.NewFakeClock(time.Now())
 	wclock.SetAutoAdvance(true)
-	w, err := worker.New(wnc, wlog, worker.Config{Name: "w", Clock: wclock, ControlTimeout: 2 * time.Second, UseExisting: true,
+	w, err := worker.New(wnc, wlog, worker.Config{Name: "w", Clock: wclock, ControlTimeout: 2 * time.Second,
 		Delivery: recovery.DeliveryConfig{AckWait: 5 * time.Second}}, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -211,5 +212,67 @@ func TestAuthEraseAndRetention(t *testing.T) {
 	}
 	if v := e.srv.Violations(); len(v) > 0 {
 		t.Fatalf("permission violations:\n%s", strings.Join(v, "\n"))
+	}
+}
+
+// TestAuthRolesCleanUpTheirOrderedConsumers: under auth, the engine's
+// and the worker's ordered (ephemeral) consumers on AGENT_EVENTS re-create
+// themselves when theirs goes away, and nats.go deletes the one left
+// behind: each role may delete an ephemeral consumer of that stream (it
+// knows only its own: the roles may not list consumers), never a durable
+// one, so no role is asked to do what it may not (issue 21).
+func TestAuthRolesCleanUpTheirOrderedConsumers(t *testing.T) {
+	t.Parallel()
+	e := startAuthEnv(t)
+	ctx := context.Background()
+	st, err := e.opJS.Stream(ctx, events.EventsStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The operator deletes every ephemeral consumer of AGENT_EVENTS (the
+	// worker's follow of the breakers, at least): each comes back, and
+	// its owner deletes the one it left behind.
+	ephemeral := func() []string {
+		var out []string
+		names := st.ConsumerNames(ctx)
+		for n := range names.Name() {
+			if !strings.HasPrefix(n, projections.DefaultDurable) {
+				out = append(out, n)
+			}
+		}
+		return out
+	}
+	gone := ephemeral()
+	if len(gone) == 0 {
+		t.Fatal("no ephemeral consumer: want at least the worker's follow of the breakers")
+	}
+	for _, n := range gone {
+		if err := st.DeleteConsumer(ctx, n); err != nil {
+			t.Fatal(err)
+		}
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		if now := ephemeral(); len(now) >= len(gone) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("ordered consumers did not come back: %v (had %v)", ephemeral(), gone)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	// nats.go deletes the old consumer on a goroutine once the new one
+	// exists: give it the time of one request.
+	time.Sleep(500 * time.Millisecond)
+	if v := e.srv.Violations(); len(v) > 0 {
+		t.Fatalf("permission violations:\n%s", strings.Join(v, "\n"))
+	}
+	// A role still may not delete a durable consumer.
+	for _, role := range []string{"engine", "worker"} {
+		nc := e.srv.Connect(t, role, nats.Name("turnstone-attempt "+role), nats.ErrorHandler(func(*nats.Conn, *nats.Subscription, error) {}))
+		js, _ := jetstream.New(nc)
+		if err := js.DeleteConsumer(ctx, events.EventsStream, projections.ProjectorConsumerName("", 0)); err == nil {
+			t.Fatalf("%s deleted a projector consumer", role)
+		}
 	}
 }

@@ -474,7 +474,7 @@ func (c *leaderCluster) leaderKill(t *testing.T, target, other string, auth bool
 		if m.p.exited() {
 			t.Errorf("%s exited during the run:\n%s", m.name, tail(m.p.errOut.String(), 2000))
 		}
-		body, err := httpGet(m.metrics)
+		body, err := httpGetBody(m.metrics)
 		if err == nil {
 			t.Logf("%s: pin moves %s, snapshot disagreements %s", m.name,
 				metricValue(body, "turnstone_partition_pin_moves_total"), metricValue(body, "turnstone_snapshot_disagreements_total"))
@@ -583,7 +583,7 @@ func tail(s string, n int) string {
 
 var httpClient = &http.Client{Timeout: 2 * time.Second}
 
-func httpGet(url string) (string, error) {
+func httpGetBody(url string) (string, error) {
 	resp, err := httpClient.Get(url)
 	if err != nil {
 		return "", err
@@ -621,7 +621,7 @@ func metricValue(body, name string) string {
 // fetchLeases reads the partitions a process holds in group, with their
 // fencing tokens, from its /metrics (turnstone_partition_lease).
 func fetchLeases(url, group string) (map[int]uint64, error) {
-	body, err := httpGet(url)
+	body, err := httpGetBody(url)
 	if err != nil {
 		return nil, err
 	}

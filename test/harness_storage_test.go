@@ -123,6 +123,7 @@ func TestStreamFullFailsClosedAndLosesNothing(t *testing.T) {
 	dir, port := t.TempDir(), freePort(t)
 	srv := startServerAt(t, dir, port, 0)
 	telemetry := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	runOK(t, srv.ClientURL(), "setup") // with --nats-url the engine creates nothing
 	eng := startEngineAt(t, t.TempDir(), port, "--nats-url", srv.ClientURL(), "--telemetry-listen", telemetry)
 	waitHealth(t, eng, telemetry, http.StatusOK, "ok")
 

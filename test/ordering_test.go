@@ -17,12 +17,20 @@ import (
 	"github.com/turnstone-dev/turnstone/recovery"
 )
 
-// startWorker starts a `worker` process against url; it is killed at test
-// end if it still runs.
+// testDelivery are the recovery consumers' settings the tests' workers
+// run with: shorter than the defaults, so that a dead worker's command
+// comes back quickly.
+var testDelivery = []string{"--ack-wait", "3s", "--pinned-ttl", "2s"}
+
+// startWorker sets the recovery consumers to testDelivery (engine setup,
+// their one writer: idempotent, so a second worker changes nothing) and
+// starts a `worker` process against url that expects them; it is killed
+// at test end if it still runs.
 func startWorker(t *testing.T, url, name string) (*exec.Cmd, *syncBuffer) {
 	t.Helper()
-	cmd := exec.Command(filepath.Join(binDir, "worker"), "--nats-url", url, "--name", name,
-		"--ack-wait", "3s", "--pinned-ttl", "2s", "--control-timeout", "2s", "--log-level", "warn")
+	runOK(t, url, append([]string{"setup"}, testDelivery...)...)
+	args := append([]string{"--nats-url", url, "--name", name}, testDelivery...)
+	cmd := exec.Command(filepath.Join(binDir, "worker"), append(args, "--control-timeout", "2s", "--log-level", "warn")...)
 	out := &syncBuffer{}
 	cmd.Stdout, cmd.Stderr = out, out
 	cmd.Env = withoutNATSURL()
@@ -68,9 +76,6 @@ func TestCommandsRunInPublishOrderAcrossWorkerDeath(t *testing.T) {
 	eng := startEngine(t, t.TempDir(), "--sync", "1s")
 	_, js, log := connectJS(t, eng.url)
 	ctx := context.Background()
-	if _, err := recovery.Setup(ctx, log, recovery.DeliveryConfig{}); err != nil {
-		t.Fatal(err)
-	}
 	for s := 0; s < sessions; s++ {
 		ev, _ := events.New("order", fmt.Sprintf("s%02d", s), "", &events.SessionStarted{})
 		if _, err := log.Append(ctx, []events.Event{ev}); err != nil {

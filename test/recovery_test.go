@@ -13,6 +13,7 @@ import (
 	"github.com/turnstone-dev/turnstone/events"
 	"github.com/turnstone-dev/turnstone/internal/clock"
 	"github.com/turnstone-dev/turnstone/internal/embedded/embeddedtest"
+	"github.com/turnstone-dev/turnstone/internal/engine"
 	"github.com/turnstone-dev/turnstone/internal/worker"
 	"github.com/turnstone-dev/turnstone/projections"
 	"github.com/turnstone-dev/turnstone/recovery"
@@ -34,7 +35,10 @@ func newRecoveryEnv(t *testing.T) *recoveryEnv {
 	srv := embeddedtest.Start(t)
 	ctx := context.Background()
 	nc, js := embeddedtest.Connect(t, srv)
-	log, err := events.Open(ctx, js, events.Config{}, nil)
+	// Set up as an operator does (engine setup): the workers create
+	// nothing, and expect these delivery settings.
+	delivery := recovery.DeliveryConfig{AckWait: 5 * time.Second, PinnedTTL: 2 * time.Second}
+	log, err := engine.Setup(ctx, js, engine.SetupConfig{Delivery: delivery}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -52,7 +56,7 @@ func newRecoveryEnv(t *testing.T) *recoveryEnv {
 	for i := 0; i < 2; i++ {
 		w, err := worker.New(nc, log, worker.Config{
 			Name: fmt.Sprintf("w%d", i), Clock: clk, ControlTimeout: 3 * time.Second,
-			Delivery: recovery.DeliveryConfig{AckWait: 5 * time.Second, PinnedTTL: 2 * time.Second},
+			Delivery: delivery,
 		}, nil)
 		if err != nil {
 			t.Fatal(err)

@@ -170,12 +170,12 @@ func TestWebViewInChromium(t *testing.T) {
 	// leaves the orphan to the repair issued by hand and keeps the shipped
 	// transcripts' repeated outputs from pausing their sessions.
 	eng := enginetest.Start(t, enginetest.Options{Policy: "orphans:\n  repair: false\nbudget:\n  implementation_attempts: 1000\n  same_error_limit: 1000\n  same_output_limit: 1000\n"})
-	fleet, err := forensics.OpenFleet(ctx, eng.JS, eng.Log, eng.Engine.Store, nil)
+	fleet, err := forensics.OpenIndexMirror(ctx, eng.JS, eng.Log, eng.Engine.Store, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(fleet.Close)
-	ui, err := web.New(web.Config{Addr: "127.0.0.1:0", Log: eng.Log, Store: eng.Engine.Store, Fleet: fleet}, nil)
+	ui, err := web.New(web.Config{Addr: "127.0.0.1:0", Log: eng.Log, Store: eng.Engine.Store, Index: fleet}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

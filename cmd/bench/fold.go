@@ -39,11 +39,12 @@ func (r *runner) foldFigure(ctx context.Context) error {
 		got := 0
 		start := time.Now()
 		err := l.ReadAll(ctx, events.ReadOptions{}, func(ev events.Event) error {
-			k := ev.Tenant + "/" + ev.Session
-			s := states[k]
+			// The look-up's key is built on the stack; only a new
+			// session's is kept.
+			s := states[ev.Tenant+"/"+ev.Session]
 			if s == nil {
 				s = &projections.Session{}
-				states[k] = s
+				states[ev.Tenant+"/"+ev.Session] = s
 			}
 			s.Apply(ev)
 			got++

@@ -62,7 +62,10 @@ func (r *runner) inspectFigure(ctx context.Context) error {
 	if err := store.Save(ctx, state); err != nil {
 		return fmt.Errorf("save the snapshot of %s: %w", session, err)
 	}
-	snap, _ := json.Marshal(projections.Snapshot{Version: projections.Version, CoversSeq: state.LastSeq, State: state})
+	snap, err := json.Marshal(projections.Snapshot{Version: projections.Version, CoversSeq: state.LastSeq, State: state})
+	if err != nil {
+		return err
+	}
 
 	inspect := func(store *projections.SnapshotStore) (time.Duration, uint64, error) {
 		var before, after runtime.MemStats

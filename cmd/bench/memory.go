@@ -172,16 +172,16 @@ func (r *runner) memoryInProcess(ctx context.Context, n int, holdAll bool) error
 		return fmt.Errorf("projector folding %d events (%d so far): %w", want, applied.Load(), err)
 	}
 	folded := time.Since(start)
-	// Idle states go to compact form after CompactAfter: the figure is
+	// Idle states go to compressed form after CompressAfter: the figure is
 	// what an idle state costs once it is there.
 	held0 := min(n, projections.DefaultMaxSessions)
 	if holdAll {
 		held0 = n
 	}
-	if err := waitUntil(ctx, 2*time.Minute, func() bool { return proj.Compacted() >= held0 }); err != nil {
-		r.note("memory: %d of %d states in compact form after 2 minutes", proj.Compacted(), held0)
+	if err := waitUntil(ctx, 2*time.Minute, func() bool { return proj.Compressed() >= held0 }); err != nil {
+		r.note("memory: %d of %d states in compressed form after 2 minutes", proj.Compressed(), held0)
 	}
-	compacted := proj.Compacted()
+	compacted := proj.Compressed()
 
 	after := heap()
 	if r.memProfile != "" {
@@ -221,7 +221,7 @@ func (r *runner) memoryInProcess(ctx context.Context, n int, holdAll bool) error
 			"server_rss_per_session": srvRSS, "append_s": appended.Seconds(), "fold_s": folded.Seconds(), "compacted": float64(compacted)},
 	}
 	if holdAll {
-		row.Figure = fmt.Sprintf("engine heap per session state held, %s idle sessions, every state kept (MaxSessions %s, IdleEvict 1h; %s in compact form)",
+		row.Figure = fmt.Sprintf("engine heap per session state held, %s idle sessions, every state kept (MaxSessions %s, IdleEvict 1h; %s in compressed form)",
 			commas(int64(n)), commas(int64(n+1)), commas(int64(compacted)))
 		row.Value = fmt.Sprintf("%.2f KiB (HeapInuse)", perHeld/1024)
 		row.Baseline = fmt.Sprintf("HeapAlloc %.2f KiB, RSS %.2f KiB per session", alloc/1024, rss/1024)

@@ -52,7 +52,7 @@ func (r *runner) otelFigure(ctx context.Context) error {
 		if on {
 			// The export's consumers exist before the events, as on an
 			// engine that exported all along.
-			if _, err := engine.Setup(ctx, c.js, events.Config{}, nil, engine.WithOTelExport()); err != nil {
+			if _, err := engine.Setup(ctx, c.js, engine.SetupConfig{OTelExport: true}, nil); err != nil {
 				return 0, err
 			}
 		}

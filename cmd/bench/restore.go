@@ -83,7 +83,10 @@ func (r *runner) restoreFigure(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		snap, _ := json.Marshal(state)
+		snap, err := json.Marshal(state)
+		if err != nil {
+			return err
+		}
 		subject, covers := l.SessionSubject(benchTenant, session), state.LastSeq
 
 		restore := func() (time.Duration, error) {

@@ -302,7 +302,10 @@ func (m *Main) Run(ctx context.Context) (*Report, error) {
 	rep.Elapsed = time.Since(rep.Started).Round(time.Second).String()
 	fmt.Fprint(m.Stdout, rep.Markdown())
 	if m.JSONPath != "" {
-		b, _ := json.MarshalIndent(rep, "", "  ")
+		b, err := json.MarshalIndent(rep, "", "  ")
+		if err != nil {
+			return rep, err
+		}
 		if err := os.WriteFile(m.JSONPath, append(b, '\n'), 0o644); err != nil {
 			return rep, err
 		}

@@ -65,7 +65,7 @@ func memberChild(kind string) error {
 		if err != nil {
 			return err
 		}
-		w, err := worker.New(nc, l, worker.Config{Name: name, UseExisting: true}, nil)
+		w, err := worker.New(nc, l, worker.Config{Name: name}, nil)
 		if err != nil {
 			return err
 		}
@@ -147,7 +147,7 @@ func setupServer(ctx context.Context) (*server, *client, *events.Log, error) {
 		srv.close()
 		return nil, nil, nil, err
 	}
-	l, err := engine.Setup(ctx, c.js, events.Config{}, nil)
+	l, err := engine.Setup(ctx, c.js, engine.SetupConfig{}, nil)
 	if err != nil {
 		c.nc.Close()
 		srv.close()
@@ -382,8 +382,11 @@ func (r *runner) fleetFigure(ctx context.Context) error {
 	for i := 0; i < n; i++ {
 		s := sessionName("fleet", i)
 		p := events.Partition(benchTenant, s, l.Partitions())
-		b, _ := json.Marshal(projections.Summary{Tenant: benchTenant, Session: s, Partition: p, Status: projections.StatusIdle,
+		b, err := json.Marshal(projections.Summary{Tenant: benchTenant, Session: s, Partition: p, Status: projections.StatusIdle,
 			Runtime: "bench", Counts: projections.Counts{TurnsTotal: 3, TurnsCompleted: 3}, Events: 12, FirstSeq: uint64(i*12 + 1), LastSeq: uint64(i*12 + 12), LastTime: now, LastStored: now})
+		if err != nil {
+			return err
+		}
 		f, err := js.PublishAsync("$KV."+projections.IndexBucket+"."+projections.IndexKey(p, benchTenant, s), b)
 		if err != nil {
 			return err

@@ -59,6 +59,16 @@ func sessionName(prefix string, i int) string { return fmt.Sprintf("%s%06d", pre
 // turnID is the turn token of a session's t-th turn.
 func turnID(t int) string { return fmt.Sprintf("t%d", t) }
 
+// mustJSON encodes v, which the workload builds from strings it makes
+// itself (always encodable): a failure is a bug of the workload.
+func mustJSON(v any) json.RawMessage {
+	b, err := json.Marshal(v)
+	if err != nil {
+		panic(fmt.Sprintf("bench workload: %v", err))
+	}
+	return b
+}
+
 // turnEvent builds step k (0..turnLen-1) of turn t of a session: turn.started,
 // the user's prompt, an assistant tool_use, the user's tool_result, the
 // assistant's answer, turn.completed. Every event but turn.completed is
@@ -88,13 +98,11 @@ func turnEvent(session string, t, k, seed int, at time.Time) events.Event {
 	case 2:
 		m := &events.MessageAppended{Role: events.RoleAssistant, Model: "claude-sonnet-4-5", MessageID: "msg_" + session + turn,
 			Content: []events.ContentBlock{{Type: events.BlockToolUse, ID: toolID, Name: "Bash", Input: json.RawMessage(`{"command":"go test ./...","description":"x"}`)}}}
-		in, _ := json.Marshal(map[string]string{"command": "go test ./...", "description": filler(pad(m), seed)})
-		m.Content[0].Input = in
+		m.Content[0].Input = mustJSON(map[string]string{"command": "go test ./...", "description": filler(pad(m), seed)})
 		p = m
 	case 3:
 		m := &events.MessageAppended{Role: events.RoleUser, Content: []events.ContentBlock{{Type: events.BlockToolResult, ToolUseID: toolID, Content: json.RawMessage(`"x"`)}}}
-		c, _ := json.Marshal(filler(pad(m), seed))
-		m.Content[0].Content = c
+		m.Content[0].Content = mustJSON(filler(pad(m), seed))
 		p = m
 	case 4:
 		m := &events.MessageAppended{Role: events.RoleAssistant, Model: "claude-sonnet-4-5", MessageID: "msg_" + session + turn + "b", StopReason: "end_turn",

@@ -21,13 +21,13 @@ func startForensics(ctx context.Context, eng *engine.Engine, uiAddr string, m *t
 	if uiAddr == "" && m == nil {
 		return func() {}, nil
 	}
-	fleet, err := forensics.OpenFleet(ctx, eng.Log.JetStream(), eng.Log, eng.Store, &logger)
+	fleet, err := forensics.OpenIndexMirror(ctx, eng.Log.JetStream(), eng.Log, eng.Store, &logger)
 	if err != nil {
 		return nil, err
 	}
 	var srv *web.Server
 	if uiAddr != "" {
-		srv, err = web.New(web.Config{Addr: uiAddr, Log: eng.Log, Store: eng.Store, Fleet: fleet}, &logger)
+		srv, err = web.New(web.Config{Addr: uiAddr, Log: eng.Log, Store: eng.Store, Index: fleet}, &logger)
 		if err == nil {
 			err = srv.Start()
 		}
@@ -59,7 +59,7 @@ func startForensics(ctx context.Context, eng *engine.Engine, uiAddr string, m *t
 }
 
 // countIncidents sets incidents_open every `every` until ctx ends.
-func countIncidents(ctx context.Context, fleet *forensics.Fleet, m *telemetry.Metrics, every time.Duration, logger zerolog.Logger) {
+func countIncidents(ctx context.Context, fleet *forensics.IndexMirror, m *telemetry.Metrics, every time.Duration, logger zerolog.Logger) {
 	tick := time.NewTicker(every)
 	defer tick.Stop()
 	for {

@@ -1,16 +1,12 @@
 package main
 
 import (
-	"context"
-	"errors"
 	"fmt"
 	"io"
-	"sort"
 	"strings"
 	"text/tabwriter"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/spf13/cobra"
 	"github.com/turnstone-dev/turnstone/events"
 	"github.com/turnstone-dev/turnstone/internal/console"
@@ -69,8 +65,12 @@ duration, by event time.`,
 			if since > 0 {
 				cutoff = time.Now().Add(-since)
 			}
+			store, err := projections.NewSnapshotStore(log.JetStream(), projections.SnapshotConfig{})
+			if err != nil {
+				return err
+			}
 			if by == "incident" {
-				incs, err := fleetIncidents(ctx, log, forensics.IncidentsConfig{Since: cutoff, Tenant: tenant, Correlate: correlate.Config{Gap: gap}})
+				incs, err := forensics.FleetIncidents(ctx, log, store, forensics.IncidentsConfig{Since: cutoff, Tenant: tenant, Correlate: correlate.Config{Gap: gap}})
 				if err != nil {
 					return err
 				}
@@ -82,11 +82,11 @@ duration, by event time.`,
 				}
 				return printIncidents(g.stdout, incs, limit)
 			}
-			views, err := anomalousViews(ctx, log, tenant)
+			views, err := forensics.AnomalousViews(ctx, log, store, tenant)
 			if err != nil {
 				return err
 			}
-			return renderIncidents(g.stdout, incidents(views, cutoff), asJSON)
+			return renderIncidents(g.stdout, forensics.Recent(views, cutoff), asJSON)
 		},
 	}
 	cmd.Flags().DurationVar(&since, "since", 0, "only signals and sessions with an event within this duration (e.g. 24h)")
@@ -96,30 +96,6 @@ duration, by event time.`,
 	cmd.Flags().DurationVar(&gap, "gap", correlate.DefaultGap, "a window of an incident ends when this long passes without a signal of its key")
 	cmd.Flags().IntVar(&limit, "sessions", 5, "how many affected sessions each incident lists (text output)")
 	return cmd
-}
-
-// fleetIncidents correlates the fleet's incidents from the fleet index,
-// restoring only the anomalous sessions; a log without an index (older
-// than the index, and no engine has run since) is read whole instead.
-func fleetIncidents(ctx context.Context, log *events.Log, cfg forensics.IncidentsConfig) ([]correlate.Incident, error) {
-	store, err := projections.NewSnapshotStore(log.JetStream(), projections.SnapshotConfig{})
-	if err != nil {
-		return nil, err
-	}
-	sums, err := projections.ReadIndex(ctx, log.JetStream(), projections.IndexFilter{Tenant: cfg.Tenant})
-	if errors.Is(err, jetstream.ErrBucketNotFound) {
-		states, _, err := restoreAll(ctx, log, cfg.Tenant)
-		if err != nil {
-			return nil, err
-		}
-		sums = make([]projections.Summary, 0, len(states))
-		for _, s := range states {
-			sums = append(sums, s.Summary(0))
-		}
-	} else if err != nil {
-		return nil, err
-	}
-	return forensics.Incidents(ctx, log, store, sums, cfg)
 }
 
 // printIncidents prints each incident as a block: its key, when it was
@@ -161,54 +137,6 @@ func printIncidents(w io.Writer, incs []correlate.Incident, limit int) error {
 		}
 	}
 	return nil
-}
-
-// anomalousViews restores the sessions the fleet index marks anomalous
-// (of one tenant when tenant is set) and returns their views, with one
-// invalid view per subject that names no valid session.
-func anomalousViews(ctx context.Context, log *events.Log, tenant string) ([]projections.View, error) {
-	sums, err := projections.ReadIndex(ctx, log.JetStream(), projections.IndexFilter{Tenant: tenant})
-	if errors.Is(err, jetstream.ErrBucketNotFound) {
-		return loadViews(ctx, log, tenant)
-	}
-	if err != nil {
-		return nil, err
-	}
-	store, err := projections.NewSnapshotStore(log.JetStream(), projections.SnapshotConfig{})
-	if err != nil {
-		return nil, err
-	}
-	var out []projections.View
-	for _, m := range sums {
-		if !m.Anomalous {
-			continue
-		}
-		if m.Status == projections.StatusInvalid {
-			out = append(out, projections.InvalidSubjectView(m.Subject, m.Tenant, m.Session, m.Events, m.StatusDetail))
-			continue
-		}
-		s, err := projections.Restore(ctx, log, store, m.Tenant, m.Session)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, s.View())
-	}
-	return out, nil
-}
-
-// incidents keeps the anomalous views (View.Anomalous) with an event
-// after cutoff (any when zero; invalid subjects have no time and are
-// always kept), newest first.
-func incidents(views []projections.View, cutoff time.Time) []projections.View {
-	var out []projections.View
-	for _, v := range views {
-		if !v.Anomalous || (!cutoff.IsZero() && v.Status != projections.StatusInvalid && v.LastTime.Before(cutoff)) {
-			continue
-		}
-		out = append(out, v)
-	}
-	sort.SliceStable(out, func(i, j int) bool { return out[i].LastTime.After(out[j].LastTime) })
-	return out
 }
 
 // renderIncidents prints views as `engine incidents` does: a table, or

@@ -8,7 +8,6 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/spf13/cobra"
 	"github.com/turnstone-dev/turnstone/internal/engine"
 	"github.com/turnstone-dev/turnstone/internal/pgroup"
@@ -60,24 +59,9 @@ recovery commands waiting.`,
 			}
 			defer nc.Close()
 			js := log.JetStream()
-			recs, err := pgroup.List(ctx, js, "", "")
+			own, err := pgroup.ReadOwnership(ctx, js, "", time.Now(), 0)
 			if err != nil {
 				return err
-			}
-			rep := membersReport{Members: []memberLine{}, Partitions: []partitionLine{}}
-			owner := map[string]map[int]string{}
-			for _, r := range recs {
-				if time.Since(r.Beat) > 2*pgroup.DefaultTTL {
-					continue // an old record of a member that is gone
-				}
-				rep.Members = append(rep.Members, memberLine{Group: r.Group, Member: r.Member, Partitions: r.Partitions,
-					Started: r.Started, Beat: r.Beat, Info: r.Info})
-				if owner[r.Group] == nil {
-					owner[r.Group] = map[int]string{}
-				}
-				for _, p := range r.Partitions {
-					owner[r.Group][p] = r.Member
-				}
 			}
 			all := make([]int, log.Partitions())
 			for i := range all {
@@ -87,17 +71,17 @@ recovery commands waiting.`,
 			if err != nil {
 				return err
 			}
+			pending, err := recovery.PendingCommands(ctx, js, all)
+			if err != nil {
+				return err
+			}
+			rep := membersReport{Members: []memberLine{}, Partitions: []partitionLine{}}
+			for _, r := range own.Members {
+				rep.Members = append(rep.Members, memberLine{Group: r.Group, Member: r.Member, Partitions: r.Partitions, Started: r.Started, Beat: r.Beat, Info: r.Info})
+			}
 			for _, st := range states {
-				line := partitionLine{Partition: st.Partition, Engine: owner[engine.Group][st.Partition], Lag: st.Pending,
-					Worker: owner[recovery.WorkerGroup][st.Partition]}
-				if c, err := js.Consumer(ctx, recovery.Stream, recovery.ConsumerName(st.Partition)); err == nil {
-					if ci, err := c.Info(ctx); err == nil {
-						line.Commands = ci.NumPending + uint64(ci.NumAckPending)
-					}
-				} else if err != jetstream.ErrConsumerNotFound {
-					return err
-				}
-				rep.Partitions = append(rep.Partitions, line)
+				rep.Partitions = append(rep.Partitions, partitionLine{Partition: st.Partition, Engine: own.Owner(engine.Group, st.Partition),
+					Lag: st.Pending, Worker: own.Owner(recovery.WorkerGroup, st.Partition), Commands: pending[st.Partition]})
 			}
 			return renderMembers(cmd.OutOrStdout(), rep, asJSON)
 		},

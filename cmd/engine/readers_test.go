@@ -15,6 +15,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/turnstone-dev/turnstone/events"
+	"github.com/turnstone-dev/turnstone/internal/forensics"
 	"github.com/turnstone-dev/turnstone/internal/telemetry"
 	"github.com/turnstone-dev/turnstone/projections"
 )
@@ -210,7 +211,7 @@ func TestEveryReaderTellsOneTruth(t *testing.T) {
 
 	// incidents --json and incidents.
 	buf.Reset()
-	inc := incidents(all, time.Time{})
+	inc := forensics.Recent(all, time.Time{})
 	if err := renderIncidents(&buf, inc, true); err != nil {
 		t.Fatal(err)
 	}

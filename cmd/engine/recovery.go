@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -10,7 +9,6 @@ import (
 	"strings"
 	"text/tabwriter"
 
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/spf13/cobra"
 	"github.com/turnstone-dev/turnstone/events"
 	"github.com/turnstone-dev/turnstone/internal/console"
@@ -24,65 +22,6 @@ func newRecoveryCommand(g *globals) *cobra.Command {
 	}
 	cmd.AddCommand(newRecoveryListCommand(g), newRecoveryShowCommand(g), newRecoveryIssueCommand(g))
 	return cmd
-}
-
-// commandRow is a command with its status (docs/cli.md, recovery list
-// --json): Status.State is "pending" while no worker has reported on it.
-type commandRow struct {
-	Command recovery.Command `json:"command"`
-	Seq     uint64           `json:"seq"`
-	Status  recovery.Status  `json:"status"`
-}
-
-// loadCommands reads every command of AGENT_RECOVERY and joins it with its
-// status.
-func loadCommands(ctx context.Context, log *events.Log) ([]commandRow, error) {
-	js := log.JetStream()
-	if _, err := recovery.Setup(ctx, log, recovery.DeliveryConfig{}); err != nil {
-		return nil, err
-	}
-	st, err := js.Stream(ctx, recovery.Stream)
-	if err != nil {
-		return nil, err
-	}
-	info, err := st.Info(ctx)
-	if err != nil {
-		return nil, err
-	}
-	kv, err := js.KeyValue(ctx, recovery.StatusBucket)
-	if err != nil {
-		return nil, err
-	}
-	var rows []commandRow
-	if info.State.Msgs > 0 {
-		// events.ReadStream fetches in batches: an ordered consumer's Next
-		// fails on an R3 stream after a few messages (issue 9).
-		err := events.ReadStream(ctx, st, jetstream.OrderedConsumerConfig{}, 1000, func(msg jetstream.Msg) error {
-			meta, err := msg.Metadata()
-			if err != nil {
-				return err
-			}
-			var c recovery.Command
-			if json.Unmarshal(msg.Data(), &c) == nil {
-				rows = append(rows, commandRow{Command: c, Seq: meta.Sequence.Stream, Status: recovery.Status{State: recovery.StatePending}})
-			}
-			return nil
-		})
-		if err != nil {
-			return nil, fmt.Errorf("read commands: %w", err)
-		}
-	}
-	for i := range rows {
-		e, err := kv.Get(ctx, rows[i].Command.ID)
-		if errors.Is(err, jetstream.ErrKeyNotFound) {
-			continue
-		}
-		if err != nil {
-			return nil, err
-		}
-		_ = json.Unmarshal(e.Value(), &rows[i].Status)
-	}
-	return rows, nil
 }
 
 func newRecoveryListCommand(g *globals) *cobra.Command {
@@ -108,7 +47,7 @@ an array of {command, seq, status} (docs/cli.md).`,
 				return err
 			}
 			defer nc.Close()
-			rows, err := loadCommands(ctx, log)
+			rows, err := recovery.List(ctx, log.JetStream())
 			if err != nil {
 				return err
 			}
@@ -134,7 +73,7 @@ an array of {command, seq, status} (docs/cli.md).`,
 
 // renderCommands prints rows as `engine recovery list` does: a table, or
 // (asJSON) a JSON array.
-func renderCommands(w io.Writer, rows []commandRow, asJSON bool) error {
+func renderCommands(w io.Writer, rows []recovery.Entry, asJSON bool) error {
 	if asJSON {
 		return writeJSON(w, nonNil(rows))
 	}
@@ -145,6 +84,9 @@ func renderCommands(w io.Writer, rows []commandRow, asJSON bool) error {
 		if reason == "" {
 			reason = r.Command.Reason
 		}
+		if r.Invalid != "" {
+			reason = "invalid: " + r.Invalid
+		}
 		fmt.Fprintf(tw, "%d\t%s\t%s/%s\t%s\t%s\t%d\t%s\t%s\t%s\n", r.Seq, r.Command.ID, r.Command.Tenant, r.Command.Session,
 			r.Status.State, orDash(string(r.Status.Outcome)), r.Status.Attempts, orDash(r.Status.Worker), tableTime(r.Status.UpdatedAt), cut(reason, 60))
 	}
@@ -154,7 +96,7 @@ func renderCommands(w io.Writer, rows []commandRow, asJSON bool) error {
 // commandShown is what `engine recovery show --json` prints: the command
 // with its status, and every event of its session's log that names it.
 type commandShown struct {
-	commandRow
+	recovery.Entry
 	Events []eventLine `json:"events"`
 }
 
@@ -174,11 +116,11 @@ stream order. --json prints {command, seq, status, events} (docs/cli.md).`,
 				return err
 			}
 			defer nc.Close()
-			rows, err := loadCommands(ctx, log)
+			rows, err := recovery.List(ctx, log.JetStream())
 			if err != nil {
 				return err
 			}
-			var row *commandRow
+			var row *recovery.Entry
 			for i := range rows {
 				if rows[i].Command.ID == args[0] {
 					row = &rows[i]
@@ -187,7 +129,7 @@ stream order. --json prints {command, seq, status, events} (docs/cli.md).`,
 			if row == nil {
 				return fmt.Errorf("command %q not found (engine recovery list shows them)", args[0])
 			}
-			shown := commandShown{commandRow: *row}
+			shown := commandShown{Entry: *row}
 			c := row.Command
 			err = log.ReadSession(ctx, c.Tenant, c.Session, events.ReadOptions{}, func(ev events.Event) error {
 				if strings.Contains(string(ev.Data), c.ID) {
@@ -277,7 +219,7 @@ session changes stores it once.`,
 			if err != nil {
 				return err
 			}
-			if _, err := recovery.Setup(ctx, log, recovery.DeliveryConfig{}); err != nil {
+			if err := recovery.CheckSetUp(ctx, log.JetStream()); err != nil {
 				return err
 			}
 			last, err := log.LastSeq(ctx, ref.Tenant, ref.Session)

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 	"github.com/spf13/cobra"
 	"github.com/turnstone-dev/turnstone/events"
@@ -21,6 +22,7 @@ import (
 	"github.com/turnstone-dev/turnstone/internal/presence"
 	"github.com/turnstone-dev/turnstone/internal/reconciler"
 	"github.com/turnstone-dev/turnstone/internal/telemetry"
+	"github.com/turnstone-dev/turnstone/recovery"
 )
 
 type serveFlags struct {
@@ -60,9 +62,14 @@ server with JetStream that keeps its data in --data and listens on --listen,
 so other processes (workers, this CLI, services publishing events) can
 connect. With --nats-url it uses that server or cluster instead.
 
-The engine creates the streams, follows the event log, keeps each session's
-projection, and writes a snapshot of a session every --snapshot-every
-events.
+On the embedded server, which it owns, the engine first runs engine setup
+(creating whatever is missing, changing nothing that exists), so a first
+run needs nothing else. With --nats-url it creates and changes nothing:
+engine setup is the one writer of the streams', consumers' and buckets'
+settings, run once by an operator; --partitions and --replicas are then
+checked against the existing streams, and a difference is refused. The
+engine follows the event log, keeps each session's projection, and writes
+a snapshot of a session every --snapshot-every events.
 
 With --auth FILE (a YAML list of tenants; docs/security.md) the embedded
 server runs NATS's own accounts, users and permissions: the engine writes
@@ -97,8 +104,8 @@ adds the messages' masked text.`,
 	cmd.Flags().StringVar(&f.data, "data", data, "directory of the embedded server's JetStream store (env TURNSTONE_DATA)")
 	cmd.Flags().StringVar(&f.listen, "listen", net.JoinHostPort(embedded.DefaultHost, strconv.Itoa(embedded.DefaultPort)), "client address of the embedded server, HOST:PORT")
 	cmd.Flags().IntVar(&f.replicas, "replicas", 0, "stream replicas of new streams (3 on a 3-node JetStream cluster); existing streams keep theirs unless --update-streams")
-	cmd.Flags().BoolVar(&f.updateStreams, "update-streams", false, "change existing streams whose settings differ from the flags given (without it such a difference is an error)")
-	cmd.Flags().BoolVar(&f.useExisting, "use-existing", false, "create and change no stream, consumer or bucket: an operator set them up (engine setup); for an engine without those permissions")
+	cmd.Flags().BoolVar(&f.updateStreams, "update-streams", false, "embedded server: change existing streams whose settings differ from the flags given (without it such a difference is an error); with --nats-url only engine setup changes streams")
+	cmd.Flags().BoolVar(&f.useExisting, "use-existing", false, "embedded server: do not run engine setup first (the streams, consumers and buckets must exist); always so with --nats-url")
 	cmd.Flags().StringVar(&f.name, "name", "", "the engine's name in its group (default: host-pid-random)")
 	cmd.Flags().IntVar(&f.partitions, "partitions", 0, "partitions of a new event stream (default 8; an existing stream keeps its count)")
 	cmd.Flags().IntVar(&f.snapshotEvery, "snapshot-every", 100, "snapshot a session's projection every N events")
@@ -163,11 +170,14 @@ func runServe(ctx context.Context, g *globals, f serveFlags, external bool) erro
 		if spec != nil && !client.Authenticated() {
 			client.Nkey = spec.SeedFile(string(auth.RoleEngine))
 		}
-		if spec != nil || client.Authenticated() {
-			// Under auth an operator set the streams up (engine setup
-			// --nkey credentials/operator.nk): the engine's role may not.
-			f.useExisting = true
+		// engine setup is the one writer of the streams', consumers' and
+		// buckets' settings: on a server this process does not own the
+		// engine creates and changes nothing (under auth its role may
+		// not either), and checks the settings its flags name.
+		if f.updateStreams {
+			return fmt.Errorf("--update-streams: with --nats-url the engine changes no stream; run engine setup --update-streams (with the settings to change) against %s", g.conn.URL)
 		}
+		f.useExisting = true
 		opts, err := client.Options()
 		if err != nil {
 			return err
@@ -238,6 +248,9 @@ func runServe(ctx context.Context, g *globals, f serveFlags, external bool) erro
 	}
 	eng, stop, err := startEngine(ctx, nc, f, policy, metrics, logger)
 	if err != nil {
+		if external && (errors.Is(err, events.ErrNoStream) || errors.Is(err, recovery.ErrNotSetUp) || errors.Is(err, jetstream.ErrBucketNotFound) || errors.Is(err, jetstream.ErrConsumerNotFound)) {
+			return fmt.Errorf("%w: with --nats-url the engine creates nothing; run engine setup --nats-url %s first (docs/scaling.md)", err, g.conn.URL)
+		}
 		return err
 	}
 	defer stop()

@@ -102,7 +102,7 @@ func setupAsOperator(ctx context.Context, srv *embedded.Server, spec *auth.Spec,
 	if f.partitions != 0 && f.partitions != spec.Partitions {
 		return fmt.Errorf("--partitions %d: with --auth the partition count is the spec's (partitions: %d in %s), which the permissions name", f.partitions, spec.Partitions, f.auth)
 	}
-	log, err := engine.Setup(ctx, js, events.Config{Partitions: spec.Partitions, Replicas: f.replicas, UpdateStreams: f.updateStreams}, &logger)
+	log, err := engine.Setup(ctx, js, engine.SetupConfig{Log: events.Config{Partitions: spec.Partitions, Replicas: f.replicas, UpdateStreams: f.updateStreams}}, &logger)
 	if err != nil {
 		return fmt.Errorf("set up as operator: %w", err)
 	}

@@ -12,6 +12,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -56,7 +57,15 @@ func newCommand(stderr io.Writer) *cobra.Command {
 		Long: `Join the recovery worker group of the engine at --nats-url and execute
 recovery commands until interrupted. Commands of one session run one at a
 time and in publish order; if this worker dies, NATS moves its partitions
-to another worker.`,
+to another worker.
+
+The worker creates and changes nothing on JetStream: engine setup (which
+engine serve runs on its embedded server) creates the streams, consumers
+and buckets, and is the one writer of the recovery consumers' settings
+(engine setup --ack-wait, --max-deliver, --pinned-ttl). Until they exist
+the worker waits. --ack-wait, --max-deliver and --pinned-ttl here are
+expectations: a worker given one that differs from what the consumers
+hold refuses to start, names the difference, and changes nothing.`,
 		Args:          cobra.NoArgs,
 		SilenceUsage:  true,
 		SilenceErrors: true,
@@ -66,12 +75,16 @@ to another worker.`,
 	}
 	cmd.SetErr(stderr)
 	cmd.Flags().StringVar(&f.name, "name", "", "worker name in events and statuses (default host-pid)")
-	cmd.Flags().DurationVar(&f.ackWait, "ack-wait", 10*time.Second, "how long a dead worker's command waits before redelivery")
-	cmd.Flags().IntVar(&f.maxDeliver, "max-deliver", 5, "deliveries before a failing command is parked")
-	cmd.Flags().DurationVar(&f.pinnedTTL, "pinned-ttl", 10*time.Second, "how long a partition stays pinned to a silent worker")
+	cmd.Flags().DurationVar(&f.ackWait, "ack-wait", 0, "expect the recovery consumers' ack wait to be this (how long a dead worker's command waits before redelivery; default: whatever engine setup set, 10s unless changed)")
+	cmd.Flags().IntVar(&f.maxDeliver, "max-deliver", 0, "expect the recovery consumers' max deliver to be this (deliveries before a failing command is parked; default: whatever engine setup set, 5 unless changed)")
+	cmd.Flags().DurationVar(&f.pinnedTTL, "pinned-ttl", 0, "expect the recovery consumers' pinned TTL to be this (how long a partition stays pinned to a silent worker; default: whatever engine setup set, 10s unless changed)")
 	cmd.Flags().StringVar(&f.telemetry, "telemetry-listen", "", "address of /metrics and /healthz, such as 127.0.0.1:9465 (default: off)")
 	cmd.Flags().DurationVar(&f.controlTimeout, "control-timeout", 10*time.Second, "timeout of each control request to the agent runtime")
-	cmd.Flags().BoolVar(&f.useExisting, "use-existing", false, "create and change no stream, consumer or bucket (an operator set them up); implied by --creds or --nkey, since the worker role may not (docs/security.md)")
+	// The worker never creates or changes a stream, consumer or bucket
+	// (engine setup is their one writer): --use-existing, which once asked
+	// for that, is accepted and means nothing.
+	cmd.Flags().BoolVar(&f.useExisting, "use-existing", true, "no effect: the worker never creates or changes a stream, consumer or bucket")
+	_ = cmd.Flags().MarkHidden("use-existing")
 	f.conn.AddFlags(cmd.Flags(), "", "")
 	return cmd
 }
@@ -85,10 +98,7 @@ func run(ctx context.Context, f flags, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	if f.conn.Client.Authenticated() {
-		f.useExisting = true
-	}
-	nc, log, err := connect(ctx, f.conn.URL, opts, f.useExisting, logger)
+	nc, log, err := connect(ctx, f.conn.URL, opts, logger)
 	if err != nil {
 		return err
 	}
@@ -115,11 +125,13 @@ func run(ctx context.Context, f flags, stderr io.Writer) error {
 			_ = ts.Close(cctx)
 		}()
 	}
-	// Open sets up the recovery stream's partition consumers and joins
-	// the group. Right after a nats-server node is lost, a consumer whose
-	// leader was there answers nothing until it elects another (seconds):
-	// try again with back-off, with a fresh worker each time, for up to
-	// two minutes, rather than exit.
+	// Open checks the recovery consumers' settings against the flags and
+	// joins the group. Right after a nats-server node is lost, a consumer
+	// whose leader was there answers nothing until it elects another
+	// (seconds), and right after engine serve starts the consumers may
+	// not exist yet: try again with back-off, with a fresh worker each
+	// time, for up to two minutes, rather than exit. Settings that differ
+	// from the flags are refused at once.
 	var w *worker.Worker
 	open := func() error {
 		var err error
@@ -134,7 +146,6 @@ func run(ctx context.Context, f flags, stderr io.Writer) error {
 			},
 			Name:           f.name,
 			ControlTimeout: f.controlTimeout,
-			UseExisting:    f.useExisting,
 			Delivery:       recovery.DeliveryConfig{AckWait: f.ackWait, MaxDeliver: f.maxDeliver, PinnedTTL: f.pinnedTTL},
 		}, &logger)
 		if err != nil {
@@ -144,6 +155,12 @@ func run(ctx context.Context, f flags, stderr io.Writer) error {
 			cctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			_ = w.Close(cctx)
 			cancel()
+			if serr := (*recovery.SettingsError)(nil); errors.As(err, &serr) {
+				return backoff.Permanent(settingsRefused(serr))
+			}
+			if errors.Is(err, events.ErrSettingsDiffer) {
+				return backoff.Permanent(err)
+			}
 			return err
 		}
 		return nil
@@ -178,10 +195,23 @@ func run(ctx context.Context, f flags, stderr io.Writer) error {
 	return nil
 }
 
-// connect connects to NATS and opens the event log, retrying with
-// exponential back-off until it works or ctx ends, so a worker started
-// beside the engine (or before it) waits for it instead of exiting.
-func connect(ctx context.Context, url string, opts []nats.Option, useExisting bool, logger zerolog.Logger) (*nats.Conn, *events.Log, error) {
+// settingsRefused is the worker's refusal of consumer settings that
+// differ from its flags: each flag with the value stored, and what to run.
+func settingsRefused(e *recovery.SettingsError) error {
+	var b strings.Builder
+	b.WriteString("refused: the recovery consumers' settings differ from the flags (nothing was changed):")
+	for _, d := range e.Diffs {
+		fmt.Fprintf(&b, "\n  --%s %s, but %s holds %s", d.Setting, d.Asked, e.Consumers, d.Stored)
+	}
+	fmt.Fprintf(&b, "\nengine setup is the only writer of these settings: run `engine setup %s` to change them, or start the worker without these flags to use the stored ones", e.Asked())
+	return errors.New(b.String())
+}
+
+// connect connects to NATS and opens the event log (creating nothing),
+// retrying with exponential back-off until it works or ctx ends, so a
+// worker started beside the engine (or before it, or before engine setup)
+// waits for it instead of exiting.
+func connect(ctx context.Context, url string, opts []nats.Option, logger zerolog.Logger) (*nats.Conn, *events.Log, error) {
 	var (
 		nc  *nats.Conn
 		log *events.Log
@@ -193,7 +223,7 @@ func connect(ctx context.Context, url string, opts []nats.Option, useExisting bo
 		}
 		js, err := jetstream.New(c)
 		if err == nil {
-			log, err = events.Open(ctx, js, events.Config{UseExisting: useExisting}, &logger)
+			log, err = events.Open(ctx, js, events.Config{UseExisting: true}, &logger)
 		}
 		if err != nil {
 			c.Close()
@@ -206,7 +236,11 @@ func connect(ctx context.Context, url string, opts []nats.Option, useExisting bo
 	b.MaxInterval = 5 * time.Second
 	b.MaxElapsedTime = 0 // until ctx ends
 	err := backoff.RetryNotify(op, backoff.WithContext(b, ctx), func(err error, next time.Duration) {
-		logger.Warn().Err(err).Str("url", url).Dur("retry_in", next).Msg("waiting for the engine's NATS server")
+		msg := "waiting for the engine's NATS server"
+		if errors.Is(err, events.ErrNoStream) {
+			msg = "waiting for the streams (engine setup, or engine serve on its embedded server, creates them)"
+		}
+		logger.Warn().Err(err).Str("url", url).Dur("retry_in", next).Msg(msg)
 	})
 	if err != nil {
 		return nil, nil, fmt.Errorf("connect to %s: %w", url, err)

@@ -12,7 +12,6 @@ import (
 	"crypto/rand"
 	"encoding/base64"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -20,6 +19,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/go-json-experiment/json"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/turnstone-dev/turnstone/events"
@@ -45,8 +45,10 @@ const (
 	// ActionRetention: sessions past their tenant's retention, erased by
 	// the engine that owns their partition.
 	ActionRetention Action = "retention"
-	// ActionStreamsUpdated: engine setup (or serve) changed the settings
-	// of existing streams (--update-streams, or this version's contract).
+	// ActionStreamsUpdated: engine setup (or serve, on its embedded
+	// server) changed the settings of existing streams or consumers
+	// (--update-streams, --ack-wait and the other consumer settings, or
+	// this version's contract).
 	ActionStreamsUpdated Action = "streams_updated"
 	// ActionPolicyLoaded: an engine started with a reconciler policy
 	// other than the one last recorded; Policy holds it (YAML), so that
@@ -100,7 +102,7 @@ type Record struct {
 	Policy  string    `json:"policy,omitempty"`
 	Outcome string    `json:"outcome"`
 	Error   string    `json:"error,omitempty"`
-	Seq     uint64    `json:"seq,omitempty"`
+	Seq     uint64    `json:"seq,omitzero"`
 	Stored  time.Time `json:"stored,omitzero"`
 }
 
@@ -201,8 +203,9 @@ func List(ctx context.Context, js jetstream.JetStream, f Filter) ([]Record, erro
 	var out []Record
 	err = events.ReadStream(ctx, st, jetstream.OrderedConsumerConfig{FilterSubjects: []string{subject}}, 500, func(msg jetstream.Msg) error {
 		var r Record
-		if json.Unmarshal(msg.Data(), &r) != nil {
-			return nil
+		if err := json.Unmarshal(msg.Data(), &r); err != nil {
+			// Kept, with why: the audit trail hides nothing it holds.
+			r = Record{Action: "unreadable", Outcome: OutcomeFailed, Error: fmt.Sprintf("record not readable: %v", err)}
 		}
 		if meta, err := msg.Metadata(); err == nil {
 			r.Seq, r.Stored = meta.Sequence.Stream, meta.Timestamp.UTC()

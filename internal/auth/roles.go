@@ -95,12 +95,14 @@ func jsRead(s, why string) []Grant {
 }
 
 // jsOrdered are the rows of ordered (ephemeral) consumers on stream s:
-// create one (nats.go names it in the subject), read its info, pull, and
-// answer the flow control of a push one (KV watches). An ordered consumer
-// goes away by itself (inactive threshold); the one an ordered consumer
-// replaces when it re-creates itself (after a gap, or a lost server) is
-// deleted by nats.go: jsOrderedDelete grants that where s holds durable
-// consumers too.
+// create one (nats.go names it in the subject), read its info, pull,
+// answer the flow control of a push one (KV watches), and delete one:
+// nats.go deletes the consumer it leaves behind each time an ordered
+// consumer re-creates itself (a gap, a missed heartbeat, a reconnect, each
+// Fetch after the first). A role knows only its own ephemeral consumers'
+// names (random; no role but the operator may list consumers), and the
+// durable consumers of s are denied by jsNoUpdate, which every caller
+// grants beside these rows.
 func jsOrdered(s, why string) []Grant {
 	return []Grant{
 		{Subject: "$JS.API.CONSUMER.CREATE." + s, Pub: true, Why: why},
@@ -108,17 +110,7 @@ func jsOrdered(s, why string) []Grant {
 		{Subject: "$JS.API.CONSUMER.CREATE." + s + ".*.>", Pub: true, Why: why},
 		{Subject: "$JS.API.CONSUMER.INFO." + s + ".*", Pub: true, Why: why},
 		{Subject: "$JS.API.CONSUMER.MSG.NEXT." + s + ".*", Pub: true, Why: why},
-	}
-}
-
-// jsOrderedDelete are the rows that let a role delete its own ordered
-// consumers on stream s (nats.go deletes the one an ordered consumer
-// replaces after a lost server), and never the durable consumer of a
-// partition (name a template with %d): those are the operator's.
-func jsOrderedDelete(s, name, why string) []Grant {
-	return []Grant{
-		{Subject: "$JS.API.CONSUMER.DELETE." + s + ".*", Pub: true, Why: why + " (an ordered consumer deletes the one it replaces)"},
-		{Subject: "$JS.API.CONSUMER.DELETE." + s + "." + name, Pub: true, Deny: true, PerPartition: true, Why: "the durable consumers are the operator's: never deleted by a role"},
+		{Subject: "$JS.API.CONSUMER.DELETE." + s + ".*", Pub: true, Why: why + "; delete the one left behind when it re-creates itself, or a watch stopped"},
 	}
 }
 
@@ -137,22 +129,22 @@ func jsDurable(s, name, why string) []Grant {
 
 // jsNoUpdate are the denies that keep the durable consumer of each
 // partition (name a template with %d) of stream s the operator's: a
-// create naming it would update it.
+// create naming it would update it, and jsOrdered's delete would remove
+// it.
 func jsNoUpdate(s, name string) []Grant {
-	const why = "the durable consumers are the operator's: no create or update over them"
+	const why = "the durable consumers are the operator's: no create, update or delete over them"
 	return []Grant{
 		{Subject: "$JS.API.CONSUMER.CREATE." + s + "." + name, Pub: true, Deny: true, PerPartition: true, Why: why},
 		{Subject: "$JS.API.CONSUMER.CREATE." + s + "." + name + ".>", Pub: true, Deny: true, PerPartition: true, Why: why},
+		{Subject: "$JS.API.CONSUMER.DELETE." + s + "." + name, Pub: true, Deny: true, PerPartition: true, Why: why},
 	}
 }
 
 // kvRead are the rows of reading and watching bucket b. Stopping a watch
-// deletes its ephemeral consumer (nats.go does), so deleting a consumer of
-// the bucket's stream is granted: the KV streams hold no durable consumer
-// of Turnstone's.
+// deletes its ephemeral consumer (nats.go does), which jsOrdered's delete
+// row grants: the KV streams hold no durable consumer of Turnstone's.
 func kvRead(b, why string) []Grant {
-	g := append(jsRead("KV_"+b, why), jsOrdered("KV_"+b, why+" (watch)")...)
-	return append(g, Grant{Subject: "$JS.API.CONSUMER.DELETE.KV_" + b + ".*", Pub: true, Why: why + " (stop a watch)"})
+	return append(jsRead("KV_"+b, why), jsOrdered("KV_"+b, why+" (watch)")...)
 }
 
 // Grants returns the rows of role: for RoleTenant, of tenant's user.
@@ -196,7 +188,6 @@ func Grants(role Role, tenant string) []Grant {
 		}
 		g = append(g, jsRead(evStream, "read the event log")...)
 		g = append(g, jsOrdered(evStream, "read and follow sessions (ordered consumers)")...)
-		g = append(g, jsOrderedDelete(evStream, partitionName(projectorP), "read and follow sessions")...)
 		g = append(g, jsDurable(evStream, partitionName(projectorP), "the projector's partition consumers")...)
 		g = append(g, jsDurable(evStream, partitionName(otelP), "the OpenTelemetry export's partition consumers (docs/otel.md)")...)
 		g = append(g, jsRead(snapStream, "restore sessions from snapshots")...)
@@ -222,7 +213,6 @@ func Grants(role Role, tenant string) []Grant {
 		}
 		g = append(g, jsRead(evStream, "read sessions")...)
 		g = append(g, jsOrdered(evStream, "read and follow sessions (ordered consumers)")...)
-		g = append(g, jsOrderedDelete(evStream, partitionName(projectorP), "read and follow sessions")...)
 		g = append(g, jsNoUpdate(evStream, partitionName(projectorP))...)
 		g = append(g, jsNoUpdate(evStream, partitionName(otelP))...)
 		g = append(g, jsRead(recStream, "read commands")...)
@@ -254,6 +244,7 @@ func RetentionGrants() []Grant {
 	}
 	g = append(g, Grant{Subject: "$JS.API.STREAM.INFO." + auditStream, Pub: true, Why: "retention: check the audit stream exists before erasing"})
 	g = append(g, jsOrdered(recStream, "retention: find the erased sessions' commands")...)
+	g = append(g, jsNoUpdate(recStream, partitionName(recoveryP))...)
 	g = append(g, kvRead(kvCommands, "retention: the erased sessions' command statuses")...)
 	return g
 }

@@ -8,7 +8,16 @@ import (
 
 // Clock is the time source of retry policies, strategy chains and circuit
 // breakers: Now for reading the time, NewTimer for waiting. It is a
-// backoff.Clock too. SystemClock is the real one; FakeClock drives tests.
+// backoff.Clock too. SystemClock is the real one.
+//
+// Tests of code that does no network I/O run with SystemClock inside a
+// testing/synctest bubble, whose time is fake and moves when every
+// goroutine of the bubble is blocked (the worker's chain, backoff and
+// breaker tests). FakeClock is for the tests synctest cannot hold: those
+// that run an engine or a worker against a real NATS server, whose I/O
+// is not durably blocking, so the bubble's time would never move; there
+// the test moves the reconciler's time itself (Advance), or lets every
+// back-off pass at once (SetAutoAdvance).
 type Clock interface {
 	// Now returns the current time.
 	Now() time.Time
@@ -40,7 +49,8 @@ type sysTimer struct{ t *time.Timer }
 func (t sysTimer) C() <-chan time.Time { return t.t.C }
 func (t sysTimer) Stop() bool          { return t.t.Stop() }
 
-// FakeClock is a Clock for tests, safe for concurrent use: its time moves
+// FakeClock is a Clock for tests against real servers (see Clock), safe
+// for concurrent use: its time moves
 // only when Advance is called, and its timers fire when the time reaches
 // them. With SetAutoAdvance(true), every new timer moves the time to its
 // deadline and fires at once, so code that waits runs instantly while the

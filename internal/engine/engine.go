@@ -55,12 +55,12 @@ type Config struct {
 	Log events.Config
 	// Policy is the reconciler's (nil: the defaults).
 	Policy *reconciler.Policy
-	// SnapshotEvery, MaxSessions, IdleEvict and CompactAfter configure the
+	// SnapshotEvery, MaxSessions, IdleEvict and CompressAfter configure the
 	// projector (projections.ProjectorConfig; zero: its defaults).
 	SnapshotEvery int
 	MaxSessions   int
 	IdleEvict     time.Duration
-	CompactAfter  time.Duration
+	CompressAfter time.Duration
 	// Heartbeat and TTL configure the partition group (pgroup.Config;
 	// zero: its defaults, 1 s and 5 s).
 	Heartbeat time.Duration
@@ -160,41 +160,52 @@ type Engine struct {
 	wg      sync.WaitGroup
 }
 
-// SetupOption adds an optional part to Setup.
-type SetupOption func(*setupOptions)
-
-type setupOptions struct{ otel bool }
-
-// WithOTelExport makes Setup create (or update) the live OpenTelemetry
-// export's consumers too (otel.EnsureConsumers): `engine setup` when the
-// OTLP endpoint is set or --otel is given, and an engine that sets up
-// JetStream itself with its export on. They deliver the events stored
-// after they were created: history is exported with `engine export otel`.
-func WithOTelExport() SetupOption { return func(o *setupOptions) { o.otel = true } }
+// SetupConfig is what `engine setup` sets. Every setting left zero keeps
+// the existing streams' and consumers' (a new one takes its default), so
+// running setup again changes nothing unless asked.
+type SetupConfig struct {
+	// Log is the event log's: partitions of a new stream, replicas,
+	// UpdateStreams (see events.Config; UseExisting is ignored).
+	Log events.Config
+	// Delivery is the recovery consumers' (the workers' ack wait, max
+	// deliver and pinned TTL; recovery.DeliveryConfig).
+	Delivery recovery.DeliveryConfig
+	// OTelExport creates (or updates) the live OpenTelemetry export's
+	// consumers too (otel.EnsureConsumers): `engine setup` when the OTLP
+	// endpoint is set or --otel is given, and an engine that sets up
+	// JetStream itself with its export on. They deliver the events stored
+	// after they were created: history is exported with `engine export
+	// otel`.
+	OTelExport bool
+}
 
 // Setup creates or updates everything an engine and its workers need on
-// JetStream: the event and snapshot streams (events.Open with cfg), the
-// recovery stream, its partition consumers and status bucket, the
-// projector's partition consumers, the reconciler's probe bucket and the
-// members bucket, and with WithOTelExport the export's consumers. It is
-// idempotent; `engine setup` runs it with operator credentials, and Open
-// runs it unless Config.UseExisting. It returns the log it opened.
-func Setup(ctx context.Context, js jetstream.JetStream, cfg events.Config, logger *zerolog.Logger, opts ...SetupOption) (*events.Log, error) {
-	var so setupOptions
-	for _, o := range opts {
-		o(&so)
-	}
-	log, err := events.Open(ctx, js, cfg, logger)
+// JetStream: the event and snapshot streams (events.Open with cfg.Log),
+// the recovery stream, its partition consumers (with cfg.Delivery) and
+// status bucket, the projector's partition consumers, the reconciler's
+// probe bucket, the quarantine stream, the fleet index, the members bucket
+// and the audit stream, and with OTelExport the export's consumers. It is
+// the one writer of their settings: `engine setup` runs it (with operator
+// credentials under auth), and so does Open unless Config.UseExisting
+// (`engine serve` on the embedded server it owns), with no setting given,
+// so that a restart changes nothing. Every
+// setting it changes in an existing stream or consumer is recorded in the
+// audit stream. It is idempotent, and returns the log it opened.
+func Setup(ctx context.Context, js jetstream.JetStream, cfg SetupConfig, logger *zerolog.Logger) (*events.Log, error) {
+	lcfg := cfg.Log
+	lcfg.UseExisting = false
+	log, err := events.Open(ctx, js, lcfg, logger)
 	if err != nil {
 		return nil, fmt.Errorf("setup: %w", err)
 	}
-	if _, err := recovery.Setup(ctx, log, recovery.DeliveryConfig{}); err != nil {
+	_, consumerChanges, err := recovery.Setup(ctx, log, cfg.Delivery)
+	if err != nil {
 		return nil, fmt.Errorf("setup: %w", err)
 	}
 	if err := projections.EnsureProjectorConsumers(ctx, js, projections.ProjectorConfig{}, log.Partitions()); err != nil {
 		return nil, fmt.Errorf("setup: %w", err)
 	}
-	if so.otel {
+	if cfg.OTelExport {
 		if err := otel.EnsureConsumers(ctx, js, log.Partitions()); err != nil {
 			return nil, fmt.Errorf("setup: %w", err)
 		}
@@ -233,10 +244,17 @@ func Setup(ctx context.Context, js jetstream.JetStream, cfg events.Config, logge
 	if err := audit.Ensure(ctx, js, replicas); err != nil {
 		return nil, fmt.Errorf("setup: %w", err)
 	}
-	if changes := log.Changed(); len(changes) > 0 {
-		reason := "engine setup: this version's stream settings"
-		if cfg.UpdateStreams {
-			reason = "engine setup --update-streams"
+	if changes := append(log.Changed(), consumerChanges...); len(changes) > 0 {
+		reason := "engine setup: this version's settings"
+		var asked []string
+		if cfg.Log.UpdateStreams {
+			asked = append(asked, "--update-streams")
+		}
+		if d := cfg.Delivery.String(); d != "" {
+			asked = append(asked, d)
+		}
+		if len(asked) > 0 {
+			reason = "engine setup " + strings.Join(asked, ", ")
 		}
 		if _, err := audit.Append(ctx, js, audit.Record{Action: audit.ActionStreamsUpdated, Who: audit.Who(js.Conn()), Reason: reason, Changes: changes}); err != nil {
 			return nil, fmt.Errorf("setup: stream settings changed (%s) but not recorded: %w", strings.Join(changes, "; "), err)
@@ -287,11 +305,7 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config, logger *zerolog.Logger
 		lcfg.UseExisting = true
 		e.Log, err = events.Open(ctx, js, lcfg, logger)
 	} else {
-		var opts []SetupOption
-		if cfg.OTel != nil {
-			opts = append(opts, WithOTelExport())
-		}
-		e.Log, err = Setup(ctx, js, lcfg, logger, opts...)
+		e.Log, err = Setup(ctx, js, SetupConfig{Log: lcfg, OTelExport: cfg.OTel != nil}, logger)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("open engine: %w", err)
@@ -316,7 +330,7 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config, logger *zerolog.Logger
 	m := cfg.Metrics
 	var rec *reconciler.Reconciler // set below, before any event is folded
 	e.Projector, err = projections.NewProjector(e.Log, e.Store, projections.ProjectorConfig{
-		SnapshotEvery: cfg.SnapshotEvery, MaxSessions: cfg.MaxSessions, IdleEvict: cfg.IdleEvict, CompactAfter: cfg.CompactAfter,
+		SnapshotEvery: cfg.SnapshotEvery, MaxSessions: cfg.MaxSessions, IdleEvict: cfg.IdleEvict, CompressAfter: cfg.CompressAfter,
 		Shared: true, Index: true, Gate: e.Gate,
 		OnApply: func(s *projections.Session, ev events.Event, applied bool, vs []projections.Violation) {
 			if m != nil {

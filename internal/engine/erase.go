@@ -2,7 +2,6 @@ package engine
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -10,6 +9,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/cenkalti/backoff/v4"
+	"github.com/go-json-experiment/json"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/turnstone-dev/turnstone/events"
@@ -155,13 +156,13 @@ func Erase(ctx context.Context, nc *nats.Conn, req EraseRequest) (audit.Record, 
 	}
 	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
-	var aerr error
-	for try := 0; try < 3; try++ {
-		if rec.Seq, aerr = audit.Append(actx, js, rec); aerr == nil {
-			break
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+	// Three tries, 200 ms apart, within actx (which outlives ctx: what
+	// was erased is recorded even when the caller gave up).
+	aerr := backoff.Retry(func() error {
+		var err error
+		rec.Seq, err = audit.Append(actx, js, rec)
+		return err
+	}, backoff.WithContext(backoff.WithMaxRetries(backoff.NewConstantBackOff(200*time.Millisecond), 2), actx))
 	switch {
 	case perr != nil:
 		return rec, fmt.Errorf("erase %s: %w", req.Scope, perr)
@@ -322,7 +323,10 @@ func (p purger) all(ctx context.Context, scope erasure.Scope, counts *audit.Coun
 // purge purges stream's messages on filter and returns how many it
 // removed; 0 when the stream does not exist.
 func (p purger) purge(ctx context.Context, stream, filter string) (uint64, error) {
-	body, _ := json.Marshal(map[string]string{"filter": filter})
+	body, err := json.Marshal(map[string]string{"filter": filter})
+	if err != nil {
+		return 0, fmt.Errorf("purge %s %s: %w", stream, filter, err)
+	}
 	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	msg, err := p.nc.RequestWithContext(rctx, p.prefix+"STREAM.PURGE."+stream, body)

@@ -68,16 +68,16 @@ func TestSetupRecordsStreamChanges(t *testing.T) {
 	ctx := context.Background()
 	srv := embeddedtest.Start(t)
 	_, js := embeddedtest.Connect(t, srv)
-	if _, err := engine.Setup(ctx, js, events.Config{}, nil); err != nil {
+	if _, err := engine.Setup(ctx, js, engine.SetupConfig{}, nil); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := engine.Setup(ctx, js, events.Config{}, nil); err != nil {
+	if _, err := engine.Setup(ctx, js, engine.SetupConfig{}, nil); err != nil {
 		t.Fatal(err)
 	}
 	if recs, err := audit.List(ctx, js, audit.Filter{}); err != nil || len(recs) != 0 {
 		t.Fatalf("setups that changed nothing: %+v %v", recs, err)
 	}
-	if _, err := engine.Setup(ctx, js, events.Config{DuplicateWindow: 10 * time.Minute, SnapshotsPerSession: 5, UpdateStreams: true}, nil); err != nil {
+	if _, err := engine.Setup(ctx, js, engine.SetupConfig{Log: events.Config{DuplicateWindow: 10 * time.Minute, SnapshotsPerSession: 5, UpdateStreams: true}}, nil); err != nil {
 		t.Fatal(err)
 	}
 	recs, err := audit.List(ctx, js, audit.Filter{Action: audit.ActionStreamsUpdated})

@@ -30,7 +30,6 @@ package erasure
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -39,6 +38,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/go-json-experiment/json"
 	"github.com/nats-io/nats.go"
 	"github.com/rs/zerolog"
 	"github.com/turnstone-dev/turnstone/events"
@@ -133,8 +133,8 @@ type Notice struct {
 	ID          string `json:"id"`
 	Phase       Phase  `json:"phase"`
 	Scope       Scope  `json:"scope"`
-	EventsSeq   uint64 `json:"events_seq,omitempty"`
-	CommandsSeq uint64 `json:"commands_seq,omitempty"`
+	EventsSeq   uint64 `json:"events_seq,omitzero"`
+	CommandsSeq uint64 `json:"commands_seq,omitzero"`
 }
 
 // Confirm is a member's reply to a notice: who it is (its partition
@@ -529,7 +529,13 @@ func respond(m *nats.Msg, c Confirm) {
 	if m.Reply == "" {
 		return
 	}
-	b, _ := json.Marshal(c)
+	c.Error = strings.ToValidUTF8(c.Error, "\uFFFD") // JSON strings are UTF-8
+	b, err := json.Marshal(c)
+	if err != nil {
+		// Not encodable (a group or member name that is not a token):
+		// no answer, and the eraser reports this member as missing.
+		return
+	}
 	_ = m.Respond(b)
 }
 

@@ -2,13 +2,13 @@ package forensics
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"slices"
 	"strings"
 	"time"
 	"unicode/utf8"
 
+	"github.com/go-json-experiment/json"
 	"github.com/turnstone-dev/turnstone/events"
 	"github.com/turnstone-dev/turnstone/projections"
 )
@@ -616,7 +616,7 @@ func category(ev events.Event) string {
 
 // resultText is the text of a tool_result's content: the string, or its
 // text blocks joined.
-func resultText(raw json.RawMessage) string {
+func resultText(raw []byte) string {
 	if len(raw) == 0 {
 		return ""
 	}

@@ -10,7 +10,6 @@ package ingestserver
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
@@ -18,6 +17,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/go-json-experiment/json"
+	"github.com/go-json-experiment/json/jsontext"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
@@ -336,7 +337,7 @@ func (s *Server) handle(ln *lane, m *nats.Msg) {
 	body := bytes.TrimSpace(m.Data)
 	var evs []events.Event
 	if len(body) > 0 && body[0] == '[' {
-		var raws []json.RawMessage
+		var raws []jsontext.Value
 		if err := json.Unmarshal(body, &raws); err != nil || len(raws) == 0 {
 			s.quarantine(m, tenant, session, ingest.CodeInvalid, "body: want one JSON object (an event) or a non-empty JSON array of events")
 			return
@@ -538,19 +539,26 @@ func (s *Server) quarantine(m *nats.Msg, tenant, session string, code int, reaso
 			}
 		}
 	}
-	b, _ := json.Marshal(rec)
+	// A refused body or header may hold bytes that are not UTF-8: kept,
+	// each such byte as U+FFFD.
+	b, err := json.Marshal(rec, jsontext.AllowInvalidUTF8(true))
+	if err != nil {
+		s.l.Warn().Err(err).Str("subject", m.Subject).Msg("refused event not quarantined: record not encodable")
+		s.reply(m, ingest.PubAck{Error: &ingest.APIError{Code: 400, ErrCode: code, Description: reason}})
+		return
+	}
 	desc := reason
 	ctx, cancel := context.WithTimeout(context.Background(), s.log.Config().Timeout)
 	defer cancel()
 	gate := s.cfg.Gate
 	if !gate.Enter(tenant, session, gate.Epoch()) {
 		// Being erased: no record of it is kept.
-	} else if ack, err := s.js.Publish(ctx, ingest.QuarantineSubject(tenant, session), b); err == nil {
+	} else if ack, perr := s.js.Publish(ctx, ingest.QuarantineSubject(tenant, session), b); perr == nil {
 		gate.Leave(tenant, session)
 		desc = fmt.Sprintf("%s (quarantined at %s seq %d)", reason, ingest.QuarantineStream, ack.Sequence)
 	} else {
 		gate.Leave(tenant, session)
-		s.l.Warn().Err(err).Str("subject", m.Subject).Str("reason", reason).Msg("refused event not quarantined")
+		s.l.Warn().Err(perr).Str("subject", m.Subject).Str("reason", reason).Msg("refused event not quarantined")
 	}
 	status := 400
 	if code == ingest.CodeForbidden {
@@ -564,7 +572,7 @@ func (s *Server) quarantine(m *nats.Msg, tenant, session string, code int, reaso
 // found: events.MaskJSON), else as text, and, when it holds escapes, as
 // the text they stand for (a broken JSON body's strings).
 func maskBody(b []byte) string {
-	if json.Valid(b) {
+	if jsontext.Value(b).IsValid() {
 		return string(events.MaskJSON(b))
 	}
 	s := string(b)
@@ -629,7 +637,11 @@ func (s *Server) reply(m *nats.Msg, ack ingest.PubAck) {
 	if m.Reply == "" || !s.answerable(m) {
 		return
 	}
-	b, _ := json.Marshal(ack)
+	b, err := json.Marshal(ack, jsontext.AllowInvalidUTF8(true))
+	if err != nil {
+		s.l.Warn().Err(err).Msg("reply not encodable")
+		return
+	}
 	if err := s.nc.Publish(m.Reply, b); err != nil {
 		s.l.Debug().Err(err).Msg("reply not sent")
 	}
@@ -641,7 +653,15 @@ func (s *Server) read(m *nats.Msg) {
 	rep := ingest.ReadReply{Tenant: tenant, Session: session, Events: []ingest.StoredItem{}}
 	s.received(m)
 	send := func() {
-		b, _ := json.Marshal(rep)
+		b, err := json.Marshal(rep, jsontext.AllowInvalidUTF8(true))
+		if err != nil {
+			rep = ingest.ReadReply{Tenant: rep.Tenant, Session: rep.Session, Events: []ingest.StoredItem{},
+				Error: &ingest.APIError{Code: 500, ErrCode: ingest.CodeUnavailable, Description: "reply not encodable: " + err.Error()}}
+			if b, err = json.Marshal(rep, jsontext.AllowInvalidUTF8(true)); err != nil {
+				s.l.Warn().Err(err).Msg("read reply not encodable")
+				return
+			}
+		}
 		if m.Reply != "" && s.answerable(m) {
 			_ = s.nc.Publish(m.Reply, b)
 		}
@@ -689,8 +709,15 @@ func (s *Server) read(m *nats.Msg) {
 			return stop
 		}
 		raw := ev.Raw
-		if !json.Valid(raw) {
-			raw, _ = json.Marshal(events.MaskString(string(raw)))
+		if !jsontext.Value(raw).IsValid() {
+			// Not strict JSON (the contract's, which a reader decodes
+			// with): sent as a string, masked, each byte that is not
+			// UTF-8 as U+FFFD; the reader reports the event invalid.
+			s, err := json.Marshal(events.MaskString(string(raw)), jsontext.AllowInvalidUTF8(true))
+			if err != nil {
+				return fmt.Errorf("event at seq %d: %w", ev.Seq, err)
+			}
+			raw = s
 		}
 		size += len(raw)
 		rep.Events = append(rep.Events, ingest.StoredItem{Seq: ev.Seq, Subject: ev.Subject, Stored: ev.Stored, Event: raw})

@@ -79,7 +79,7 @@ func ConsumerConfig(durable, group string, p int) jetstream.ConsumerConfig {
 }
 
 // EnsureConsumers creates or updates the export consumer of every
-// partition: `engine setup` does (engine.WithOTelExport), and an engine
+// partition: `engine setup` does (engine.SetupConfig.OTelExport), and an engine
 // that sets up JetStream itself, when its export is on. An exporter never
 // creates them (Exporter.Acquire waits for them to exist).
 func EnsureConsumers(ctx context.Context, js jetstream.JetStream, partitions int) error {

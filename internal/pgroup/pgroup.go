@@ -42,16 +42,23 @@
 // partition moving between live members (one joins or leaves) moves within
 // a Heartbeat or so. cmd/bench's handover figure measures it.
 //
-// It is the pattern of Synadia's orbit.go/pcgroups, written here on
-// nats.go's jetstream package (that module is not available to this
-// project), with the leases and fencing tokens of the KV bucket added.
+// It is the pattern of Synadia's orbit.go/pcgroups (served at v0.2.2),
+// written here on nats.go's jetstream package because pcgroups has no
+// heartbeat rebalance: its membership is a list of member names in the
+// group's KV configuration, fixed at creation (static groups) or changed
+// by an administrator's add and drop (elastic groups). A member that
+// dies keeps its partitions until someone drops it, and only another
+// instance of the same member name takes them over. Turnstone's engines
+// and workers join by starting and must lose a dead member's partitions
+// within a bound, unattended; elastic groups also copy the stream into a
+// work-queue stream, a second copy of every event the log does not need.
+// Turnstone adds leases and fencing tokens in the KV bucket to it.
 package pgroup
 
 import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -62,6 +69,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/go-json-experiment/json"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 )
@@ -530,10 +538,12 @@ func (m *Member) beat(ctx context.Context) error {
 		Beat: send.UTC(), Incarnation: m.inc, Info: m.cfg.Info}
 	rev := m.recRev
 	m.mu.Unlock()
-	b, _ := json.Marshal(rec)
+	b, err := json.Marshal(rec)
+	if err != nil {
+		return fmt.Errorf("heartbeat record: %w", err)
+	}
 	bctx, cancel := context.WithTimeout(ctx, m.cfg.Heartbeat)
 	defer cancel()
-	var err error
 	var nrev uint64
 	if rev == 0 {
 		nrev, err = m.kv.Create(bctx, m.key(), b)
@@ -1038,6 +1048,49 @@ func List(ctx context.Context, js jetstream.JetStream, bucket, group string) ([]
 		return out[i].Member < out[j].Member
 	})
 	return out, nil
+}
+
+// Ownership is the partition groups as their members' heartbeat records
+// show them: the members heard recently, sorted by group then member, and
+// the owner of each partition in each group.
+type Ownership struct {
+	Members []Record
+	// Owners maps a group to the owner of each partition a member of it
+	// claims: Owners["engines"][3] is the engine that owns partition 3
+	// ("" when none does).
+	Owners map[string]map[int]string
+}
+
+// Owner is the member of group that owns partition p, or "".
+func (o Ownership) Owner(group string, p int) string { return o.Owners[group][p] }
+
+// ReadOwnership reads the members of every group in bucket ("":
+// DefaultBucket) and keeps those heard within stale of now (0: twice
+// DefaultTTL; an older record is one of a member that is gone and whose
+// key has not expired yet). ErrNoBucket when the bucket does not exist.
+// It is what `engine members` shows.
+func ReadOwnership(ctx context.Context, js jetstream.JetStream, bucket string, now time.Time, stale time.Duration) (Ownership, error) {
+	if stale <= 0 {
+		stale = 2 * DefaultTTL
+	}
+	recs, err := List(ctx, js, bucket, "")
+	if err != nil {
+		return Ownership{}, err
+	}
+	o := Ownership{Members: []Record{}, Owners: map[string]map[int]string{}}
+	for _, r := range recs {
+		if now.Sub(r.Beat) > stale {
+			continue
+		}
+		o.Members = append(o.Members, r)
+		if o.Owners[r.Group] == nil {
+			o.Owners[r.Group] = map[int]string{}
+		}
+		for _, p := range r.Partitions {
+			o.Owners[r.Group][p] = r.Member
+		}
+	}
+	return o, nil
 }
 
 // Unpin asks the server to unpin the pinned client of consumer's priority

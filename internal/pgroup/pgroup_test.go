@@ -291,3 +291,57 @@ func TestAMemberThatCouldNotWriteCountsNobodyDead(t *testing.T) {
 		t.Fatalf("live a TTL after: %v, want the quiet member dead", live)
 	}
 }
+
+// TestReadOwnership: the members heard recently, with the owner of every
+// partition of each group; a record past the staleness bound is left out.
+func TestReadOwnership(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	_, js := embeddedtest.Connect(t, embeddedtest.Start(t))
+	if _, err := ReadOwnership(ctx, js, "", time.Now(), 0); err == nil {
+		t.Fatal("no bucket: want ErrNoBucket")
+	}
+	o := newActing(t)
+	var ms []*Member
+	for _, name := range []string{"e1", "e2"} {
+		m, err := Join(ctx, js, o.config(name, 4), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ms = append(ms, m)
+	}
+	wcfg := o.config("w1", 4)
+	wcfg.Group, wcfg.OnAcquire, wcfg.OnRelease = "workers", nil, nil
+	w, err := Join(ctx, js, wcfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ms = append(ms, w)
+	t.Cleanup(func() {
+		for _, m := range ms {
+			_ = m.Leave(context.Background())
+		}
+	})
+	var own Ownership
+	waitFor(t, "two engines share the partitions", 10*time.Second, func() bool {
+		own, err = ReadOwnership(ctx, js, "", time.Now(), 0)
+		c := map[string]int{}
+		for p := 0; p < 4; p++ {
+			c[own.Owner("engines", p)]++
+		}
+		return err == nil && c["e1"] == 2 && c["e2"] == 2 && len(own.Members) == 3
+	})
+	for p := 0; p < 4; p++ {
+		if own.Owner("workers", p) != "w1" {
+			t.Fatalf("partition %d: worker %q, want w1", p, own.Owner("workers", p))
+		}
+	}
+	if own.Members[0].Group != "engines" || own.Members[2].Group != "workers" {
+		t.Fatalf("members not sorted by group: %+v", own.Members)
+	}
+	// Read as if much later: every record is stale.
+	late, err := ReadOwnership(ctx, js, "", time.Now().Add(time.Hour), 0)
+	if err != nil || len(late.Members) != 0 || late.Owner("engines", 0) != "" {
+		t.Fatalf("an hour later: %+v, %v", late, err)
+	}
+}

@@ -17,7 +17,6 @@ package presence
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"sort"
@@ -25,6 +24,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/go-json-experiment/json"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
 	"github.com/rs/zerolog"
@@ -127,8 +127,11 @@ func Ping(ctx context.Context, nc *nats.Conn, tenant string, timeout time.Durati
 // claims to work on (recovery.PresenceReply.Turns, at most
 // recovery.MaxClaimedTurns; none from a reply that is not JSON).
 func PingClaims(ctx context.Context, nc *nats.Conn, tenant string, timeout time.Duration) ([]recovery.TurnRef, error) {
-	req, _ := json.Marshal(recovery.ControlRequest{Action: recovery.ActionPing, Tenant: tenant, Session: recovery.PresenceSession,
+	req, err := json.Marshal(recovery.ControlRequest{Action: recovery.ActionPing, Tenant: tenant, Session: recovery.PresenceSession,
 		Reason: "presence check by the engine", DeadlineMS: timeout.Milliseconds()})
+	if err != nil {
+		return nil, fmt.Errorf("ping %s: %w", tenant, err)
+	}
 	rctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	msg, err := nc.RequestWithContext(rctx, recovery.ControlSubject(tenant, recovery.PresenceSession), req)

@@ -28,7 +28,7 @@ func TestNoCommandOnStaleState(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := recovery.Setup(ctx, log, recovery.DeliveryConfig{}); err != nil {
+	if _, _, err := recovery.Setup(ctx, log, recovery.DeliveryConfig{}); err != nil {
 		t.Fatal(err)
 	}
 	policy, err := reconciler.ParsePolicy([]byte("turn_deadline: 10s\n"))

@@ -60,10 +60,15 @@ func healthHandler(h *Health) http.Handler {
 		if !rep.OK() {
 			code = http.StatusServiceUnavailable
 		}
+		body, err := json.Marshal(rep)
+		if err != nil {
+			http.Error(w, "health report not encodable: "+err.Error(), http.StatusInternalServerError)
+			return
+		}
 		w.Header().Set("Content-Type", "application/json")
 		w.Header().Set("Cache-Control", "no-store")
 		w.WriteHeader(code)
-		_ = json.NewEncoder(w).Encode(rep)
+		_, _ = w.Write(append(body, '\n')) // a client that went away: nothing to tell it
 	})
 }
 

@@ -44,7 +44,7 @@ type facet struct {
 func (s *Server) sessions(_ http.ResponseWriter, r *http.Request) (string, any, error) {
 	start := time.Now()
 	q := r.URL.Query()
-	if err := s.cfg.Fleet.Ready(r.Context()); err != nil {
+	if err := s.cfg.Index.Ready(r.Context()); err != nil {
 		return "", nil, err
 	}
 	query := forensics.Query{
@@ -68,7 +68,7 @@ func (s *Server) sessions(_ http.ResponseWriter, r *http.Request) (string, any, 
 		}
 	}
 	query.Offset = (pageNum - 1) * query.Limit
-	page := s.cfg.Fleet.Query(query)
+	page := s.cfg.Index.Query(query)
 	v := sessionsPage{Form: q, Page: page, PageNum: pageNum, Pages: max(1, (page.Total+query.Limit-1)/query.Limit)}
 	link := func(set map[string]string) string {
 		u := url.Values{}
@@ -170,9 +170,9 @@ func (s *Server) session(_ http.ResponseWriter, r *http.Request) (string, any, e
 			return errStop
 		})
 	}
-	v.Summary, v.Indexed = s.cfg.Fleet.Get(tenant, session)
+	v.Summary, v.Indexed = s.cfg.Index.Get(tenant, session)
 	v.Total = v.Summary.Events
-	v.Related = s.cfg.Fleet.Related(tenant, session)
+	v.Related = s.cfg.Index.Related(tenant, session)
 	for _, f := range t.State.Forks {
 		if !containsSession(v.Related, f.Session) {
 			v.Related = append(v.Related, projections.Summary{Tenant: tenant, Session: f.Session, ForkedFrom: session})
@@ -365,7 +365,7 @@ func (s *Server) loadIncidents(r *http.Request) ([]correlate.Incident, url.Value
 	if err != nil {
 		return nil, q, badRequest("since: %v", err)
 	}
-	incs, err := s.cfg.Fleet.Incidents(r.Context(), forensics.IncidentsConfig{Since: since, Tenant: q.Get("tenant"), Correlate: s.cfg.Correlate})
+	incs, err := s.cfg.Index.Incidents(r.Context(), forensics.IncidentsConfig{Since: since, Tenant: q.Get("tenant"), Correlate: s.cfg.Correlate})
 	return incs, q, err
 }
 

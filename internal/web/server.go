@@ -12,7 +12,7 @@
 // allows only the engine's own origin, so the view makes no request to
 // any other host and works on a closed network.
 //
-// The view reads: the fleet index through a forensics.Fleet (an in-memory
+// The view reads: the fleet index through a forensics.IndexMirror (an in-memory
 // copy kept by a KV watch: listing 100,000 sessions restores none), and
 // one session's events from the log when its page is asked for.
 package web
@@ -63,9 +63,9 @@ type Config struct {
 	// Store is the snapshot store incidents restore sessions from (nil:
 	// replay each from its first event).
 	Store *projections.SnapshotStore
-	// Fleet is the fleet index the sessions and incidents pages read
-	// (required).
-	Fleet *forensics.Fleet
+	// Index is the mirror of the fleet index the sessions and incidents
+	// pages read (required).
+	Index *forensics.IndexMirror
 	// Timeline bounds a session page (zero: forensics' defaults).
 	Timeline forensics.TimelineConfig
 	// Correlate sets the incidents' windows and what counts as open.
@@ -91,8 +91,8 @@ func (c *Config) Validate() error {
 	if c.Log == nil {
 		errs = append(errs, errors.New("log: required"))
 	}
-	if c.Fleet == nil {
-		errs = append(errs, errors.New("fleet: required"))
+	if c.Index == nil {
+		errs = append(errs, errors.New("index: required"))
 	}
 	if c.PageSize > 500 {
 		errs = append(errs, fmt.Errorf("page size: at most 500, got %d", c.PageSize))

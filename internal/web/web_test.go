@@ -23,7 +23,7 @@ import (
 type env struct {
 	js    jetstream.JetStream
 	log   *events.Log
-	fleet *forensics.Fleet
+	fleet *forensics.IndexMirror
 	srv   *httptest.Server
 }
 
@@ -44,12 +44,12 @@ func newEnv(t testing.TB, fill func(js jetstream.JetStream, log *events.Log)) *e
 	if fill != nil {
 		fill(js, log)
 	}
-	fleet, err := forensics.OpenFleet(ctx, js, log, nil, nil)
+	fleet, err := forensics.OpenIndexMirror(ctx, js, log, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(fleet.Close)
-	w, err := web.New(web.Config{Log: log, Fleet: fleet}, nil)
+	w, err := web.New(web.Config{Log: log, Index: fleet}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,12 +2,12 @@ package worker
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
 	"strings"
 
+	"github.com/go-json-experiment/json"
 	"github.com/turnstone-dev/turnstone/events"
 	"github.com/turnstone-dev/turnstone/projections"
 	"github.com/turnstone-dev/turnstone/recovery"
@@ -121,7 +121,10 @@ func (w *Worker) planRepair(ctx context.Context, cmd recovery.Command, state *pr
 		return nil, "", "", err
 	}
 	text := fmt.Sprintf("%s (%s; repaired by command %s)", LostResultText, cmd.Reason, cmd.ID)
-	content, _ := json.Marshal(text)
+	content, err := json.Marshal(text)
+	if err != nil {
+		return nil, "", "", fmt.Errorf("repair %s: %w", cmd.ID, err)
+	}
 	limit := w.repairRecordBytes()
 	var (
 		records  [][]events.ContentBlock
@@ -138,7 +141,10 @@ func (w *Worker) planRepair(ctx context.Context, cmd recovery.Command, state *pr
 			continue
 		}
 		b := events.ContentBlock{Type: events.BlockToolResult, ToolUseID: id, IsError: true, Content: content}
-		enc, _ := json.Marshal(b)
+		enc, err := json.Marshal(b)
+		if err != nil {
+			return nil, "", "", fmt.Errorf("repair %s: tool_result for %s: %w", cmd.ID, o.ToolUseID, err)
+		}
 		if len(enc) > limit {
 			left = append(left, o.ToolUseID)
 			why = fmt.Sprintf("the tool_result for %s would be %d bytes, over the %d an event may hold", o.ToolUseID, len(enc), limit)

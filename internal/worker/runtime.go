@@ -2,13 +2,13 @@ package worker
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"sort"
 	"strings"
 	"time"
 
+	"github.com/go-json-experiment/json"
 	"github.com/nats-io/nats.go"
 	"github.com/turnstone-dev/turnstone/events"
 	"github.com/turnstone-dev/turnstone/internal/erasure"
@@ -206,7 +206,12 @@ func (w *Worker) control(ctx context.Context, cmd recovery.Command, action strin
 		Turn: cmd.Turn, Params: cmd.Params, Reason: cmd.Reason, Notice: notice,
 		DeadlineMS: w.cfg.ControlTimeout.Milliseconds(),
 	}
-	body, _ := json.Marshal(req)
+	body, err := json.Marshal(req)
+	if err != nil {
+		// A reason or notice that is not UTF-8 (the command was decoded
+		// strictly, so not from the stream): the request cannot be sent.
+		return AttemptResult{Class: recovery.ClassInvalidRequest, Err: &events.ErrorInfo{Message: "control request not encodable: " + err.Error(), Kind: events.KindLogic}}
+	}
 	rctx, cancel := context.WithTimeout(ctx, w.cfg.ControlTimeout)
 	defer cancel()
 	msg, err := w.nc.RequestWithContext(rctx, recovery.ControlSubject(cmd.Tenant, cmd.Session), body)
@@ -225,7 +230,7 @@ func (w *Worker) control(ctx context.Context, cmd recovery.Command, action strin
 	}
 	var reply recovery.ControlReply
 	if err := json.Unmarshal(msg.Data, &reply); err != nil {
-		return AttemptResult{Class: recovery.ClassParseError, Err: &events.ErrorInfo{Message: "control reply is not JSON: " + err.Error(), Kind: events.KindLogic}}
+		return AttemptResult{Class: recovery.ClassParseError, Err: &events.ErrorInfo{Message: "control reply is not a reply object (docs/control.md): " + err.Error(), Kind: events.KindLogic}}
 	}
 	switch reply.Outcome {
 	case recovery.ReplyOK:

@@ -36,7 +36,12 @@ type Config struct {
 	// Name identifies the worker in recovery.attempted events and in the
 	// status bucket. Default "<hostname>-<pid>".
 	Name string
-	// Delivery configures the partition consumers (see DeliveryConfig).
+	// Delivery is what the worker expects of the partition consumers'
+	// delivery settings (recovery.DeliveryConfig). The worker writes no
+	// setting (`engine setup` is their one writer): a field left zero
+	// takes what the consumers hold; a field set must be what they hold,
+	// or Open refuses with a *recovery.SettingsError naming each
+	// difference and changes nothing.
 	Delivery recovery.DeliveryConfig
 	// ControlTimeout bounds each control request to the runtime. Default
 	// 10 seconds.
@@ -56,9 +61,6 @@ type Config struct {
 	// partitions it owns.
 	Heartbeat time.Duration
 	TTL       time.Duration
-	// UseExisting: create and update nothing (the recovery stream, its
-	// consumers and buckets must exist: an operator ran engine setup).
-	UseExisting bool
 	// OnCommand, when set, is called as each delivery of a command ends,
 	// with its kind, how it ended (an outcome; "skipped" when already done;
 	// "parked"; "invalid"; "redeliver" when it will come again) and how
@@ -75,7 +77,6 @@ func (c *Config) setDefaults() {
 		host, _ := os.Hostname()
 		c.Name = host + "-" + strconv.Itoa(os.Getpid())
 	}
-	c.Delivery = c.Delivery.WithDefaults()
 	if c.ControlTimeout == 0 {
 		c.ControlTimeout = 10 * time.Second
 	}
@@ -117,13 +118,18 @@ type Worker struct {
 
 	kv     jetstream.KeyValue
 	member *pgroup.Member
-	gate   *erasure.Gate
-	notice *nats.Subscription
-	mu     sync.Mutex
-	ccs    map[int]jetstream.ConsumeContext
-	runCtx context.Context
-	cancel context.CancelFunc
-	wg     sync.WaitGroup
+	// delivery holds each partition consumer's delivery settings as the
+	// worker last read them (at Open, then at each acquire), by consumer
+	// name: a command is kept alive, redelivered and parked by the
+	// settings of the consumer that delivered it.
+	delivery sync.Map // string -> recovery.DeliveryConfig
+	gate     *erasure.Gate
+	notice   *nats.Subscription
+	mu       sync.Mutex
+	ccs      map[int]jetstream.ConsumeContext
+	runCtx   context.Context
+	cancel   context.CancelFunc
+	wg       sync.WaitGroup
 }
 
 // New returns a worker that executes commands against log, talking to
@@ -154,17 +160,26 @@ func New(nc *nats.Conn, log *events.Log, cfg Config, logger *zerolog.Logger) (*W
 // Name is the worker's name.
 func (w *Worker) Name() string { return w.cfg.Name }
 
-// Open sets up the recovery stream and consumers (idempotently, unless
-// UseExisting), joins the workers' partition group and consumes the
+// Open checks the recovery stream, its partition consumers and the status
+// bucket (recovery.Check; it creates and changes none of them: `engine
+// setup` does), joins the workers' partition group and consumes the
 // partitions the group gives it (pgroup: balanced over the live workers,
 // taken over within its bound when a worker dies). Commands run on
 // goroutines the worker owns until Close.
+//
+// Errors: a *recovery.SettingsError when Config.Delivery asks for
+// settings the consumers do not hold; recovery.ErrNotSetUp (wrapped) when
+// the stream, a consumer or the status bucket does not exist.
 func (w *Worker) Open(ctx context.Context) error {
-	var err error
-	if w.cfg.UseExisting {
-		w.kv, err = w.log.JetStream().KeyValue(ctx, recovery.StatusBucket)
-	} else {
-		w.kv, err = recovery.Setup(ctx, w.log, w.cfg.Delivery)
+	js := w.log.JetStream()
+	stored, err := recovery.Check(ctx, js, w.log.Partitions(), w.cfg.Delivery)
+	if err != nil {
+		return fmt.Errorf("open worker: %w", err)
+	}
+	w.cfg.Delivery = stored
+	w.kv, err = js.KeyValue(ctx, recovery.StatusBucket)
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		err = fmt.Errorf("%w: bucket %s does not exist (an operator creates it: engine setup)", recovery.ErrNotSetUp, recovery.StatusBucket)
 	}
 	if err != nil {
 		return fmt.Errorf("open worker: %w", err)
@@ -185,7 +200,7 @@ func (w *Worker) Open(ctx context.Context) error {
 	}
 	w.member, err = pgroup.Join(ctx, w.log.JetStream(), pgroup.Config{
 		Group: recovery.WorkerGroup, Member: pgroupName(w.cfg.Name), Partitions: w.log.Partitions(),
-		Heartbeat: w.cfg.Heartbeat, TTL: w.cfg.TTL, CreateBucket: !w.cfg.UseExisting, Replicas: w.log.Config().Replicas,
+		Heartbeat: w.cfg.Heartbeat, TTL: w.cfg.TTL, Replicas: w.log.Config().Replicas,
 		Info:      map[string]string{"kind": "worker", "name": w.cfg.Name},
 		OnAcquire: w.acquire,
 		OnRelease: w.release,
@@ -231,6 +246,11 @@ func (w *Worker) acquire(ctx context.Context, p int, lease pgroup.Lease) error {
 	if err != nil {
 		return fmt.Errorf("consumer %s: %w", name, err)
 	}
+	d := recovery.DeliveryOf(cons.CachedInfo().Config)
+	if d != w.cfg.Delivery {
+		w.l.Info().Str("consumer", name).Str("settings", d.String()).Msg("consumer settings changed by engine setup since the worker opened; following them")
+	}
+	w.delivery.Store(name, d)
 	cc, err := cons.Consume(func(msg jetstream.Msg) { w.handle(ctx, msg) },
 		jetstream.PullPriorityGroup(recovery.PriorityGroup), jetstream.PullMaxMessages(1),
 		jetstream.PullExpiry(projections.PullExpiryFor(cons.CachedInfo().Config.PinnedTTL)))
@@ -407,7 +427,8 @@ func (w *Worker) handle(lease context.Context, msg jetstream.Msg) {
 		_ = msg.TermWithReason("invalid command")
 		return
 	}
-	stop := keepAlive(msg, w.cfg.Delivery.AckWait)
+	delivery := w.deliveryOf(meta.Consumer)
+	stop := keepAlive(msg, delivery.AckWait)
 	outcome, err := w.execute(ctx, cmd, meta)
 	stop()
 	if lease.Err() != nil {
@@ -438,7 +459,7 @@ func (w *Worker) handle(lease context.Context, msg jetstream.Msg) {
 	}
 	// A refusal (too large, invalid) comes back the same on every
 	// delivery: park it at once, for its session only.
-	if refused := recovery.Refused(err); refused || int(meta.NumDelivered) >= w.cfg.Delivery.MaxDeliver {
+	if refused := recovery.Refused(err); refused || int(meta.NumDelivered) >= delivery.MaxDeliver {
 		reason := fmt.Sprintf("failed on all %d deliveries: %v", meta.NumDelivered, err)
 		if refused {
 			reason = fmt.Sprintf("refused: %v", err)
@@ -452,7 +473,7 @@ func (w *Worker) handle(lease context.Context, msg jetstream.Msg) {
 				return
 			}
 			w.l.Error().Err(perr).Str("command", cmd.ID).Msg("park failed; leaving the command for redelivery")
-			_ = msg.NakWithDelay(w.cfg.Delivery.AckWait)
+			_ = msg.NakWithDelay(delivery.AckWait)
 			return
 		}
 		ended = "parked"
@@ -462,6 +483,15 @@ func (w *Worker) handle(lease context.Context, msg jetstream.Msg) {
 	delay := time.Duration(meta.NumDelivered) * time.Second
 	w.l.Warn().Err(err).Str("command", cmd.ID).Uint64("delivery", meta.NumDelivered).Dur("retry_in", delay).Msg("command failed; will be redelivered")
 	_ = msg.NakWithDelay(delay)
+}
+
+// deliveryOf is the delivery settings of the consumer named consumer, as
+// the worker last read them.
+func (w *Worker) deliveryOf(consumer string) recovery.DeliveryConfig {
+	if d, ok := w.delivery.Load(consumer); ok {
+		return d.(recovery.DeliveryConfig)
+	}
+	return w.cfg.Delivery
 }
 
 // keepAlive tells JetStream the command is still being worked on, every
@@ -603,7 +633,10 @@ func (w *Worker) setStatus(ctx context.Context, cmd recovery.Command, meta *jets
 	if meta != nil {
 		st.Seq = meta.Sequence.Stream
 	}
-	b, _ := json.Marshal(st, json.Deterministic(true))
+	b, err := json.Marshal(st, json.Deterministic(true))
+	if err != nil {
+		return fmt.Errorf("status of %s: %w", cmd.ID, err)
+	}
 	if !w.gate.Enter(cmd.Tenant, cmd.Session, epochOf(ctx)) {
 		return fmt.Errorf("status of %s: %w", cmd.ID, erasure.ErrErasing)
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/turnstone-dev/turnstone/events"
 	"github.com/turnstone-dev/turnstone/internal/clock"
 	"github.com/turnstone-dev/turnstone/internal/embedded/embeddedtest"
+	"github.com/turnstone-dev/turnstone/internal/engine"
 	"github.com/turnstone-dev/turnstone/internal/worker"
 	"github.com/turnstone-dev/turnstone/projections"
 	"github.com/turnstone-dev/turnstone/recovery"
@@ -28,13 +29,18 @@ type fixture struct {
 	kv  jetstream.KeyValue
 }
 
-// newFixture starts an embedded server, opens the log, and starts n
-// workers with short delivery timings.
+// shortDelivery are the fixture's delivery timings, which its setup
+// writes and its workers expect.
+var shortDelivery = recovery.DeliveryConfig{AckWait: 3 * time.Second, MaxDeliver: 3, PinnedTTL: 2 * time.Second}
+
+// newFixture starts an embedded server, sets it up as `engine setup
+// --partitions 4` with short delivery timings would, and starts n workers
+// that expect those timings.
 func newFixture(t *testing.T, n int, mod ...func(*worker.Config)) *fixture {
 	t.Helper()
 	srv := embeddedtest.Start(t)
 	nc, js := embeddedtest.Connect(t, srv)
-	log, err := events.Open(context.Background(), js, events.Config{Partitions: 4}, nil)
+	log, err := engine.Setup(context.Background(), js, engine.SetupConfig{Log: events.Config{Partitions: 4}, Delivery: shortDelivery}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -43,7 +49,7 @@ func newFixture(t *testing.T, n int, mod ...func(*worker.Config)) *fixture {
 		cfg := worker.Config{
 			Name:           fmt.Sprintf("w%d", i),
 			ControlTimeout: 2 * time.Second,
-			Delivery:       recovery.DeliveryConfig{AckWait: 3 * time.Second, MaxDeliver: 3, PinnedTTL: 2 * time.Second},
+			Delivery:       shortDelivery,
 		}
 		for _, m := range mod {
 			m(&cfg)
@@ -483,5 +489,37 @@ func TestInvalidCommandIsParked(t *testing.T) {
 	s := f.state("s1")
 	if !s.Paused || !s.CommandDone("bogus-1") {
 		t.Fatalf("session paused %v, parked recorded %v", s.Paused, s.CommandDone("bogus-1"))
+	}
+}
+
+// TestOpenRefusesOtherDeliverySettings: a worker that expects other
+// delivery settings than the consumers hold is refused with a
+// SettingsError and joins nothing; one that expects nothing takes the
+// stored settings.
+func TestOpenRefusesOtherDeliverySettings(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, 0)
+	w, err := worker.New(f.nc, f.log, worker.Config{Name: "other", Delivery: recovery.DeliveryConfig{AckWait: 10 * time.Second}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = w.Open(context.Background())
+	var serr *recovery.SettingsError
+	if !errors.As(err, &serr) || len(serr.Diffs) != 1 || serr.Diffs[0].Stored != "3s" || serr.Diffs[0].Asked != "10s" {
+		t.Fatalf("open with another ack wait: %v", err)
+	}
+	if got := w.Partitions(); len(got) != 0 {
+		t.Fatalf("refused worker owns %v", got)
+	}
+	w, err = worker.New(f.nc, f.log, worker.Config{Name: "plain"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Open(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = w.Close(context.Background()) })
+	if len(w.Partitions()) != 4 {
+		t.Fatalf("plain worker owns %v, want all 4", w.Partitions())
 	}
 }

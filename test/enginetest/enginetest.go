@@ -73,6 +73,13 @@ func Start(tb testing.TB, o Options) *Engine {
 	if err != nil {
 		tb.Fatal(err)
 	}
+	// The workers' delivery settings, as an operator sets them (engine
+	// setup, their one writer): a command of a dead worker comes back
+	// after 5 s. The engine's own setup keeps them.
+	delivery := recovery.DeliveryConfig{AckWait: 5 * time.Second}
+	if _, err := engine.Setup(ctx, js, engine.SetupConfig{Log: o.Log, Delivery: delivery}, nil); err != nil {
+		tb.Fatal(err)
+	}
 	clk := clock.NewFakeClock(time.Now())
 	eng, err := engine.Open(ctx, nc, engine.Config{Log: o.Log, Policy: policy, Clock: clk, MaxCommandBytes: o.MaxCommandBytes,
 		SnapshotEvery: o.SnapshotEvery, RetentionEvery: o.RetentionEvery,
@@ -89,8 +96,7 @@ func Start(tb testing.TB, o Options) *Engine {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	w, err := worker.New(wnc, wlog, worker.Config{Name: "w", Clock: wclock, ControlTimeout: 2 * time.Second,
-		Delivery: recovery.DeliveryConfig{AckWait: 5 * time.Second}}, nil)
+	w, err := worker.New(wnc, wlog, worker.Config{Name: "w", Clock: wclock, ControlTimeout: 2 * time.Second, Delivery: delivery}, nil)
 	if err != nil {
 		tb.Fatal(err)
 	}

@@ -3,7 +3,6 @@ package forensics
 import (
 	"cmp"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -11,16 +10,17 @@ import (
 	"sync"
 	"time"
 
+	"github.com/go-json-experiment/json"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 	"github.com/turnstone-dev/turnstone/internal/correlate"
 	"github.com/turnstone-dev/turnstone/projections"
 )
 
-// ErrFleetClosed is returned by Fleet.Ready after Close.
-var ErrFleetClosed = errors.New("fleet index closed")
+// ErrMirrorClosed is returned by IndexMirror.Ready after Close.
+var ErrMirrorClosed = errors.New("fleet index mirror closed")
 
-// Fleet is an in-memory copy of the fleet index (one projections.Summary
+// IndexMirror is an in-memory copy of the fleet index (one projections.Summary
 // per session, KV bucket projections.IndexBucket), loaded once and kept
 // fresh by a watch of the bucket: the engines write a session's summary
 // within about a second of a change, and the copy follows within
@@ -33,7 +33,7 @@ var ErrFleetClosed = errors.New("fleet index closed")
 // change costs nothing after the first call.
 //
 // All methods are safe for concurrent use.
-type Fleet struct {
+type IndexMirror struct {
 	js    jetstream.JetStream
 	log   projections.SessionReader
 	store *projections.SnapshotStore
@@ -64,33 +64,33 @@ type cachedSignals struct {
 	outs    []correlate.Outcome
 }
 
-// OpenFleet starts watching the fleet index of js. log and store are what
+// OpenIndexMirror starts mirroring the fleet index of js. log and store are what
 // Incidents restores anomalous sessions from (store may be nil: replay
 // from the first event). logger may be nil. The copy loads in the
 // background; Ready waits for it. Close stops the watch. Errors:
 // jetstream.ErrBucketNotFound (wrapped) when there is no index yet (an
 // engine creates it); JetStream's.
-func OpenFleet(ctx context.Context, js jetstream.JetStream, log projections.SessionReader, store *projections.SnapshotStore, logger *zerolog.Logger) (*Fleet, error) {
+func OpenIndexMirror(ctx context.Context, js jetstream.JetStream, log projections.SessionReader, store *projections.SnapshotStore, logger *zerolog.Logger) (*IndexMirror, error) {
 	kv, err := js.KeyValue(ctx, projections.IndexBucket)
 	if err != nil {
-		return nil, fmt.Errorf("open fleet index: %w", err)
+		return nil, fmt.Errorf("open the fleet index mirror: %w", err)
 	}
 	wctx, cancel := context.WithCancel(context.Background())
 	w, err := kv.WatchAll(wctx)
 	if err != nil {
 		cancel()
-		return nil, fmt.Errorf("open fleet index: %w", err)
+		return nil, fmt.Errorf("open the fleet index mirror: %w", err)
 	}
-	f := &Fleet{js: js, log: log, store: store, l: zerolog.Nop(), w: w, cancel: cancel,
+	f := &IndexMirror{js: js, log: log, store: store, l: zerolog.Nop(), w: w, cancel: cancel,
 		done: make(chan struct{}), ready: make(chan struct{}), byRef: map[ref]*projections.Summary{}, signals: map[ref]cachedSignals{}}
 	if logger != nil {
-		f.l = logger.With().Str("component", "fleet").Logger()
+		f.l = logger.With().Str("component", "index-mirror").Logger()
 	}
 	go f.run()
 	return f, nil
 }
 
-func (f *Fleet) run() {
+func (f *IndexMirror) run() {
 	defer close(f.done)
 	loaded := false
 	for e := range f.w.Updates() {
@@ -98,7 +98,7 @@ func (f *Fleet) run() {
 			if !loaded {
 				loaded = true
 				close(f.ready)
-				f.l.Debug().Int("sessions", f.Len()).Msg("fleet index loaded")
+				f.l.Debug().Int("sessions", f.Len()).Msg("fleet index mirror loaded")
 			}
 			continue
 		}
@@ -120,7 +120,7 @@ func (f *Fleet) run() {
 	}
 	f.mu.Lock()
 	if f.err == nil {
-		f.err = ErrFleetClosed
+		f.err = ErrMirrorClosed
 	}
 	f.mu.Unlock()
 	if !loaded {
@@ -139,9 +139,9 @@ func refOfKey(key string) (ref, bool) {
 }
 
 // Ready waits until the copy holds every summary the bucket held when the
-// watch started, or ctx ends. It returns ErrFleetClosed when the watch
+// watch started, or ctx ends. It returns ErrMirrorClosed when the watch
 // stopped before that.
-func (f *Fleet) Ready(ctx context.Context) error {
+func (f *IndexMirror) Ready(ctx context.Context) error {
 	select {
 	case <-f.ready:
 		f.mu.RLock()
@@ -155,26 +155,26 @@ func (f *Fleet) Ready(ctx context.Context) error {
 		}
 		return nil
 	case <-ctx.Done():
-		return fmt.Errorf("fleet index: %w", ctx.Err())
+		return fmt.Errorf("fleet index mirror: %w", ctx.Err())
 	}
 }
 
 // Close stops the watch and waits for it.
-func (f *Fleet) Close() {
+func (f *IndexMirror) Close() {
 	_ = f.w.Stop()
 	f.cancel()
 	<-f.done
 }
 
 // Len is how many sessions the copy holds.
-func (f *Fleet) Len() int {
+func (f *IndexMirror) Len() int {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
 	return len(f.byRef)
 }
 
 // Get returns the summary of a session, if the index has one.
-func (f *Fleet) Get(tenant, session string) (projections.Summary, bool) {
+func (f *IndexMirror) Get(tenant, session string) (projections.Summary, bool) {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
 	s, ok := f.byRef[ref{tenant, session}]
@@ -222,7 +222,7 @@ type Page struct {
 
 // Query returns a page of the sessions q selects, ordered by last event
 // time (latest first), then tenant and session. It reads the copy only.
-func (f *Fleet) Query(q Query) Page {
+func (f *IndexMirror) Query(q Query) Page {
 	if q.Limit <= 0 {
 		q.Limit = 50
 	}
@@ -261,7 +261,7 @@ func (f *Fleet) Query(q Query) Page {
 
 // sorted returns the summaries in page order, rebuilt when the copy
 // changed since the last call, the tenants, and the count.
-func (f *Fleet) sorted() ([]*projections.Summary, []string, int) {
+func (f *IndexMirror) sorted() ([]*projections.Summary, []string, int) {
 	f.mu.RLock()
 	if f.orderVer == f.version && f.order != nil {
 		o, t, n := f.order, f.tenants, len(f.byRef)
@@ -294,7 +294,7 @@ func (f *Fleet) sorted() ([]*projections.Summary, []string, int) {
 // Related lists the sessions linked to one: its sidechains (ParentSession
 // names it) and its forks (ForkedFrom names it), of the same tenant, in
 // page order.
-func (f *Fleet) Related(tenant, session string) []projections.Summary {
+func (f *IndexMirror) Related(tenant, session string) []projections.Summary {
 	order, _, _ := f.sorted()
 	var out []projections.Summary
 	now := time.Now()
@@ -309,7 +309,7 @@ func (f *Fleet) Related(tenant, session string) []projections.Summary {
 }
 
 // Summaries returns every summary the copy holds, in page order.
-func (f *Fleet) Summaries() []projections.Summary {
+func (f *IndexMirror) Summaries() []projections.Summary {
 	order, _, _ := f.sorted()
 	out := make([]projections.Summary, len(order))
 	for i, s := range order {
@@ -321,7 +321,7 @@ func (f *Fleet) Summaries() []projections.Summary {
 // Incidents correlates the fleet's incidents (see package Incidents): it
 // restores each anomalous session whose summary changed since the last
 // call, and reuses the signals of the others.
-func (f *Fleet) Incidents(ctx context.Context, cfg IncidentsConfig) ([]correlate.Incident, error) {
+func (f *IndexMirror) Incidents(ctx context.Context, cfg IncidentsConfig) ([]correlate.Incident, error) {
 	if err := f.Ready(ctx); err != nil {
 		return nil, err
 	}
