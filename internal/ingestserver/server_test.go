@@ -192,7 +192,7 @@ func TestOnlyThePartitionsOwnerAnswers(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, even := range []bool{true, false} {
-		s, err := ingestserver.NewServer(enc, log, ingestserver.Config{Owns: func(p int) bool { return (p%2 == 0) == even }}, nil)
+		s, err := ingestserver.NewServer(enc, log, ingestserver.Config{Shared: true}, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -200,6 +200,13 @@ func TestOnlyThePartitionsOwnerAnswers(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer s.Close(ctx)
+		for p := range log.Partitions() {
+			if (p%2 == 0) == even {
+				if err := s.Acquire(ctx, p); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
 	}
 	nc, _ := embeddedtest.Connect(t, srv)
 	var replies atomic.Int64
