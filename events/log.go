@@ -833,6 +833,28 @@ func (l *Log) Sessions(ctx context.Context, tenant string) ([]SessionRef, error)
 	return refs, err
 }
 
+// PartitionSessions lists the sessions stored in partition partition, in
+// no order, with their event counts (subjects that name no valid session
+// left out). Like Sessions it asks the stream for its subjects.
+func (l *Log) PartitionSessions(ctx context.Context, partition int) ([]SessionRef, error) {
+	if partition < 0 || partition >= l.Partitions() {
+		return nil, fmt.Errorf("list sessions: partition %d: the stream has %d", partition, l.Partitions())
+	}
+	ctx, cancel := l.withTimeout(ctx)
+	defer cancel()
+	info, err := l.events.Info(ctx, jetstream.WithSubjectFilter(StoredEventSubject(partition, "*", "*")))
+	if err != nil {
+		return nil, fmt.Errorf("list sessions of partition %d: %w", partition, unavailable(err))
+	}
+	refs := make([]SessionRef, 0, len(info.State.Subjects))
+	for subj, n := range info.State.Subjects {
+		if p, t, s, ok, _ := ParseStoredSubject(subj); ok && p == partition {
+			refs = append(refs, SessionRef{Tenant: t, Session: s, Partition: p, Events: n})
+		}
+	}
+	return refs, nil
+}
+
 // SessionsChecked is Sessions that also returns the subjects holding
 // events that name no valid session (BadSubject, sorted by subject): with
 // tenant set, those that name the tenant where a session's tenant (or

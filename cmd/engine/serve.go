@@ -14,6 +14,7 @@ import (
 	"github.com/rs/zerolog"
 	"github.com/spf13/cobra"
 	"github.com/turnstone-dev/turnstone/events"
+	"github.com/turnstone-dev/turnstone/ingest"
 	"github.com/turnstone-dev/turnstone/internal/auth"
 	"github.com/turnstone-dev/turnstone/internal/embedded"
 	"github.com/turnstone-dev/turnstone/internal/engine"
@@ -222,7 +223,14 @@ func runServe(ctx context.Context, g *globals, f serveFlags, external bool) erro
 		}()
 		logger.Info().Str("addr", ts.Addr()).Msg("serving /metrics and /healthz")
 	}
-	eng, stop, err := startEngine(ctx, nc, f, policy, metrics, logger)
+	var mapIngest func(int) error
+	if srv != nil {
+		// Each append reaches only the engine owning its partition: on the
+		// embedded server without accounts through its global account's
+		// mapping (under auth the TURNSTONE account's carries it too).
+		mapIngest = func(partitions int) error { return srv.AddMapping(ingest.IngestMapping(partitions)) }
+	}
+	eng, stop, err := startEngine(ctx, nc, f, policy, metrics, mapIngest, logger)
 	if err != nil {
 		return err
 	}
@@ -289,7 +297,7 @@ func embeddedConfig(f serveFlags) (embedded.Config, error) {
 
 // startEngine runs an engine (package engine) on nc until the returned
 // stop is called.
-func startEngine(ctx context.Context, nc *nats.Conn, f serveFlags, policy *reconciler.Policy, m *telemetry.Metrics, logger zerolog.Logger) (*engine.Engine, func(), error) {
+func startEngine(ctx context.Context, nc *nats.Conn, f serveFlags, policy *reconciler.Policy, m *telemetry.Metrics, mapIngest func(int) error, logger zerolog.Logger) (*engine.Engine, func(), error) {
 	e, err := engine.Open(ctx, nc, engine.Config{
 		Name:          f.name,
 		Log:           events.Config{Partitions: f.partitions, Replicas: f.replicas, UpdateStreams: f.updateStreams},
@@ -298,6 +306,7 @@ func startEngine(ctx context.Context, nc *nats.Conn, f serveFlags, policy *recon
 		Metrics:       m,
 		UseExisting:   f.useExisting,
 		Presence:      presence.Config{Tenants: f.tenants},
+		MapIngest:     mapIngest,
 	}, &logger)
 	if err != nil {
 		return nil, nil, err

@@ -2,6 +2,8 @@ package auth
 
 import (
 	"fmt"
+
+	"github.com/turnstone-dev/turnstone/ingest"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -43,6 +45,13 @@ func ServerConfig(s *Spec, keys Keys) (string, error) {
 	w(0, "accounts {")
 	w(1, "%s {", Account)
 	w(2, "jetstream: enabled")
+	// Each append reaches the engine owning its session's partition
+	// (ingest.IngestMapping); it applies to the tenants' requests too,
+	// which enter this account through its service exports.
+	src, dst := ingest.IngestMapping(s.Partitions)
+	w(2, "mappings: {")
+	w(3, "%s: %s", q(src), q(dst))
+	w(2, "}")
 	w(2, "users: [")
 	for _, u := range users {
 		if u.Account() == Account {

@@ -85,6 +85,16 @@ type Config struct {
 	// policy's retention.max_age; none by default). Default 1 minute;
 	// negative: never.
 	RetentionEvery time.Duration
+	// MapIngest, when set, is called with the event stream's partition
+	// count once the log is open, before the engine subscribes to its
+	// partitions' appends: it puts ingest.IngestMapping in place on the
+	// server (embedded.Server.AddMapping for the embedded server without
+	// accounts; under auth the accounts' configuration carries it). An
+	// error stops Open.
+	MapIngest func(partitions int) error
+	// Ingest configures the engine's ingest server (its Shared, Gate and
+	// observers are the engine's).
+	Ingest ingestserver.Config
 }
 
 // Validate reports every out-of-range field, joined.
@@ -302,6 +312,25 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config, logger *zerolog.Logger
 		return nil, fmt.Errorf("open engine: %w", err)
 	}
 
+	// The ingest answers the appends of the partitions the engine owns
+	// (acquire, release), and reads of any session.
+	if cfg.MapIngest != nil {
+		if err := cfg.MapIngest(e.Log.Partitions()); err != nil {
+			return nil, fmt.Errorf("open engine: ingest mapping: %w", err)
+		}
+	}
+	icfg := cfg.Ingest
+	icfg.Shared, icfg.UseExisting, icfg.Gate = true, true, e.Gate
+	if m != nil {
+		icfg.OnAppend, icfg.OnReceive, icfg.OnQuarantineDrop = m.IngestOutcome, m.IngestReceived, m.QuarantineDropped
+	}
+	if e.Ingest, err = ingestserver.NewServer(nc, e.Log, icfg, logger); err != nil {
+		return nil, fmt.Errorf("open engine: %w", err)
+	}
+	if err := e.Ingest.Open(ctx); err != nil {
+		return nil, fmt.Errorf("open engine: %w", err)
+	}
+
 	// Answer erase notices before joining: an eraser that sees this
 	// engine in the group hears from it.
 	e.notice, err = erasure.Listen(nc, erasure.MemberConfig{Gate: e.Gate, Group: Group, Member: cfg.Name, Forget: e.forget}, logger)
@@ -324,15 +353,6 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config, logger *zerolog.Logger
 	if err != nil {
 		return nil, fmt.Errorf("open engine: %w", err)
 	}
-	// Answer the publishers' subjects for the partitions this engine
-	// owns, and reads of any session.
-	member := e.member
-	if e.Ingest, err = ingestserver.NewServer(nc, e.Log, ingestserver.Config{Owns: member.Owns, UseExisting: true, Gate: e.Gate}, logger); err != nil {
-		return nil, fmt.Errorf("open engine: %w", err)
-	}
-	if err := e.Ingest.Open(ctx); err != nil {
-		return nil, fmt.Errorf("open engine: %w", err)
-	}
 	ok = true
 	if m != nil {
 		e.wg.Add(1)
@@ -347,9 +367,14 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config, logger *zerolog.Logger
 }
 
 // acquire starts folding and reconciling partition p, and scans its
-// sessions (restart recovery) in the background.
+// sessions (restart recovery) in the background; then it starts
+// answering the partition's appends.
 func (e *Engine) acquire(ctx context.Context, p int, previousDead bool) error {
 	if err := e.Projector.Acquire(ctx, p, previousDead); err != nil {
+		return err
+	}
+	if err := e.Ingest.Acquire(ctx, p); err != nil {
+		e.Projector.Release(ctx, p)
 		return err
 	}
 	e.mu.Lock()
@@ -364,6 +389,11 @@ func (e *Engine) acquire(ctx context.Context, p int, previousDead bool) error {
 	go func() {
 		defer e.wg.Done()
 		_ = e.Reconciler.Scan(e.runCtx, []int{p}, restart)
+		// The fleet index holds every session of the partition: rows a
+		// previous owner could not store are rebuilt from the log.
+		if _, err := e.Projector.ReconcileIndex(e.runCtx, p); err != nil && e.runCtx.Err() == nil {
+			e.l.Warn().Err(err).Int("partition", p).Msg("fleet index not reconciled with the log; tried again when the partition is taken again")
+		}
 	}()
 	return nil
 }
@@ -379,8 +409,13 @@ func (e *Engine) forget(scope erasure.Scope) {
 	}
 }
 
-// release stops folding and reconciling partition p.
+// release stops answering partition p's appends (once those it took are
+// answered, so the next owner appends a session's events after them),
+// then stops folding and reconciling it.
 func (e *Engine) release(ctx context.Context, p int) {
+	rctx, cancel := context.WithTimeout(ctx, 2*e.Log.Config().Timeout)
+	e.Ingest.Release(rctx, p)
+	cancel()
 	e.Projector.Release(ctx, p)
 	e.Reconciler.Release(p)
 }

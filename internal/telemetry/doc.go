@@ -54,6 +54,10 @@
 //	worker_commands_total{kind,outcome}       counter  WorkerCommand (a recovery worker)
 //	worker_command_seconds{kind}              histogram WorkerCommand: seconds from delivery to the command's end
 //	incidents_open{class}                     gauge    SetOpenIncidents: open fleet incidents by the class of their key
+//	ingest_requests_total{partition,path}     counter  IngestReceived: append requests this engine took, by partition; path "mapped" (the server's subject mapping sent it to this engine) or "unmapped" (a server without the mapping sent it to every engine)
+//	ingest_received_bytes_total{partition,path} counter IngestReceived: their bytes (body and headers)
+//	ingest_outcomes_total{outcome}            counter  IngestOutcome: stored, duplicate, invalid, forbidden, conflict, unsupported, unavailable, busy, erasing
+//	quarantine_dropped_total                  counter  QuarantineDropped: refused events whose quarantine record was not written (its queue full, or the write failed)
 //
 // The registry also holds the standard go_* and process_* collectors.
 //
