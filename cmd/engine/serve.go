@@ -38,6 +38,7 @@ type serveFlags struct {
 	snapshotEvery int
 	sync          string
 	syncSet       bool
+	dataSet       bool
 	auth          string
 	insecure      bool
 	// tenants are the auth spec's tenants, pinged by the presence tracker
@@ -64,15 +65,20 @@ events.
 With --auth FILE (a YAML list of tenants; docs/security.md) the embedded
 server runs NATS's own accounts, users and permissions: the engine writes
 an nkey seed per user (operator, engine, worker, one per tenant) into the
-credentials directory beside FILE, and each tenant's service connects with
---nkey credentials/<tenant>.nk. --tls-cert and --tls-key serve the client
-port over TLS, --tls-ca makes it mutual TLS. --listen on an address other
-than loopback needs --auth (or --insecure, which lets anyone who reaches
-the port read and write every tenant's sessions).`,
+credentials directory (the spec's credentials:, else DATA/credentials
+when --data is given, else $XDG_STATE_HOME/turnstone/credentials: never
+the working tree), and each tenant's service connects with
+--nkey <credentials>/<tenant>.nk. --tls-cert and --tls-key serve the client
+port over TLS, --tls-ca makes it mutual TLS. --listen, --ui-listen and
+--telemetry-listen on an address other than loopback need --auth (or
+--insecure, which lets anyone who reaches the port read every tenant's
+sessions). Under --auth the web view answers only the operator's web token
+(engine auth token).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			external := cmd.Flags().Changed("nats-url") || os.Getenv("TURNSTONE_NATS_URL") != ""
 			f.syncSet = cmd.Flags().Changed("sync")
+			f.dataSet = cmd.Flags().Changed("data") || os.Getenv("TURNSTONE_DATA") != ""
 			return runServe(cmd.Context(), g, f, external)
 		},
 	}
@@ -115,6 +121,9 @@ func runServe(ctx context.Context, g *globals, f serveFlags, external bool) erro
 		if spec, err = auth.LoadSpec(f.auth); err != nil {
 			return err // names the file and every rule it breaks
 		}
+		if f.dataSet {
+			spec.UseDataDir(f.data)
+		}
 		f.tenants = spec.Tenants
 		// Retention erases with the engine's permissions, which the spec
 		// grants only when asked (auth.RetentionGrants): refuse now rather
@@ -125,8 +134,16 @@ func runServe(ctx context.Context, g *globals, f serveFlags, external bool) erro
 	}
 	// A busy port is reported at once, naming the flag, before the
 	// embedded server spends its start-up wait on it.
+	for _, l := range []struct{ flag, addr string }{{"--ui-listen", f.ui}, {"--telemetry-listen", f.telemetry}} {
+		if l.addr == "" {
+			continue
+		}
+		if err := checkExposure(l.flag, l.addr, spec != nil, f.insecure, g.stderr, logger); err != nil {
+			return err
+		}
+	}
 	if !external {
-		if err := checkExposure(f.listen, spec != nil, f.insecure, g.stderr, logger); err != nil {
+		if err := checkExposure("--listen", f.listen, spec != nil, f.insecure, g.stderr, logger); err != nil {
 			return err
 		}
 		if err := checkListen("--listen", f.listen, "HOST:PORT"); err != nil {
@@ -242,7 +259,18 @@ func runServe(ctx context.Context, g *globals, f serveFlags, external bool) erro
 	if f.incidentsTick <= 0 {
 		return fmt.Errorf("--incidents-every: must be positive, got %s", f.incidentsTick)
 	}
-	stopForensics, err := startForensics(ctx, eng, f.ui, tm, f.incidentsTick, logger)
+	var webToken string
+	if spec != nil && f.ui != "" {
+		// Under auth the web view answers the operator only: the token
+		// `engine auth token` prints (docs/security.md).
+		created := false
+		if webToken, created, err = auth.EnsureWebToken(spec, false); err != nil {
+			return err
+		}
+		logger.Info().Str("token_file", spec.WebTokenFile()).Bool("new", created).
+			Msg("the web view needs the operator's web token (engine auth token " + f.auth + ")")
+	}
+	stopForensics, err := startForensics(ctx, eng, f.ui, webToken, tm, f.incidentsTick, logger)
 	if err != nil {
 		return err
 	}
