@@ -275,7 +275,7 @@ func runServe(ctx context.Context, g *globals, f serveFlags, external bool) erro
 		return err
 	}
 	defer stopForensics()
-	logger.Info().Str("name", eng.Name()).Ints("partitions", eng.Partitions()).Int("of", eng.Log.Partitions()).Msg("engine ready; Ctrl-C to stop")
+	announceReady(ctx, eng, logger)
 	<-ctx.Done()
 	logger.Info().Msg("engine stopping")
 	return nil
@@ -346,4 +346,32 @@ func startEngine(ctx context.Context, nc *nats.Conn, f serveFlags, policy *recon
 			logger.Warn().Err(err).Msg("engine close")
 		}
 	}, nil
+}
+
+// announceReady says "engine ready" once every partition has a live
+// owner (this engine or another): right away, or, when some have none
+// (a killed run's claims not yet expired, 5 s at most by default), first
+// how many, whose, and then "ready" when they are taken.
+func announceReady(ctx context.Context, eng *engine.Engine, logger zerolog.Logger) {
+	ready := func(c engine.Coverage) {
+		logger.Info().Str("name", eng.Name()).Ints("partitions", c.Owned).Int("of", c.Partitions).
+			Msgf("engine ready: every partition has a live owner; this engine owns %d of %d; Ctrl-C to stop", len(c.Owned), c.Partitions)
+	}
+	wctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	c, err := eng.WaitCovered(wctx)
+	cancel()
+	if err == nil && c.Covered() {
+		ready(c)
+		return
+	}
+	ev := logger.Warn().Str("name", eng.Name()).Ints("partitions", c.Owned).Ints("uncovered", c.Uncovered)
+	for m, d := range c.Silent {
+		ev = ev.Dur("silent_"+m, d)
+	}
+	ev.Msgf("engine up, not ready yet: it owns %d of %d partitions; %d have no live owner (claims of engines unheard for a while, taken over when they expire); publishers of their sessions retry meanwhile", len(c.Owned), c.Partitions, len(c.Uncovered))
+	go func() {
+		if c, err := eng.WaitCovered(ctx); err == nil && c.Covered() {
+			ready(c)
+		}
+	}()
 }

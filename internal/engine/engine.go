@@ -523,3 +523,84 @@ func (e *Engine) Close(ctx context.Context) error {
 	}
 	return errors.Join(errs...)
 }
+
+// Coverage is how the engines' group covers the event stream's
+// partitions at a moment: the partitions this engine owns, and those no
+// engine answers now (nobody owns them, or only an engine unheard for
+// more than two heartbeats, whose claim has yet to expire: a previous
+// run's, killed). Publishers of an uncovered partition's sessions get
+// "no responders" and retry.
+type Coverage struct {
+	Partitions int
+	Owned      []int
+	Uncovered  []int
+	// Silent are the engines unheard for two heartbeats that still claim
+	// partitions, with how long they have been silent.
+	Silent map[string]time.Duration
+}
+
+// Covered reports whether every partition has a live owner.
+func (c Coverage) Covered() bool { return len(c.Uncovered) == 0 }
+
+// Coverage reads the engines' heartbeats and reports the group's
+// coverage of the partitions (this engine's own partitions as it holds
+// them). Errors: the members bucket cannot be read.
+func (e *Engine) Coverage(ctx context.Context) (Coverage, error) {
+	c := Coverage{Partitions: e.Log.Partitions(), Owned: e.Partitions(), Silent: map[string]time.Duration{}}
+	recs, err := pgroup.List(ctx, e.js, pgroup.DefaultBucket, Group)
+	if err != nil {
+		return c, fmt.Errorf("coverage: %w", err)
+	}
+	beat := e.cfg.Heartbeat
+	if beat == 0 {
+		beat = pgroup.DefaultHeartbeat
+	}
+	covered := make([]bool, c.Partitions)
+	for _, p := range c.Owned {
+		covered[p] = true
+	}
+	now := time.Now()
+	for _, r := range recs {
+		if r.Member == e.Name() {
+			continue
+		}
+		if since := now.Sub(r.Beat); since > 2*beat+beat/2 {
+			if len(r.Partitions) > 0 {
+				c.Silent[r.Member] = since.Round(100 * time.Millisecond)
+			}
+			continue
+		}
+		for _, p := range r.Partitions {
+			if p >= 0 && p < len(covered) {
+				covered[p] = true
+			}
+		}
+	}
+	for p, ok := range covered {
+		if !ok {
+			c.Uncovered = append(c.Uncovered, p)
+		}
+	}
+	return c, nil
+}
+
+// WaitCovered waits until every partition has a live owner (Coverage),
+// or ctx ends, and returns the last coverage seen.
+func (e *Engine) WaitCovered(ctx context.Context) (Coverage, error) {
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		c, err := e.Coverage(ctx)
+		if err == nil && c.Covered() {
+			return c, nil
+		}
+		select {
+		case <-ctx.Done():
+			if err != nil {
+				return c, err
+			}
+			return c, nil
+		case <-tick.C:
+		}
+	}
+}
