@@ -8,7 +8,6 @@ import (
 	"hash/fnv"
 	"runtime"
 	"slices"
-	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -245,35 +244,40 @@ func ReadIndexRows(ctx context.Context, js jetstream.JetStream, f IndexFilter) (
 	if err != nil {
 		return nil, fmt.Errorf("read index: %w", err)
 	}
-	tenants := []string{"*"}
-	if f.Tenant != "" {
-		tenants = []string{f.Tenant, invalidToken} // and the tenant's invalid subjects
-	}
-	parts := []string{"*"}
-	if f.Partitions != nil {
-		parts = nil
-		for _, p := range f.Partitions {
-			parts = append(parts, strconv.Itoa(p))
-		}
-		if len(parts) == 0 {
-			return nil, nil
-		}
-	}
-	var filters []string
-	for _, p := range parts {
-		for _, t := range tenants {
-			filters = append(filters, "$KV."+IndexBucket+"."+p+"."+t+".*")
-		}
-	}
-	policy := jetstream.DeliverLastPerSubjectPolicy
-	if f.Tenant == "" && f.Partitions == nil {
-		filters, policy = nil, jetstream.DeliverAllPolicy
+	if f.Partitions != nil && len(f.Partitions) == 0 {
+		return nil, nil
 	}
 	prefix := "$KV." + IndexBucket + "."
+	var filters []string
+	if f.Tenant != "" || f.Partitions != nil {
+		// A part of the index: its keys (one request), then its rows by
+		// batched direct gets when they are few. When they are many, one
+		// partition is read through a consumer filtered on it; anything
+		// else (a tenant's rows across partitions) through the whole
+		// bucket, which costs less than a consumer with several filters.
+		keys, err := IndexKeys(ctx, js, f)
+		if err != nil {
+			return nil, err
+		}
+		if len(keys) <= 4*maxDirectBatch {
+			rows, err := GetIndexRows(ctx, js, keys, f.Tenant)
+			if err != nil {
+				return nil, fmt.Errorf("read index: %w", err)
+			}
+			sortRows(rows)
+			return rows, nil
+		}
+		if f.Tenant == "" && len(f.Partitions) == 1 {
+			filters = []string{prefix + strconv.Itoa(f.Partitions[0]) + ".*.*"}
+		}
+	}
 	byKey := map[string]int{}
 	var rows []IndexRow
 	var deleted []bool
-	err = events.ReadStream(ctx, st, jetstream.OrderedConsumerConfig{FilterSubjects: filters, DeliverPolicy: policy}, 4000,
+	// The bucket keeps one value per key (history 1): every message is a
+	// key's latest (a value written again while the read runs comes
+	// twice; the later wins below).
+	err = events.ReadStream(ctx, st, jetstream.OrderedConsumerConfig{FilterSubjects: filters, DeliverPolicy: jetstream.DeliverAllPolicy}, 4000,
 		func(msg jetstream.Msg) error {
 			key, ok := strings.CutPrefix(msg.Subject(), prefix)
 			if !ok {
@@ -299,7 +303,8 @@ func ReadIndexRows(ctx context.Context, js jetstream.JetStream, f IndexFilter) (
 	}
 	out := rows[:0]
 	for i, r := range rows {
-		if deleted[i] {
+		if deleted[i] || (f.Partitions != nil && !slices.Contains(f.Partitions, r.Partition)) ||
+			(f.Tenant != "" && r.Tenant != f.Tenant && r.Tenant != invalidToken) {
 			continue
 		}
 		if r.Tenant == invalidToken {
@@ -316,12 +321,7 @@ func ReadIndexRows(ctx context.Context, js jetstream.JetStream, f IndexFilter) (
 		}
 		out = append(out, r)
 	}
-	sort.Slice(out, func(i, j int) bool {
-		if out[i].Tenant != out[j].Tenant {
-			return out[i].Tenant < out[j].Tenant
-		}
-		return out[i].Session < out[j].Session
-	})
+	sortRows(out)
 	return out, nil
 }
 

@@ -103,7 +103,9 @@ type indexEntry struct {
 	rev uint64
 }
 
-// readIndexRows reads partition part's rows of the index, by key.
+// readIndexRows reads partition part's rows of the index, by key: every
+// message of its subjects (the bucket keeps one per key; a key written
+// again while it reads keeps its later value).
 func readIndexRows(ctx context.Context, js jetstream.JetStream, part int) (map[string]indexEntry, error) {
 	st, err := js.Stream(ctx, "KV_"+IndexBucket)
 	if err != nil {
@@ -112,7 +114,7 @@ func readIndexRows(ctx context.Context, js jetstream.JetStream, part int) (map[s
 	prefix := "$KV." + IndexBucket + "."
 	out := map[string]indexEntry{}
 	err = events.ReadStream(ctx, st, jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{fmt.Sprintf("%s%d.*.*", prefix, part)}, DeliverPolicy: jetstream.DeliverLastPerSubjectPolicy}, 2000,
+		FilterSubjects: []string{fmt.Sprintf("%s%d.*.*", prefix, part)}, DeliverPolicy: jetstream.DeliverAllPolicy}, 4000,
 		func(msg jetstream.Msg) error {
 			key := msg.Subject()[len(prefix):]
 			if op := msg.Headers().Get("KV-Operation"); op == "DEL" || op == "PURGE" {

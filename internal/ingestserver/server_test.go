@@ -270,3 +270,73 @@ func TestClientReadWaitsForAnEngine(t *testing.T) {
 		t.Fatalf("an engine starting 0.5 s later: %v, want its answer (ErrSessionNotFound)", err)
 	}
 }
+
+// TestNoRespondersWhenNoEngineOwnsThePartition: on a server with the
+// ingest mapping (here the embedded server's global account, as a
+// publisher without credentials uses it), an append of a partition no
+// engine owns gets "no responders" at once, the publisher's signal to
+// retry; one of an owned partition is answered; and after Release the
+// partition's appends go unanswered again, without waiting.
+func TestNoRespondersWhenNoEngineOwnsThePartition(t *testing.T) {
+	t.Parallel()
+	srv := embeddedtest.Start(t)
+	enc, js := embeddedtest.Connect(t, srv)
+	ctx := context.Background()
+	log, err := events.Open(ctx, js, events.Config{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.AddMapping(ingest.IngestMapping(log.Partitions())); err != nil {
+		t.Fatal(err)
+	}
+	var mapped, unmapped atomic.Int64
+	s, err := ingestserver.NewServer(enc, log, ingestserver.Config{Shared: true, OnReceive: func(_, _ int, m bool) {
+		if m {
+			mapped.Add(1)
+		} else {
+			unmapped.Add(1)
+		}
+	}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Open(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close(ctx)
+	if err := s.Acquire(ctx, 0); err != nil {
+		t.Fatal(err)
+	}
+	nc, _ := embeddedtest.Connect(t, srv)
+	send := func(session string) error {
+		ev, _ := events.New("acme", session, "", &events.SessionStarted{})
+		ev.Source = "urn:agent:test"
+		b, _ := ev.Encode()
+		_, err := nc.Request(events.EventSubject("acme", session), b, 2*time.Second)
+		return err
+	}
+	owned, other := "", ""
+	for i := 0; owned == "" || other == ""; i++ {
+		name := fmt.Sprintf("s%d", i)
+		switch events.Partition("acme", name, log.Partitions()) {
+		case 0:
+			owned = name
+		case 1:
+			other = name
+		}
+	}
+	if err := send(owned); err != nil {
+		t.Fatalf("owned partition: %v", err)
+	}
+	start := time.Now()
+	if err := send(other); !errors.Is(err, nats.ErrNoResponders) || time.Since(start) > time.Second {
+		t.Fatalf("partition no engine owns: %v after %s, want no responders at once", err, time.Since(start))
+	}
+	s.Release(ctx, 0)
+	if err := send(owned); !errors.Is(err, nats.ErrNoResponders) {
+		t.Fatalf("after release: %v, want no responders", err)
+	}
+	if mapped.Load() != 1 || unmapped.Load() != 0 {
+		t.Fatalf("received %d mapped, %d unmapped; want the one owned append, mapped", mapped.Load(), unmapped.Load())
+	}
+}
