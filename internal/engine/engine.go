@@ -362,7 +362,7 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config, logger *zerolog.Logger
 		e.wg.Add(1)
 		go e.retentionLoop()
 	}
-	e.l.Info().Str("name", e.member.Name()).Ints("partitions", e.member.Owned()).Int("of", e.Log.Partitions()).Msg("engine ready")
+	e.l.Info().Str("name", e.member.Name()).Ints("partitions", e.member.Owned()).Int("of", e.Log.Partitions()).Msg("engine open: joined its group with its share of the partitions")
 	return e, nil
 }
 
