@@ -340,3 +340,54 @@ func TestNoRespondersWhenNoEngineOwnsThePartition(t *testing.T) {
 		t.Fatalf("received %d mapped, %d unmapped; want the one owned append, mapped", mapped.Load(), unmapped.Load())
 	}
 }
+
+// TestRefusalsAreAnsweredAtOnceWhateverTheQuarantine: with the
+// quarantine stream gone (its writes fail), a refused event is still
+// answered within 100 ms, and each record that could not be written is
+// counted as dropped, never waited for.
+func TestRefusalsAreAnsweredAtOnceWhateverTheQuarantine(t *testing.T) {
+	t.Parallel()
+	srv := embeddedtest.Start(t)
+	enc, js := embeddedtest.Connect(t, srv)
+	ctx := context.Background()
+	log, err := events.Open(ctx, js, events.Config{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var dropped atomic.Int64
+	s, err := ingestserver.NewServer(enc, log, ingestserver.Config{OnQuarantineDrop: func() { dropped.Add(1) }}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Open(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close(ctx)
+	if err := js.DeleteStream(ctx, ingest.QuarantineStream); err != nil {
+		t.Fatal(err)
+	}
+	nc, _ := embeddedtest.Connect(t, srv)
+	const n = 20
+	for i := 0; i < n; i++ {
+		subject := "agent.evt.acme.s1"
+		if i%2 == 1 {
+			subject = "agent.evt.acme.bad:token"
+		}
+		start := time.Now()
+		resp, err := nc.Request(subject, []byte(`{"not": "an event"`), 5*time.Second)
+		if d := time.Since(start); err != nil || d > 100*time.Millisecond {
+			t.Fatalf("refusal %d: %v after %s", i, err, d)
+		}
+		var ack ingest.PubAck
+		if json.Unmarshal(resp.Data, &ack) != nil || ack.Error == nil || ack.Error.ErrCode != ingest.CodeInvalid {
+			t.Fatalf("refusal %d: %s", i, resp.Data)
+		}
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for dropped.Load() < n {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d records counted dropped", dropped.Load(), n)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
