@@ -105,7 +105,7 @@ func QuickSizes() Sizes {
 
 // Benchmarks are the names --only takes, in the order they run.
 var Benchmarks = []string{"append", "ingest", "fold", "restore", "inspect", "incident", "memory", "import", "sync", "durability",
-	"scale", "handover", "newsessions", "fleet"}
+	"scale", "ingestscale", "handover", "newsessions", "fleet"}
 
 // Row is one line of the results table.
 type Row struct {
@@ -265,6 +265,7 @@ func (m *Main) Run(ctx context.Context) (*Report, error) {
 		"sync":        r.syncFigure,
 		"durability":  r.durabilityFigure,
 		"scale":       r.scaleFigure,
+		"ingestscale": r.ingestScaleFigure,
 		"handover":    r.handoverFigure,
 		"newsessions": r.newSessionsFigure,
 		"fleet":       r.fleetFigure,
