@@ -39,13 +39,18 @@ type Connection struct {
 	// out), so the command can stop at once.
 	OnDenied func(error)
 
-	denied atomic.Pointer[error]
+	// denied holds the first violation, once Dial made it (a pointer, so
+	// that a Connection can be copied).
+	denied *atomic.Pointer[error]
 }
 
 // Denied returns the first permission violation the server reported on
 // a connection Dial opened (wrapping nats.ErrPermissionViolation), or
 // nil.
 func (c *Connection) Denied() error {
+	if c.denied == nil {
+		return nil
+	}
 	if p := c.denied.Load(); p != nil {
 		return *p
 	}
@@ -106,10 +111,14 @@ func (c *Connection) Dial(name string) (*nats.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
+	if c.denied == nil {
+		c.denied = new(atomic.Pointer[error])
+	}
+	denied, onDenied := c.denied, c.OnDenied
 	nc, err := nats.Connect(c.URL, append(opts, nats.Timeout(5*time.Second),
 		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
-			if errors.Is(err, nats.ErrPermissionViolation) && c.denied.CompareAndSwap(nil, &err) && c.OnDenied != nil {
-				c.OnDenied(err)
+			if errors.Is(err, nats.ErrPermissionViolation) && denied.CompareAndSwap(nil, &err) && onDenied != nil {
+				onDenied(err)
 			}
 		}))...)
 	switch {

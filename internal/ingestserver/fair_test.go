@@ -44,7 +44,7 @@ func percentile(ds []time.Duration, q int) time.Duration {
 // and A hears CodeBusy for its own excess, while every append either
 // tenant got an ack for is stored.
 func TestAFloodingTenantDelaysOnlyItself(t *testing.T) {
-	t.Parallel()
+	// Not parallel: it measures latencies, which other tests would take CPU from.
 	srv := embeddedtest.Start(t)
 	enc, js := embeddedtest.Connect(t, srv)
 	ctx := context.Background()
@@ -74,7 +74,7 @@ func TestAFloodingTenantDelaysOnlyItself(t *testing.T) {
 	aSession, bSession := sessionIn("floodA", p, n, "a"), sessionIn("quietB", p, n, "b")
 	bElsewhere := sessionIn("quietB", p+1, n, "b")
 
-	// A: a publisher appending as fast as it can: 8 writers, each
+	// A: a publisher appending as fast as it can: 4 writers, each
 	// sending batches of 500 events at once (ingest.Client pipelines
 	// them, up to 4,096 in flight), far more than the engine takes of one
 	// tenant in a partition. The client backs off and sends again what
@@ -87,7 +87,7 @@ func TestAFloodingTenantDelaysOnlyItself(t *testing.T) {
 	var aOK atomic.Int64
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
-	for w := 0; w < 8; w++ {
+	for w := 0; w < 4; w++ {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -120,7 +120,7 @@ func TestAFloodingTenantDelaysOnlyItself(t *testing.T) {
 	// (the reference: what the machine gives any append meanwhile).
 	bnc, _ := embeddedtest.Connect(t, srv)
 	var lat, ref []time.Duration
-	for i := 0; i < 300; i++ {
+	for i := 0; i < 200; i++ {
 		session := bSession
 		if i%2 == 1 {
 			session = bElsewhere
