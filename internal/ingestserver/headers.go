@@ -55,9 +55,11 @@ var unsupportedPrefixes = []string{
 // checks or refuses: the request is then appended on its own.
 func hasExpectations(h nats.Header) bool {
 	for k := range h {
-		lk := strings.ToLower(k)
+		if len(k) < 5 || !strings.EqualFold(k[:5], "nats-") {
+			continue // most headers, every request: no allocation
+		}
 		for _, p := range unsupportedPrefixes {
-			if strings.HasPrefix(lk, p) {
+			if len(k) >= len(p) && strings.EqualFold(k[:len(p)], p) {
 				return true
 			}
 		}

@@ -89,15 +89,20 @@ func (l *lane) runnableLocked(t *tenantQueue) bool {
 }
 
 // markReadyLocked puts t at the end of the turn when its next request can
-// go, and forgets a tenant with nothing queued or in flight.
-func (l *lane) markReadyLocked(t *tenantQueue) {
+// go, and forgets a tenant with nothing queued or in flight. It reports
+// whether it put t in the turn: only then has the scheduler something
+// new to do (it sleeps only when no tenant is ready).
+func (l *lane) markReadyLocked(t *tenantQueue) bool {
+	added := false
 	if !t.isReady && l.runnableLocked(t) {
 		t.isReady = true
 		l.ready = append(l.ready, t)
+		added = true
 	}
 	if t.queued() == 0 && t.inflight == 0 && !t.blocked && !t.isReady && l.tenants[t.name] == t {
 		delete(l.tenants, t.name)
 	}
+	return added
 }
 
 func (l *lane) signal() {
@@ -129,9 +134,11 @@ func (l *lane) enqueue(it item) bool {
 	}
 	t.items = append(t.items, it)
 	l.busy++
-	l.markReadyLocked(t)
+	wake := l.markReadyLocked(t)
 	l.mu.Unlock()
-	l.signal()
+	if wake {
+		l.signal()
+	}
 	return true
 }
 
@@ -184,9 +191,11 @@ func (l *lane) done(t *tenantQueue, sync bool) {
 		t.inflight--
 	}
 	l.busy--
-	l.markReadyLocked(t)
+	wake := l.markReadyLocked(t) || (l.closing && l.busy == 0)
 	l.mu.Unlock()
-	l.signal()
+	if wake {
+		l.signal()
+	}
 }
 
 // idle reports whether the lane has answered every request it took.
