@@ -145,6 +145,31 @@ func (r *runner) startMember(ctx context.Context, kind, url, name string) (*memb
 	return &member{cmd: cmd, stdin: stdin, stdout: out}, nil
 }
 
+// startEngines starts n engine children (e0, e1, …) on url and waits
+// until each owns its share of the partitions.
+func (r *runner) startEngines(ctx context.Context, url string, js jetstream.JetStream, n, partitions int) ([]*member, error) {
+	var ms []*member
+	for i := 0; i < n; i++ {
+		m, err := r.startMember(ctx, "engine", url, fmt.Sprintf("e%d", i))
+		if err != nil {
+			for _, m := range ms {
+				m.kill()
+			}
+			return nil, err
+		}
+		ms = append(ms, m)
+	}
+	for i := range ms {
+		if err := waitOwned(ctx, js, engine.Group, fmt.Sprintf("e%d", i), partitions/n, 30*time.Second); err != nil {
+			for _, m := range ms {
+				m.kill()
+			}
+			return nil, err
+		}
+	}
+	return ms, nil
+}
+
 // stopStats ends an engine child and returns its CPU time and what it
 // took off the ingest subjects: requests, bytes, and unmapped requests.
 func (m *member) stopStats() (time.Duration, map[string]int64) {
@@ -237,19 +262,9 @@ func (r *runner) scaleFigure(ctx context.Context) error {
 		defer c.nc.Close()
 		// The engines run first and share the partitions; then the events
 		// come, as they would from runtimes, and the group folds them.
-		var ms []*member
-		for i := 0; i < engines; i++ {
-			name := fmt.Sprintf("e%d", i)
-			m, err := r.startMember(ctx, "engine", srv.url, name)
-			if err != nil {
-				return result{}, err
-			}
-			ms = append(ms, m)
-		}
-		for i := range ms {
-			if err := waitOwned(ctx, c.js, engine.Group, fmt.Sprintf("e%d", i), l.Partitions()/engines, 30*time.Second); err != nil {
-				return result{}, err
-			}
+		ms, err := r.startEngines(ctx, srv.url, c.js, engines, l.Partitions())
+		if err != nil {
+			return result{}, err
 		}
 		settle(r.sizes.Settle)
 		start := time.Now()
@@ -541,18 +556,9 @@ func (r *runner) ingestScaleFigure(ctx context.Context) error {
 		}
 		defer srv.close()
 		defer c.nc.Close()
-		var ms []*member
-		for i := 0; i < engines; i++ {
-			m, err := r.startMember(ctx, "engine", srv.url, fmt.Sprintf("e%d", i))
-			if err != nil {
-				return result{}, err
-			}
-			ms = append(ms, m)
-		}
-		for i := range ms {
-			if err := waitOwned(ctx, c.js, engine.Group, fmt.Sprintf("e%d", i), l.Partitions()/engines, 30*time.Second); err != nil {
-				return result{}, err
-			}
+		ms, err := r.startEngines(ctx, srv.url, c.js, engines, l.Partitions())
+		if err != nil {
+			return result{}, err
 		}
 		pc, err := connect(srv.url, "bench-publisher")
 		if err != nil {
