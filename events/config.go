@@ -111,6 +111,18 @@ func (c *Config) Validate() error {
 // stream's partition count.
 const PartitionsMetadata = "turnstone_partitions"
 
+// MaxEventBytesMetadata is the AGENT_EVENTS metadata key that holds the
+// largest event body the log accepts (Config.MaxEventBytes): the
+// stream's max_msg_size is that plus HeaderAllowance.
+const MaxEventBytesMetadata = "turnstone_max_event_bytes"
+
+// HeaderAllowance is what the stream's max_msg_size allows on top of
+// Config.MaxEventBytes for the headers of a stored event (Nats-Msg-Id,
+// and an atomic batch's id, sequence, commit and expectations):
+// JetStream counts headers against max_msg_size, and the documented
+// limit is the body's (docs/events.md).
+const HeaderAllowance = 4 << 10
+
 // StoredSubjects are the subjects AGENT_EVENTS captures: one per
 // partition, agent.evt.<p>.*.* for p in 0..partitions-1, so that nothing
 // but a session's stored subject (a partition number, a tenant, a
@@ -139,13 +151,13 @@ func EventsStreamConfig(c Config, partitions int) jetstream.StreamConfig {
 		Name:        EventsStream,
 		Description: "Turnstone agent events (wire contract v1), one subject per session",
 		Subjects:    StoredSubjects(partitions),
-		Metadata:    map[string]string{PartitionsMetadata: fmt.Sprint(partitions)},
+		Metadata:    map[string]string{PartitionsMetadata: fmt.Sprint(partitions), MaxEventBytesMetadata: fmt.Sprint(c.MaxEventBytes)},
 		Retention:   jetstream.LimitsPolicy,
 		Discard:     jetstream.DiscardNew,
 		MaxBytes:    orUnlimited(c.MaxBytes),
 		MaxMsgs:     -1,
 		MaxAge:      0,
-		MaxMsgSize:  int32(c.MaxEventBytes),
+		MaxMsgSize:  int32(c.MaxEventBytes + HeaderAllowance),
 		Storage:     c.Storage,
 		Replicas:    c.Replicas,
 		Duplicates:  c.DuplicateWindow,

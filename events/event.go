@@ -57,6 +57,10 @@ type Event struct {
 	Err     error     `json:"-"`
 
 	payload Payload // decoded by Validate: see Payload
+	// decoded is Data as Decode read it, strictly (no duplicate member
+	// names, valid UTF-8): Validate need not check it again while Data
+	// is still those bytes.
+	decoded []byte
 }
 
 // New builds an event for tenant and session carrying payload p, with a new
@@ -121,6 +125,7 @@ func Decode(b []byte) (Event, error) {
 	if err := unmarshal(b, &ev); err != nil {
 		return Event{}, fmt.Errorf("%w: %s", ErrMalformed, decodeProblem(err))
 	}
+	ev.decoded = ev.Data
 	return ev, nil
 }
 

@@ -192,6 +192,7 @@ func Changes(have, want jetstream.StreamConfig) []string {
 	add("allow direct", have.AllowDirect, want.AllowDirect)
 	add("allow atomic publish", have.AllowAtomicPublish, want.AllowAtomicPublish)
 	add("partitions", have.Metadata[PartitionsMetadata], want.Metadata[PartitionsMetadata])
+	add("max event bytes", have.Metadata[MaxEventBytesMetadata], want.Metadata[MaxEventBytesMetadata])
 	return out
 }
 
@@ -215,8 +216,8 @@ func explicitDiffs(req Config, have jetstream.StreamConfig) []string {
 	if req.DuplicateWindow != 0 && req.DuplicateWindow != have.Duplicates {
 		diff("duplicate window", have.Duplicates, req.DuplicateWindow)
 	}
-	if req.MaxEventBytes != 0 && int32(req.MaxEventBytes) != have.MaxMsgSize {
-		diff("max event bytes", have.MaxMsgSize, req.MaxEventBytes)
+	if has := maxEventBytesOf(have); req.MaxEventBytes != 0 && req.MaxEventBytes != has {
+		diff("max event bytes", has, req.MaxEventBytes)
 	}
 	if req.MaxBytes != 0 && req.MaxBytes != have.MaxBytes {
 		diff("max bytes", have.MaxBytes, req.MaxBytes)
@@ -233,8 +234,8 @@ func adopt(req Config, have jetstream.StreamConfig) Config {
 	if req.DuplicateWindow == 0 {
 		req.DuplicateWindow = have.Duplicates
 	}
-	if req.MaxEventBytes == 0 && have.MaxMsgSize > 0 {
-		req.MaxEventBytes = int(have.MaxMsgSize)
+	if req.MaxEventBytes == 0 {
+		req.MaxEventBytes = maxEventBytesOf(have)
 	}
 	if req.MaxBytes == 0 && have.MaxBytes > 0 {
 		req.MaxBytes = have.MaxBytes
@@ -244,6 +245,22 @@ func adopt(req Config, have jetstream.StreamConfig) Config {
 	}
 	req.setDefaults()
 	return req
+}
+
+// maxEventBytesOf is the body limit of an existing AGENT_EVENTS: its
+// metadata's, or, for a stream of an earlier version (whose max_msg_size
+// was the body limit, headers included), its max_msg_size; 0 when it
+// sets none.
+func maxEventBytesOf(c jetstream.StreamConfig) int {
+	if v, ok := c.Metadata[MaxEventBytesMetadata]; ok {
+		if n, err := strconv.Atoi(v); err == nil && n > 0 {
+			return n
+		}
+	}
+	if c.MaxMsgSize > 0 {
+		return int(c.MaxMsgSize)
+	}
+	return 0
 }
 
 var partitionRE = regexp.MustCompile(`\{\{\s*partition\((\d+)`)
@@ -272,6 +289,7 @@ func differs(have, want jetstream.StreamConfig) bool {
 	return have.Duplicates != want.Duplicates || have.MaxMsgSize != want.MaxMsgSize ||
 		!slices.Equal(have.Subjects, want.Subjects) || have.SubjectTransform != nil ||
 		have.Metadata[PartitionsMetadata] != want.Metadata[PartitionsMetadata] ||
+		have.Metadata[MaxEventBytesMetadata] != want.Metadata[MaxEventBytesMetadata] ||
 		have.MaxBytes != want.MaxBytes || have.DenyDelete != want.DenyDelete ||
 		have.AllowDirect != want.AllowDirect ||
 		have.Discard != want.Discard || have.Replicas != want.Replicas ||
@@ -423,6 +441,30 @@ func (l *Log) Append(ctx context.Context, evs []Event, opts ...AppendOption) ([]
 		return nil, err
 	}
 	if o.expect {
+		return l.appendAtomic(ctx, evs, msgs, o.expectSeq)
+	}
+	return l.appendAsync(ctx, evs, msgs)
+}
+
+// AppendMsgs stores evs as Append does, from the messages Prepare or
+// PrepareBody returned for them (one per event, in order), so that what
+// was prepared (a body stored byte for byte as its publisher sent it) is
+// what is stored. With ExpectLastSeq the events are one atomic batch;
+// its headers are added to the messages. Errors as Append's.
+func (l *Log) AppendMsgs(ctx context.Context, evs []Event, msgs []*nats.Msg, opts ...AppendOption) ([]Ack, error) {
+	if len(evs) != len(msgs) {
+		return nil, fmt.Errorf("append events: %w: %d events, %d messages", ErrInvalid, len(evs), len(msgs))
+	}
+	var o appendOpts
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if o.expect {
+		for i := range evs {
+			if evs[i].Tenant != evs[0].Tenant || evs[i].Session != evs[0].Session {
+				return nil, fmt.Errorf("append events: %w: a conditional append takes events of one session", ErrInvalid)
+			}
+		}
 		return l.appendAtomic(ctx, evs, msgs, o.expectSeq)
 	}
 	return l.appendAsync(ctx, evs, msgs)
@@ -615,6 +657,21 @@ type ReadOptions struct {
 	UntilSeq uint64
 }
 
+// LastID returns the stream sequence and the id (its Nats-Msg-Id) of the
+// session's last event, or 0, "" and ErrSessionNotFound when it has none.
+func (l *Log) LastID(ctx context.Context, tenant, session string) (uint64, string, error) {
+	ctx, cancel := l.withTimeout(ctx)
+	defer cancel()
+	msg, err := l.events.GetLastMsgForSubject(ctx, l.SessionSubject(tenant, session))
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return 0, "", fmt.Errorf("last event of %s/%s: %w", tenant, session, ErrSessionNotFound)
+	}
+	if err != nil {
+		return 0, "", fmt.Errorf("last event of %s/%s: %w", tenant, session, unavailable(err))
+	}
+	return msg.Sequence, msg.Header.Get(jetstream.MsgIDHeader), nil
+}
+
 // LastSeq returns the stream sequence of the session's last event, or 0 and
 // ErrSessionNotFound when it has none.
 func (l *Log) LastSeq(ctx context.Context, tenant, session string) (uint64, error) {
@@ -781,6 +838,28 @@ type BadSubject struct {
 func (l *Log) Sessions(ctx context.Context, tenant string) ([]SessionRef, error) {
 	refs, _, err := l.SessionsChecked(ctx, tenant)
 	return refs, err
+}
+
+// PartitionSessions lists the sessions stored in partition partition, in
+// no order, with their event counts (subjects that name no valid session
+// left out). Like Sessions it asks the stream for its subjects.
+func (l *Log) PartitionSessions(ctx context.Context, partition int) ([]SessionRef, error) {
+	if partition < 0 || partition >= l.Partitions() {
+		return nil, fmt.Errorf("list sessions: partition %d: the stream has %d", partition, l.Partitions())
+	}
+	ctx, cancel := l.withTimeout(ctx)
+	defer cancel()
+	info, err := l.events.Info(ctx, jetstream.WithSubjectFilter(StoredEventSubject(partition, "*", "*")))
+	if err != nil {
+		return nil, fmt.Errorf("list sessions of partition %d: %w", partition, unavailable(err))
+	}
+	refs := make([]SessionRef, 0, len(info.State.Subjects))
+	for subj, n := range info.State.Subjects {
+		if p, t, s, ok, _ := ParseStoredSubject(subj); ok && p == partition {
+			refs = append(refs, SessionRef{Tenant: t, Session: s, Partition: p, Events: n})
+		}
+	}
+	return refs, nil
 }
 
 // SessionsChecked is Sessions that also returns the subjects holding

@@ -518,7 +518,7 @@ func TestOpenWithoutSettingsKeepsTheStreams(t *testing.T) {
 	}
 	st, _ := js.Stream(ctx, events.EventsStream)
 	c := st.CachedInfo().Config
-	if c.MaxBytes != 1<<30 || c.Duplicates != time.Minute || c.MaxMsgSize != 2<<20 || l.Config().MaxEventBytes != 2<<20 {
+	if c.MaxBytes != 1<<30 || c.Duplicates != time.Minute || c.MaxMsgSize != 2<<20+events.HeaderAllowance || l.Config().MaxEventBytes != 2<<20 {
 		t.Fatalf("a client open changed the stream: %+v", c)
 	}
 }

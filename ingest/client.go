@@ -248,9 +248,9 @@ func classify(err error) error {
 		return fmt.Errorf("%w: no engine answers (is engine serve running?): %w", events.ErrLogUnavailable, err)
 	}
 	switch code {
-	case CodeInvalid, CodeForbidden:
+	case CodeInvalid, CodeForbidden, CodeUnsupportedHeader, CodeStreamNotMatch:
 		return fmt.Errorf("%w: %w", events.ErrInvalid, err)
-	case int(jetstream.JSErrCodeStreamWrongLastSequence), int(jetstream.JSErrCodeStreamWrongLastSequenceConstant):
+	case int(jetstream.JSErrCodeStreamWrongLastSequence), int(jetstream.JSErrCodeStreamWrongLastSequenceConstant), CodeWrongLastMsgID:
 		return fmt.Errorf("%w: %w", events.ErrConflict, err)
 	case int(jetstream.JSErrCodeStreamMessageExceedsMaximum):
 		return fmt.Errorf("%w: %w", events.ErrTooLarge, err)

@@ -16,6 +16,7 @@ package ingest
 import (
 	"encoding/json"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/turnstone-dev/turnstone/events"
@@ -40,7 +41,41 @@ const (
 	// through a service import with share (the publisher's account and
 	// user); the quarantine keeps it as the publisher's identity.
 	RequestInfoHeader = "Nats-Request-Info"
+	// IngestSubjectPrefix starts the subject an append reaches the
+	// engines on once the NATS server mapped it to its partition:
+	// agent.in.<partition>.<tenant>.<session> (IngestMapping). Publishers
+	// never use it; each engine subscribes to its own partitions'.
+	IngestSubjectPrefix = "agent.in"
 )
+
+// IngestSubject is the subject a session's appends reach the engines on
+// after the server's mapping: agent.in.<partition>.<tenant>.<session>.
+// partition -1 writes the wildcard "*".
+func IngestSubject(partition int, tenant, session string) string {
+	p := "*"
+	if partition >= 0 {
+		p = strconv.Itoa(partition)
+	}
+	return IngestSubjectPrefix + "." + p + "." + tenant + "." + session
+}
+
+// IngestMapping is the NATS subject mapping that sends each append to the
+// engine owning its session's partition, for a stream of partitions
+// partitions: source agent.evt.*.* (the publish subject), destination
+// agent.in.{{partition(P,1,2)}}.{{wildcard(1)}}.{{wildcard(2)}}. The
+// server computes the partition with the same hash as the stream's
+// (events.Partition: FNV-1a over the tenant then the session token,
+// modulo P), so each engine receives only the publishes of the
+// partitions it owns. It goes in the `mappings` of the account the
+// engines run in (TURNSTONE under auth: auth.ServerConfig writes it; the
+// global account of a server without accounts: embedded.Server.MapIngest,
+// or a `mappings` block in an external server's configuration;
+// docs/scaling.md). NATS applies an account's mappings to the requests
+// that reach it through a service import too (nats-server 2.10+), so the
+// tenants' accounts need none.
+func IngestMapping(partitions int) (source, destination string) {
+	return events.EventSubjectPrefix + ".*.*", fmt.Sprintf("%s.{{partition(%d,1,2)}}.{{wildcard(1)}}.{{wildcard(2)}}", IngestSubjectPrefix, partitions)
+}
 
 // Error codes of an ingest reply's error.err_code, beside JetStream's own
 // (10071 wrong last sequence, 10164 batch wrong last sequence, 10054
@@ -55,8 +90,35 @@ const (
 	CodeForbidden = 14001
 	// CodeUnavailable: the log could not be written; try again.
 	CodeUnavailable = 14003
-	// CodeBusy: the engine's queue for the partition is full; try again.
+	// CodeBusy: the publisher's tenant has as many requests queued in the
+	// session's partition as the engine takes (docs/limits.md); try
+	// again. Other tenants are not slowed by it.
 	CodeBusy = 14004
+	// CodeUnsupportedHeader: the request carries a JetStream header whose
+	// promise the ingest cannot keep (a Nats-Expected-* header other
+	// than those docs/events.md lists, or an atomic batch's, TTL, rollup
+	// or schedule header); nothing was stored. It is refused rather than
+	// ignored, so a client never believes a condition held that was not
+	// checked.
+	CodeUnsupportedHeader = 14005
+)
+
+// JetStream's own error codes an ingest reply uses (nats-server's
+// errors.json), beside the Code constants.
+const (
+	// CodeStreamNotMatch (10060): Nats-Expected-Stream named a stream
+	// other than AGENT_EVENTS.
+	CodeStreamNotMatch = 10060
+	// CodeWrongLastMsgID (10070): Nats-Expected-Last-Msg-Id is not the id
+	// of the session's last event.
+	CodeWrongLastMsgID = 10070
+	// CodeWrongLastSequence (10071): Nats-Expected-Last-Sequence or
+	// Nats-Expected-Last-Subject-Sequence is not the session's last
+	// sequence.
+	CodeWrongLastSequence = 10071
+	// CodeMessageTooLarge (10054): the event's body is larger than the
+	// log's limit (1 MiB by default; headers do not count).
+	CodeMessageTooLarge = 10054
 )
 
 // ReadSubject is the subject a session is read on.

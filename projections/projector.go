@@ -308,6 +308,10 @@ type Projector struct {
 	parts       map[int]*partition
 	newFast     int // sessions folded from empty without a restore (new ones)
 	nCompressed int // states held in compressed form
+	// unsent are index rows of sessions no longer held (evicted while
+	// their row was not stored yet), by key: the index loop writes them
+	// until they are stored.
+	unsent map[string]indexRow
 
 	runCtx  context.Context
 	cancel  context.CancelFunc
@@ -414,7 +418,7 @@ func NewProjector(log *events.Log, store *SnapshotStore, cfg ProjectorConfig, lo
 	}
 	cfg.setDefaults()
 	p := &Projector{log: log, store: store, cfg: cfg, l: zerolog.Nop(), sessions: map[string]*tracked{}, started: time.Now(),
-		parts: map[int]*partition{}}
+		parts: map[int]*partition{}, unsent: map[string]indexRow{}}
 	if logger != nil {
 		p.l = logger.With().Str("component", "projector").Logger()
 	}
@@ -687,6 +691,12 @@ func (p *Projector) Release(ctx context.Context, part int, fenced bool) {
 	case <-ps.done:
 	case <-ctx.Done():
 	}
+	if p.cfg.Index && !fenced {
+		// The rows not stored yet are this owner's to write: the next
+		// one writes a session's only when its next event comes. A
+		// fenced owner writes nothing more.
+		p.flushRows(ctx, part)
+	}
 	if !fenced {
 		uctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
@@ -819,7 +829,7 @@ func (p *Projector) apply(ctx context.Context, part int, ev events.Event) (jetst
 		p.sessions[key] = t
 		p.lru.pushFront(t)
 		for p.lru.len() > p.cfg.MaxSessions {
-			p.drop(p.lru.back())
+			p.retire(p.lru.back())
 		}
 		p.mu.Unlock()
 	}
@@ -901,6 +911,10 @@ func (p *Projector) apply(ctx context.Context, part int, ev events.Event) (jetst
 			}
 			if fut != nil {
 				t.indexed, t.dirty = att, false
+			} else {
+				// Not sent (too many writes outstanding, the connection
+				// down): the index loop writes it until it is stored.
+				t.dirty = true
 			}
 		} else if applied {
 			t.dirty = true
@@ -956,7 +970,8 @@ func (p *Projector) putSummary(r indexRow) jetstream.PubAckFuture {
 	}
 	fut, err := p.log.JetStream().PublishAsync("$KV."+IndexBucket+"."+r.key, b)
 	if err != nil {
-		p.l.Warn().Err(err).Str("session", m.Tenant+"/"+m.Session).Msg("index write not sent")
+		// Written again until it is stored (writeRows).
+		p.l.Debug().Err(err).Str("session", m.Tenant+"/"+m.Session).Msg("index write not sent; written again")
 		return nil
 	}
 	return fut
@@ -974,80 +989,154 @@ func (p *Projector) indexLoop(ctx context.Context) {
 			return
 		case <-tick.C:
 		}
-		gate := p.cfg.Gate
-		since := gate.Epoch()
+		p.writeRows(ctx, nil)
+	}
+}
+
+// writeRows writes the index rows due: the summaries of the sessions held
+// that changed since their row was written, and the rows of sessions no
+// longer held that were not stored (of partition part only, when part is
+// not nil). A row not stored (not sent, refused, or no ack in time: a
+// stream electing a leader after a node is lost) is written again on the
+// next call, until it is; nothing else would write it until the session
+// changes. Nothing is written for a partition whose lease ended.
+func (p *Projector) writeRows(ctx context.Context, part *int) {
+	since := p.cfg.Gate.Epoch()
+	p.mu.Lock()
+	leased := func(q int) bool {
+		ps, held := p.parts[q]
+		return held && ps.lease.Err() == nil
+	}
+	var due []indexRow
+	var keys []string // the sessions' keys, by due's index
+	for key, t := range p.sessions {
+		if part != nil && int(t.partition) != *part {
+			continue
+		}
+		// A state held in compressed form is never dirty (compressIdle
+		// leaves dirty states whole).
+		if part == nil && !leased(int(t.partition)) {
+			continue
+		}
+		if t.dirty && t.state != nil {
+			due = append(due, t.summary(t.state))
+			keys = append(keys, key)
+			t.dirty = false
+		}
+	}
+	for key, r := range p.unsent {
+		if part != nil && r.sum.Partition != *part {
+			continue
+		}
+		if part == nil && !leased(r.sum.Partition) {
+			// Released, or its lease ended: its next owner reconciles
+			// the index against the log when it takes the partition.
+			delete(p.unsent, key)
+			continue
+		}
+		if t, ok := p.sessions[key]; ok && t.state != nil {
+			delete(p.unsent, key) // held again: its state is the newer
+			continue
+		}
+		due = append(due, r)
+		keys = append(keys, key)
+		delete(p.unsent, key)
+	}
+	p.mu.Unlock()
+	redo := func(key string, r indexRow) {
 		p.mu.Lock()
-		var due []indexRow
-		var keys []string // the sessions' keys in p.sessions, by due's index
-		for key, t := range p.sessions {
-			// A state held in compressed form is never dirty (compressIdle
-			// leaves dirty states whole). Nothing is written for a
-			// partition whose lease ended.
-			if ps, held := p.parts[int(t.partition)]; !held || ps.lease.Err() != nil {
-				continue
+		if t, ok := p.sessions[key]; ok {
+			t.dirty = true
+		} else if _, newer := p.unsent[key]; !newer {
+			p.unsent[key] = r
+		}
+		p.mu.Unlock()
+	}
+	// In windows, so that a burst of rows (a restart, 100,000 new
+	// sessions) never exceeds the writes JetStream lets be outstanding.
+	for start := 0; start < len(due); start += rowWindow {
+		end := min(start+rowWindow, len(due))
+		p.writeWindow(ctx, due[start:end], keys[start:end], since, redo)
+	}
+}
+
+// rowWindow is how many index rows writeRows has outstanding at once.
+const rowWindow = 512
+
+// writeWindow sends rows and waits for them to be stored, holding each
+// session's erasure gate until then (so that an erase purges after it);
+// redo takes back each row not stored.
+func (p *Projector) writeWindow(ctx context.Context, rows []indexRow, keys []string, since uint64, redo func(string, indexRow)) {
+	gate := p.cfg.Gate
+	var sent []indexRow
+	var sentKeys []string
+	var futs []jetstream.PubAckFuture
+	for i, r := range rows {
+		m := r.sum
+		if !gate.Enter(m.Tenant, m.Session, since) {
+			continue // erased since the summary was taken
+		}
+		if fut := p.putSummary(r); fut != nil {
+			sent, sentKeys, futs = append(sent, r), append(sentKeys, keys[i]), append(futs, fut)
+		} else {
+			gate.Leave(m.Tenant, m.Session)
+			redo(keys[i], r)
+		}
+	}
+	timer := time.NewTimer(p.cfg.AckWait / 2)
+	defer timer.Stop()
+	expired := false
+	for i, fut := range futs {
+		stored := false
+		if !expired {
+			select {
+			case <-fut.Ok():
+				stored = true
+			case <-fut.Err():
+			case <-timer.C:
+				expired = true
+			case <-ctx.Done():
+				expired = true
 			}
-			if t.dirty && t.state != nil {
-				due = append(due, t.summary(t.state))
-				keys = append(keys, key)
-				t.dirty = false
+		} else {
+			select {
+			case <-fut.Ok():
+				stored = true
+			default:
+			}
+		}
+		gate.Leave(sent[i].sum.Tenant, sent[i].sum.Session)
+		if !stored {
+			redo(sentKeys[i], sent[i])
+		}
+	}
+}
+
+// flushRows writes partition part's rows not stored yet, trying again
+// while ctx allows (a partition being released).
+func (p *Projector) flushRows(ctx context.Context, part int) {
+	for try := 0; try < 5 && ctx.Err() == nil; try++ {
+		p.writeRows(ctx, &part)
+		p.mu.Lock()
+		left := 0
+		for _, t := range p.sessions {
+			if int(t.partition) == part && t.dirty && t.state != nil {
+				left++
+			}
+		}
+		for _, r := range p.unsent {
+			if r.sum.Partition == part {
+				left++
 			}
 		}
 		p.mu.Unlock()
-		// A row not stored (not sent, refused, or no ack in time: a
-		// stream electing a leader after a node is lost) is written again
-		// on the next tick; nothing else would write it until the
-		// session changes.
-		redo := func(key string) {
-			p.mu.Lock()
-			if t, ok := p.sessions[key]; ok {
-				t.dirty = true
-			}
-			p.mu.Unlock()
+		if left == 0 {
+			return
 		}
-		var sent []Summary
-		var sentKeys []string
-		var futs []jetstream.PubAckFuture
-		for i, r := range due {
-			m := r.sum
-			if !gate.Enter(m.Tenant, m.Session, since) {
-				continue // erased since the summary was taken
-			}
-			if fut := p.putSummary(r); fut != nil {
-				sent, sentKeys, futs = append(sent, m), append(sentKeys, keys[i]), append(futs, fut)
-			} else {
-				gate.Leave(m.Tenant, m.Session)
-				redo(keys[i])
-			}
+		select {
+		case <-ctx.Done():
+		case <-time.After(100 * time.Millisecond):
 		}
-		// Hold the gate until each write is stored, so that an erase
-		// purges after it.
-		timer := time.NewTimer(p.cfg.AckWait / 2)
-		expired := false
-		for i, fut := range futs {
-			stored := false
-			if !expired {
-				select {
-				case <-fut.Ok():
-					stored = true
-				case <-fut.Err():
-				case <-timer.C:
-					expired = true
-				case <-ctx.Done():
-					expired = true
-				}
-			} else {
-				select {
-				case <-fut.Ok():
-					stored = true
-				default:
-				}
-			}
-			gate.Leave(sent[i].Tenant, sent[i].Session)
-			if !stored {
-				redo(sentKeys[i])
-			}
-		}
-		timer.Stop()
 	}
 }
 
@@ -1155,7 +1244,7 @@ func (p *Projector) evict(_ context.Context, now time.Time) {
 			return // the rest are more recent
 		}
 		prev := t.prev
-		p.drop(t)
+		p.retire(t)
 		t = prev
 	}
 }
@@ -1174,6 +1263,11 @@ func (p *Projector) Forget(scope erasure.Scope) int {
 			n++
 		}
 	}
+	for key, r := range p.unsent {
+		if scope.Covers(r.sum.Tenant, r.sum.Session) {
+			delete(p.unsent, key)
+		}
+	}
 	return n
 }
 
@@ -1183,6 +1277,16 @@ func (p *Projector) forgetKey(key string) {
 	if t, ok := p.sessions[key]; ok {
 		p.drop(t)
 	}
+}
+
+// retire forgets a session's state to make room or because it is idle,
+// keeping its index row to write when the last one was not stored; p.mu
+// must be held.
+func (p *Projector) retire(t *tracked) {
+	if p.cfg.Index && t.dirty && t.state != nil {
+		p.unsent[t.key] = t.summary(t.state)
+	}
+	p.drop(t)
 }
 
 // drop forgets a session's state; p.mu must be held.

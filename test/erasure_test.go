@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -287,6 +288,39 @@ func TestEraseSessionAndTenant(t *testing.T) {
 	}
 	if len(recs) == 0 || recs[len(recs)-1].Action != audit.ActionEraseTenant || recs[len(recs)-1].Reason != "contract ended" {
 		t.Fatalf("audit of the tenant erase: %+v", recs)
+	}
+
+	// A scope that matches nothing (a name cut short, a tenant that does
+	// not exist) is refused: exit status 1, nothing erased, and the audit
+	// records the refusal.
+	for _, c := range []struct {
+		args []string
+		near string
+	}{
+		{[]string{"erase", "acme/kep", "--reason", "typo"}, "acme/kept"},
+		{[]string{"erase", "--tenant", "nosuch", "--reason", "typo"}, ""},
+	} {
+		stdout, stderr, err := runErr(eng.URL, c.args...)
+		var exit *exec.ExitError
+		if !errors.As(err, &exit) || exit.ExitCode() != 1 || !strings.Contains(stderr, "nothing erased") || !strings.Contains(stderr, c.near) {
+			t.Fatalf("engine %v: %v\nstdout: %s\nstderr: %s", c.args, err, stdout, stderr)
+		}
+	}
+	if got := holdings(t, eng, "acme", "kept"); got.Events == 0 {
+		t.Fatalf("acme/kept after a refused erase of acme/kep: %+v", got)
+	}
+	recs = nil
+	if err := json.Unmarshal([]byte(run(t, eng.URL, "audit", "--json")), &recs); err != nil {
+		t.Fatal(err)
+	}
+	refused := 0
+	for _, r := range recs {
+		if r.Outcome == audit.OutcomeRefused && r.Reason == "typo" && strings.Contains(r.Error, "nothing to erase") {
+			refused++
+		}
+	}
+	if refused != 2 {
+		t.Fatalf("audit: %d refused erases recorded, want 2: %+v", refused, recs)
 	}
 }
 

@@ -64,7 +64,7 @@ func TestRunProducesEveryFigure(t *testing.T) {
 		t.Fatalf("run: %v\n%s", err, stderr.String())
 	}
 	want := map[string]int{"append": 1, "fold": 1, "restore": 3, "inspect": 1, "incident": 2, "memory": 2, "import": 2, "sync": 1, "durability": 5,
-		"scale": 1, "newsessions": 1, "fleet": 2, "otel": 2}
+		"scale": 1, "ingestscale": 1, "newsessions": 1, "fleet": 3, "otel": 2}
 	got := map[string]int{}
 	for _, row := range rep.Rows {
 		got[row.Bench]++

@@ -117,7 +117,7 @@ func QuickSizes() Sizes {
 
 // Benchmarks are the names --only takes, in the order they run.
 var Benchmarks = []string{"append", "ingest", "fold", "restore", "inspect", "incident", "memory", "import", "sync", "durability",
-	"scale", "handover", "newsessions", "fleet", "otel"}
+	"scale", "ingestscale", "handover", "newsessions", "fleet", "otel"}
 
 // Row is one line of the results table.
 type Row struct {
@@ -280,6 +280,7 @@ func (m *Main) Run(ctx context.Context) (*Report, error) {
 		"sync":        r.syncFigure,
 		"durability":  r.durabilityFigure,
 		"scale":       r.scaleFigure,
+		"ingestscale": r.ingestScaleFigure,
 		"handover":    r.handoverFigure,
 		"newsessions": r.newSessionsFigure,
 		"fleet":       r.fleetFigure,

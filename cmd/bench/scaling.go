@@ -8,13 +8,18 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/turnstone-dev/turnstone/events"
+	"github.com/turnstone-dev/turnstone/ingest"
 	"github.com/turnstone-dev/turnstone/internal/engine"
+	"github.com/turnstone-dev/turnstone/internal/ingestserver"
 	"github.com/turnstone-dev/turnstone/internal/pgroup"
 	"github.com/turnstone-dev/turnstone/internal/worker"
 	"github.com/turnstone-dev/turnstone/projections"
@@ -49,9 +54,18 @@ func memberChild(kind string) error {
 	defer nc.Close()
 	ctx := context.Background()
 	var stop func(context.Context) error
+	var stats memberStats
 	switch kind {
 	case "engine":
-		e, err := engine.Open(ctx, nc, engine.Config{Name: name, UseExisting: true}, nil)
+		e, err := engine.Open(ctx, nc, engine.Config{Name: name, UseExisting: true, Ingest: ingestserver.Config{
+			OnReceive: func(_, bytes int, mapped bool) {
+				if mapped {
+					stats.Requests.Add(1)
+					stats.Bytes.Add(int64(bytes))
+				} else {
+					stats.Unmapped.Add(1)
+				}
+			}}}, nil)
 		if err != nil {
 			return err
 		}
@@ -80,13 +94,24 @@ func memberChild(kind string) error {
 	_, _ = io.Copy(io.Discard, os.Stdin)
 	cctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	return stop(cctx)
+	err = stop(cctx)
+	b, _ := json.Marshal(map[string]int64{"requests": stats.Requests.Load(), "bytes": stats.Bytes.Load(), "unmapped": stats.Unmapped.Load()})
+	fmt.Println(string(b))
+	return err
+}
+
+// memberStats are what an engine child took off the ingest subjects:
+// appends mapped to its partitions (and their bytes), and appends that
+// came unmapped (a server without the ingest mapping).
+type memberStats struct {
+	Requests, Bytes, Unmapped atomic.Int64
 }
 
 // member is a running member child.
 type member struct {
-	cmd   *exec.Cmd
-	stdin io.WriteCloser
+	cmd    *exec.Cmd
+	stdin  io.WriteCloser
+	stdout *bufio.Reader
 }
 
 // startMember starts an engine or worker child on url and waits until it
@@ -110,13 +135,49 @@ func (r *runner) startMember(ctx context.Context, kind, url, name string) (*memb
 	if err := cmd.Start(); err != nil {
 		return nil, err
 	}
-	line, err := bufio.NewReader(stdout).ReadString('\n')
+	out := bufio.NewReader(stdout)
+	line, err := out.ReadString('\n')
 	if err != nil || strings.TrimSpace(line) != "ready" {
 		_ = cmd.Process.Kill()
 		_ = cmd.Wait()
 		return nil, fmt.Errorf("%s child %s: %q %v", kind, name, line, err)
 	}
-	return &member{cmd: cmd, stdin: stdin}, nil
+	return &member{cmd: cmd, stdin: stdin, stdout: out}, nil
+}
+
+// startEngines starts n engine children (e0, e1, …) on url and waits
+// until each owns its share of the partitions.
+func (r *runner) startEngines(ctx context.Context, url string, js jetstream.JetStream, n, partitions int) ([]*member, error) {
+	var ms []*member
+	for i := 0; i < n; i++ {
+		m, err := r.startMember(ctx, "engine", url, fmt.Sprintf("e%d", i))
+		if err != nil {
+			for _, m := range ms {
+				m.kill()
+			}
+			return nil, err
+		}
+		ms = append(ms, m)
+	}
+	for i := range ms {
+		if err := waitOwned(ctx, js, engine.Group, fmt.Sprintf("e%d", i), partitions/n, 30*time.Second); err != nil {
+			for _, m := range ms {
+				m.kill()
+			}
+			return nil, err
+		}
+	}
+	return ms, nil
+}
+
+// stopStats ends an engine child and returns its CPU time and what it
+// took off the ingest subjects: requests, bytes, and unmapped requests.
+func (m *member) stopStats() (time.Duration, map[string]int64) {
+	_ = m.stdin.Close()
+	line, _ := m.stdout.ReadString('\n')
+	stats := map[string]int64{}
+	_ = json.Unmarshal([]byte(line), &stats)
+	return m.stop(), stats
 }
 
 // stop ends the child and returns the CPU time (user and system) it used.
@@ -201,19 +262,9 @@ func (r *runner) scaleFigure(ctx context.Context) error {
 		defer c.nc.Close()
 		// The engines run first and share the partitions; then the events
 		// come, as they would from runtimes, and the group folds them.
-		var ms []*member
-		for i := 0; i < engines; i++ {
-			name := fmt.Sprintf("e%d", i)
-			m, err := r.startMember(ctx, "engine", srv.url, name)
-			if err != nil {
-				return result{}, err
-			}
-			ms = append(ms, m)
-		}
-		for i := range ms {
-			if err := waitOwned(ctx, c.js, engine.Group, fmt.Sprintf("e%d", i), l.Partitions()/engines, 30*time.Second); err != nil {
-				return result{}, err
-			}
+		ms, err := r.startEngines(ctx, srv.url, c.js, engines, l.Partitions())
+		if err != nil {
+			return result{}, err
 		}
 		settle(r.sizes.Settle)
 		start := time.Now()
@@ -407,22 +458,50 @@ func (r *runner) fleetFigure(ctx context.Context) error {
 		}
 	}
 	settle(r.sizes.Settle)
-	var reads []time.Duration
-	for i := 0; i < 3; i++ {
-		start := time.Now()
-		sums, err := projections.ReadIndex(ctx, c.js, projections.IndexFilter{})
-		if err != nil {
-			return err
-		}
-		reads = append(reads, time.Since(start))
-		if len(sums) != n {
-			return fmt.Errorf("fleet: the index read %d summaries, want %d", len(sums), n)
-		}
+	// `engine sessions` itself, as a process (built from this module),
+	// the way an operator runs it: the table's default page, and --json.
+	exe, err := engineBinary()
+	if err != nil {
+		return fmt.Errorf("fleet: build cmd/engine: %w", err)
 	}
-	read := percentile(reads, 50)
-	r.add(Row{Bench: "fleet", Figure: fmt.Sprintf("`engine sessions`: the fleet index read whole, %s sessions (median of 3)", commas(int64(n))),
-		Value: read.Round(time.Millisecond).String(), Target: "under 1 s", Status: passIf(read < time.Second),
-		Metrics: map[string]float64{"read_s": read.Seconds()}})
+	for _, c := range []struct {
+		args   []string
+		figure string
+		check  func([]byte) error
+	}{
+		{[]string{"sessions"}, "`engine sessions`: the table's first page (1,000 rows of the fleet index, sorted by tenant and session; the process's whole run)",
+			func(out []byte) error {
+				if lines := strings.Count(string(out), "\n"); lines < min(n, 1000)+1 {
+					return fmt.Errorf("%d lines", lines)
+				}
+				return nil
+			}},
+		{[]string{"sessions", "--json"}, "`engine sessions --json`: every row of the fleet index (the process's whole run)",
+			func(out []byte) error {
+				if rows := strings.Count(string(out), "\n{"); rows != n {
+					return fmt.Errorf("%d rows, want %d", rows, n)
+				}
+				return nil
+			}},
+	} {
+		var runs []time.Duration
+		for i := 0; i < 3; i++ {
+			start := time.Now()
+			cmd := exec.CommandContext(ctx, exe, append(c.args, "--nats-url", srv.url)...)
+			out, err := cmd.Output()
+			runs = append(runs, time.Since(start))
+			if err == nil {
+				err = c.check(out)
+			}
+			if err != nil {
+				return fmt.Errorf("fleet: engine %v: %w", c.args, err)
+			}
+		}
+		d := percentile(runs, 50)
+		r.add(Row{Bench: "fleet", Figure: fmt.Sprintf("%s, %s sessions (median of 3)", c.figure, commas(int64(n))),
+			Value: d.Round(time.Millisecond).String(), Target: "under 1 s", Status: passIf(d < time.Second),
+			Metrics: map[string]float64{"read_s": d.Seconds()}})
+	}
 
 	start := time.Now()
 	m, err := r.startMember(ctx, "engine", srv.url, "e0")
@@ -456,4 +535,140 @@ func passIf(ok bool) string {
 		return "PASS"
 	}
 	return "MISS"
+}
+
+// ingestScaleFigure sends ScaleEvents events over FoldSessions sessions
+// through the ingest (ingest.Client from this process: the publishers)
+// to one engine, then (on a fresh log) to two sharing the partitions,
+// each engine a process of its own on a server with the ingest mapping.
+// It reports the bytes each engine took off the ingest subjects (with two,
+// each should take about half: the server routes each append to its
+// partition's owner) and the engines' CPU seconds per 100,000 events,
+// summed (with two, within 10% of one's: nothing is received twice).
+func (r *runner) ingestScaleFigure(ctx context.Context) error {
+	n, sessions := r.sizes.ScaleEvents, r.sizes.FoldSessions
+	type result struct {
+		d     time.Duration
+		cpu   []time.Duration
+		bytes []int64
+	}
+	run := func(engines int) (result, error) {
+		srv, c, l, err := setupServer(ctx)
+		if err != nil {
+			return result{}, err
+		}
+		defer srv.close()
+		defer c.nc.Close()
+		ms, err := r.startEngines(ctx, srv.url, c.js, engines, l.Partitions())
+		if err != nil {
+			return result{}, err
+		}
+		pc, err := connect(srv.url, "bench-publisher")
+		if err != nil {
+			return result{}, err
+		}
+		defer pc.nc.Close()
+		cl, err := ingest.NewClient(pc.nc, ingest.ClientConfig{})
+		if err != nil {
+			return result{}, err
+		}
+		settle(r.sizes.Settle)
+		start := time.Now()
+		if _, err := appendConcurrently(ctx, cl, spreadEvents(fmt.Sprintf("is%d-", engines), n, sessions), r.sizes.AppendBatch, r.sizes.AppendWriters); err != nil {
+			return result{}, err
+		}
+		d := time.Since(start)
+		// The engines fold what they stored before they stop, so the CPU
+		// counted is the whole of their work on these events.
+		err = drained(ctx, c.js, l.Partitions(), 5*time.Minute)
+		res := result{d: d}
+		var requests, unmapped int64
+		for _, m := range ms {
+			cpu, st := m.stopStats()
+			res.cpu = append(res.cpu, cpu)
+			res.bytes = append(res.bytes, st["bytes"])
+			requests += st["requests"]
+			unmapped += st["unmapped"]
+		}
+		if err == nil && (requests != int64(n) || unmapped != 0) {
+			err = fmt.Errorf("%d engines took %d appends mapped and %d unmapped, %d were sent", engines, requests, unmapped, n)
+		}
+		return res, err
+	}
+	one, err := run(1)
+	if err != nil {
+		return err
+	}
+	two, err := run(2)
+	if err != nil {
+		return err
+	}
+	per100k := func(res result) float64 {
+		var sum time.Duration
+		for _, c := range res.cpu {
+			sum += c
+		}
+		return sum.Seconds() * 100_000 / float64(n)
+	}
+	shares := func(res result) string {
+		var total int64
+		for _, b := range res.bytes {
+			total += b
+		}
+		var parts []string
+		for _, b := range res.bytes {
+			parts = append(parts, fmt.Sprintf("%.1f MB (%.0f%%)", float64(b)/1e6, 100*float64(b)/float64(max(total, 1))))
+		}
+		return strings.Join(parts, " + ")
+	}
+	maxShare := 0.0
+	var total int64
+	for _, b := range two.bytes {
+		total += b
+	}
+	for _, b := range two.bytes {
+		maxShare = max(maxShare, float64(b)/float64(max(total, 1)))
+	}
+	ratio := per100k(two) / per100k(one)
+	r.add(Row{Bench: "ingestscale", Figure: fmt.Sprintf("the ingest shared by the engines: bytes each engine took off the ingest subjects, and the engines' CPU seconds per 100,000 events summed (receive, validate, append, fold), %s events over %s sessions through ingest.Client",
+		commas(int64(n)), commas(int64(sessions))),
+		Value:    fmt.Sprintf("2 engines: %s; %.2f CPU s/100k (%s)", shares(two), per100k(two), perSec(rate(n, two.d))),
+		Baseline: fmt.Sprintf("1 engine: %s; %.2f CPU s/100k (%s)", shares(one), per100k(one), perSec(rate(n, one.d))),
+		Ratio:    ratio,
+		Target:   "each engine about half the bytes; summed CPU within 10% of one engine's",
+		Status:   passIf(maxShare < 0.65 && ratio <= 1.1),
+		Metrics: map[string]float64{"one_cpu_per_100k": per100k(one), "two_cpu_per_100k": per100k(two), "two_max_share": maxShare,
+			"one_rate": rate(n, one.d), "two_rate": rate(n, two.d)},
+	})
+	return nil
+}
+
+var (
+	engineOnce sync.Once
+	engineExe  string
+	engineErr  error
+)
+
+// engineBinary builds cmd/engine of this module once per run, into a
+// temporary directory, and returns its path.
+func engineBinary() (string, error) {
+	engineOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "turnstone-bench-engine-")
+		if err != nil {
+			engineErr = err
+			return
+		}
+		root, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}").Output()
+		if err != nil {
+			engineErr = fmt.Errorf("go list -m: %w", err)
+			return
+		}
+		engineExe = filepath.Join(dir, "engine")
+		build := exec.Command("go", "build", "-o", engineExe, "./cmd/engine")
+		build.Dir = strings.TrimSpace(string(root))
+		if out, err := build.CombinedOutput(); err != nil {
+			engineErr = fmt.Errorf("%w: %s", err, out)
+		}
+	})
+	return engineExe, engineErr
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/turnstone-dev/turnstone/events"
+	"github.com/turnstone-dev/turnstone/ingest"
 	"github.com/turnstone-dev/turnstone/internal/embedded"
 )
 
@@ -41,6 +42,11 @@ func startServerSync(syncAlways bool, interval time.Duration) (*server, error) {
 	srv, err := embedded.Start(embedded.Config{DataDir: dir, Port: -1, SyncAlways: syncAlways, SyncInterval: interval}, nil)
 	if err != nil {
 		_ = os.RemoveAll(dir)
+		return nil, err
+	}
+	// As engine serve's embedded server: each append reaches the engine
+	// owning its partition (the streams here have the default count).
+	if err := srv.AddMapping(ingest.IngestMapping(events.DefaultPartitions)); err != nil {
 		return nil, err
 	}
 	return &server{url: srv.ClientURL(), close: func() {

@@ -16,20 +16,22 @@ func newAuthCommand(g *globals) *cobra.Command {
 		Short: "Credentials and the nats-server configuration of an auth spec (docs/security.md)",
 		Args:  cobra.NoArgs,
 	}
-	var out string
+	var out, data string
 	config := &cobra.Command{
 		Use:   "config SPEC",
 		Short: "Write every user's nkey seed and print the nats-server accounts block",
 		Long: `Make sure every user of the auth spec (operator, engine, worker, one per
 tenant, and the spec's users) has an nkey seed in the spec's credentials
-directory (new ones are created, existing ones kept; delete a seed file to
-rotate that user's key), then print the nats-server configuration of the
+directory (its credentials:, else DATA/credentials with --data, else
+$XDG_STATE_HOME/turnstone/credentials: never the working tree; new ones
+are created, existing ones kept; delete a seed file to rotate that user's
+key), then print the nats-server configuration of the
 accounts, users and permissions (or write it to --out). An external
 nats-server or cluster includes it in its configuration (include
 "accounts.conf"); engine serve --auth does the same on the embedded server.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			spec, err := auth.LoadSpec(args[0])
+			spec, err := loadSpec(args[0], data)
 			if err != nil {
 				return err
 			}
@@ -56,7 +58,59 @@ nats-server or cluster includes it in its configuration (include
 		},
 	}
 	config.Flags().StringVarP(&out, "out", "o", "", "file to write the configuration to (default: standard output)")
-	cmd.AddCommand(config, newAuthCertsCommand(g))
+	config.Flags().StringVar(&data, "data", "", "the engine's --data: its credentials subdirectory holds the seeds when the spec names no credentials directory")
+	cmd.AddCommand(config, newAuthTokenCommand(g), newAuthCertsCommand(g))
+	return cmd
+}
+
+// loadSpec loads an auth spec; data, when set, is the engine's --data
+// (auth.Spec.UseDataDir).
+func loadSpec(path, data string) (*auth.Spec, error) {
+	spec, err := auth.LoadSpec(path)
+	if err != nil {
+		return nil, err
+	}
+	if data != "" {
+		spec.UseDataDir(data)
+	}
+	return spec, nil
+}
+
+// newAuthTokenCommand is `engine auth token SPEC`: the operator's token
+// for the web view under auth.
+func newAuthTokenCommand(g *globals) *cobra.Command {
+	var (
+		data   string
+		rotate bool
+	)
+	cmd := &cobra.Command{
+		Use:   "token SPEC",
+		Short: "Print the operator's web token: the web view under auth answers only it",
+		Long: `Print the token the web view asks for under --auth (creating it when it
+does not exist yet): type it into the view's sign-in page (/ui/login), or
+send it as "Authorization: Bearer <token>". It lives in the spec's
+credentials directory (web.token, mode 0600), readable by whoever may read
+the operator's seed. --rotate makes a new one (restart the engines to
+use it; every browser signed in must sign in again). docs/security.md.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			spec, err := loadSpec(args[0], data)
+			if err != nil {
+				return err
+			}
+			token, created, err := auth.EnsureWebToken(spec, rotate)
+			if err != nil {
+				return err
+			}
+			if created {
+				fmt.Fprintf(g.stderr, "wrote %s\n", spec.WebTokenFile())
+			}
+			_, err = fmt.Fprintln(cmd.OutOrStdout(), token)
+			return err
+		},
+	}
+	cmd.Flags().StringVar(&data, "data", "", "the engine's --data (see engine auth config --help)")
+	cmd.Flags().BoolVar(&rotate, "rotate", false, "make a new token in place of the old one")
 	return cmd
 }
 
@@ -69,7 +123,7 @@ func newAuthCertsCommand(g *globals) *cobra.Command {
 		validFor time.Duration
 	)
 	cmd := &cobra.Command{
-		Use:   "certs DIR",
+		Use:   "certs [DIR]",
 		Short: "Write a self-signed CA and a server certificate for nats-server's TLS",
 		Long: `Make sure DIR holds ` + auth.CAFile + ` (a self-signed CA: give it to every client
 with --tls-ca), ` + auth.ServerCertFile + ` and ` + auth.ServerKeyFile + ` (the server's certificate, signed
@@ -77,9 +131,18 @@ by that CA, naming every --hosts, and its key: nats-server --tlscert and
 --tlskey). Certificates that already name every host and stay valid for 30
 more days are kept, so it can run at every start; otherwise a new CA and
 server certificate replace them. The CA's private key is never written.
-Use your own CA instead when you have one (docs/security.md).`,
-		Args: cobra.ExactArgs(1),
+Use your own CA instead when you have one (docs/security.md). DIR
+defaults to $XDG_STATE_HOME/turnstone/certs, outside any working tree
+(the repository's .gitignore covers keys written inside it).`,
+		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if len(args) == 0 {
+				d, err := auth.StateDir()
+				if err != nil {
+					return err
+				}
+				args = []string{filepath.Join(d, "certs")}
+			}
 			created, err := auth.WriteCerts(auth.CertConfig{Dir: args[0], Hosts: hosts, ValidFor: validFor})
 			if err != nil {
 				return err

@@ -15,9 +15,10 @@ import (
 
 // startForensics starts what serve adds for people: the in-memory fleet
 // index (when the web view or the metrics need it), the web view on
-// uiAddr (empty: off), and the loop that counts open incidents in m (nil:
+// uiAddr (empty: off; with token, answering only requests that carry
+// it), and the loop that counts open incidents in m (nil:
 // off) every `every`. The returned stop ends them.
-func startForensics(ctx context.Context, eng *engine.Engine, uiAddr string, m *telemetry.Metrics, every time.Duration, logger zerolog.Logger) (func(), error) {
+func startForensics(ctx context.Context, eng *engine.Engine, uiAddr, token string, m *telemetry.Metrics, every time.Duration, logger zerolog.Logger) (func(), error) {
 	if uiAddr == "" && m == nil {
 		return func() {}, nil
 	}
@@ -27,7 +28,7 @@ func startForensics(ctx context.Context, eng *engine.Engine, uiAddr string, m *t
 	}
 	var srv *web.Server
 	if uiAddr != "" {
-		srv, err = web.New(web.Config{Addr: uiAddr, Log: eng.Log, Store: eng.Store, Index: fleet}, &logger)
+		srv, err = web.New(web.Config{Addr: uiAddr, Log: eng.Log, Store: eng.Store, Index: fleet, Token: token}, &logger)
 		if err == nil {
 			err = srv.Start()
 		}

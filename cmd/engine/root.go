@@ -59,7 +59,33 @@ Start the engine with 'engine serve'; the other commands connect to it
 		newWhatifCommand(g),
 		newExportCommand(g),
 	)
+	readDenials(g, root)
 	return root
+}
+
+// readDenials makes every command that connects with Dial stop at the
+// server's first permission violation and fail with an error that says
+// it was denied, naming the subject (a request the credentials may not
+// make otherwise only times out).
+func readDenials(g *globals, c *cobra.Command) {
+	for _, sub := range c.Commands() {
+		readDenials(g, sub)
+	}
+	run := c.RunE
+	if run == nil {
+		return
+	}
+	c.RunE = func(cmd *cobra.Command, args []string) error {
+		ctx, cancel := context.WithCancelCause(cmd.Context())
+		defer cancel(nil)
+		cmd.SetContext(ctx)
+		g.conn.OnDenied = cancel
+		err := run(cmd, args)
+		if denied := g.conn.Denied(); denied != nil && err != nil {
+			return cli.DeniedError(denied, err)
+		}
+		return err
+	}
 }
 
 // logger writes human-readable log lines to stderr at the chosen level.

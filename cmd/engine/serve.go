@@ -15,6 +15,7 @@ import (
 	"github.com/rs/zerolog"
 	"github.com/spf13/cobra"
 	"github.com/turnstone-dev/turnstone/events"
+	"github.com/turnstone-dev/turnstone/ingest"
 	"github.com/turnstone-dev/turnstone/internal/auth"
 	"github.com/turnstone-dev/turnstone/internal/embedded"
 	"github.com/turnstone-dev/turnstone/internal/engine"
@@ -40,6 +41,7 @@ type serveFlags struct {
 	snapshotEvery int
 	sync          string
 	syncSet       bool
+	dataSet       bool
 	auth          string
 	insecure      bool
 	// tenants are the auth spec's tenants, pinged by the presence tracker
@@ -74,11 +76,15 @@ a snapshot of a session every --snapshot-every events.
 With --auth FILE (a YAML list of tenants; docs/security.md) the embedded
 server runs NATS's own accounts, users and permissions: the engine writes
 an nkey seed per user (operator, engine, worker, one per tenant) into the
-credentials directory beside FILE, and each tenant's service connects with
---nkey credentials/<tenant>.nk. --tls-cert and --tls-key serve the client
-port over TLS, --tls-ca makes it mutual TLS. --listen on an address other
-than loopback needs --auth (or --insecure, which lets anyone who reaches
-the port read and write every tenant's sessions).
+credentials directory (the spec's credentials:, else DATA/credentials
+when --data is given, else $XDG_STATE_HOME/turnstone/credentials: never
+the working tree), and each tenant's service connects with
+--nkey <credentials>/<tenant>.nk. --tls-cert and --tls-key serve the client
+port over TLS, --tls-ca makes it mutual TLS. --listen, --ui-listen and
+--telemetry-listen on an address other than loopback need --auth (or
+--insecure, which lets anyone who reaches the port read every tenant's
+sessions). Under --auth the web view answers only the operator's web token
+(engine auth token).
 
 With OTEL_EXPORTER_OTLP_ENDPOINT (or OTEL_EXPORTER_OTLP_TRACES_ENDPOINT) set,
 the engine exports what it folds to that OpenTelemetry backend as GenAI
@@ -90,6 +96,7 @@ adds the messages' masked text.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			external := cmd.Flags().Changed("nats-url") || os.Getenv("TURNSTONE_NATS_URL") != ""
 			f.syncSet = cmd.Flags().Changed("sync")
+			f.dataSet = cmd.Flags().Changed("data") || os.Getenv("TURNSTONE_DATA") != ""
 			return runServe(cmd.Context(), g, f, external)
 		},
 	}
@@ -135,6 +142,9 @@ func runServe(ctx context.Context, g *globals, f serveFlags, external bool) erro
 		if spec, err = auth.LoadSpec(f.auth); err != nil {
 			return err // names the file and every rule it breaks
 		}
+		if f.dataSet {
+			spec.UseDataDir(f.data)
+		}
 		f.tenants = spec.Tenants
 		// Retention erases with the engine's permissions, which the spec
 		// grants only when asked (auth.RetentionGrants): refuse now rather
@@ -145,8 +155,16 @@ func runServe(ctx context.Context, g *globals, f serveFlags, external bool) erro
 	}
 	// A busy port is reported at once, naming the flag, before the
 	// embedded server spends its start-up wait on it.
+	for _, l := range []struct{ flag, addr string }{{"--ui-listen", f.ui}, {"--telemetry-listen", f.telemetry}} {
+		if l.addr == "" {
+			continue
+		}
+		if err := checkExposure(l.flag, l.addr, spec != nil, f.insecure, g.stderr, logger); err != nil {
+			return err
+		}
+	}
 	if !external {
-		if err := checkExposure(f.listen, spec != nil, f.insecure, g.stderr, logger); err != nil {
+		if err := checkExposure("--listen", f.listen, spec != nil, f.insecure, g.stderr, logger); err != nil {
 			return err
 		}
 		if err := checkListen("--listen", f.listen, "HOST:PORT"); err != nil {
@@ -246,7 +264,14 @@ func runServe(ctx context.Context, g *globals, f serveFlags, external bool) erro
 		}()
 		logger.Info().Str("addr", ts.Addr()).Msg("serving /metrics and /healthz")
 	}
-	eng, stop, err := startEngine(ctx, nc, f, policy, metrics, logger)
+	var mapIngest func(int) error
+	if srv != nil {
+		// Each append reaches only the engine owning its partition: on the
+		// embedded server without accounts through its global account's
+		// mapping (under auth the TURNSTONE account's carries it too).
+		mapIngest = func(partitions int) error { return srv.AddMapping(ingest.IngestMapping(partitions)) }
+	}
+	eng, stop, err := startEngine(ctx, nc, f, policy, metrics, mapIngest, logger)
 	if err != nil {
 		if external && (errors.Is(err, events.ErrNoStream) || errors.Is(err, recovery.ErrNotSetUp) || errors.Is(err, jetstream.ErrBucketNotFound) || errors.Is(err, jetstream.ErrConsumerNotFound)) {
 			return fmt.Errorf("%w: with --nats-url the engine creates nothing; run engine setup --nats-url %s first (docs/scaling.md)", err, g.conn.URL)
@@ -261,12 +286,23 @@ func runServe(ctx context.Context, g *globals, f serveFlags, external bool) erro
 	if f.incidentsTick <= 0 {
 		return fmt.Errorf("--incidents-every: must be positive, got %s", f.incidentsTick)
 	}
-	stopForensics, err := startForensics(ctx, eng, f.ui, tm, f.incidentsTick, logger)
+	var webToken string
+	if spec != nil && f.ui != "" {
+		// Under auth the web view answers the operator only: the token
+		// `engine auth token` prints (docs/security.md).
+		created := false
+		if webToken, created, err = auth.EnsureWebToken(spec, false); err != nil {
+			return err
+		}
+		logger.Info().Str("token_file", spec.WebTokenFile()).Bool("new", created).
+			Msg("the web view needs the operator's web token (engine auth token " + f.auth + ")")
+	}
+	stopForensics, err := startForensics(ctx, eng, f.ui, webToken, tm, f.incidentsTick, logger)
 	if err != nil {
 		return err
 	}
 	defer stopForensics()
-	logger.Info().Str("name", eng.Name()).Ints("partitions", eng.Partitions()).Int("of", eng.Log.Partitions()).Msg("engine ready; Ctrl-C to stop")
+	announceReady(ctx, eng, logger)
 	<-ctx.Done()
 	logger.Info().Msg("engine stopping")
 	return nil
@@ -316,7 +352,7 @@ func embeddedConfig(f serveFlags) (embedded.Config, error) {
 
 // startEngine runs an engine (package engine) on nc until the returned
 // stop is called.
-func startEngine(ctx context.Context, nc *nats.Conn, f serveFlags, policy *reconciler.Policy, m *telemetry.Metrics, logger zerolog.Logger) (*engine.Engine, func(), error) {
+func startEngine(ctx context.Context, nc *nats.Conn, f serveFlags, policy *reconciler.Policy, m *telemetry.Metrics, mapIngest func(int) error, logger zerolog.Logger) (*engine.Engine, func(), error) {
 	var oc *engine.OTelConfig
 	if f.otel.Enabled {
 		exp, err := otel.NewSpanExporter(ctx, f.otel)
@@ -340,6 +376,7 @@ func startEngine(ctx context.Context, nc *nats.Conn, f serveFlags, policy *recon
 		Metrics:       m,
 		UseExisting:   f.useExisting,
 		Presence:      presence.Config{Tenants: f.tenants},
+		MapIngest:     mapIngest,
 	}, &logger)
 	if err != nil {
 		return nil, nil, err
@@ -351,4 +388,32 @@ func startEngine(ctx context.Context, nc *nats.Conn, f serveFlags, policy *recon
 			logger.Warn().Err(err).Msg("engine close")
 		}
 	}, nil
+}
+
+// announceReady says "engine ready" once every partition has a live
+// owner (this engine or another): right away, or, when some have none
+// (a killed run's claims not yet expired, 5 s at most by default), first
+// how many, whose, and then "ready" when they are taken.
+func announceReady(ctx context.Context, eng *engine.Engine, logger zerolog.Logger) {
+	ready := func(c engine.Coverage) {
+		logger.Info().Str("name", eng.Name()).Ints("partitions", c.Owned).Int("of", c.Partitions).
+			Msgf("engine ready: every partition has a live owner; this engine owns %d of %d; Ctrl-C to stop", len(c.Owned), c.Partitions)
+	}
+	wctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	c, err := eng.WaitCovered(wctx)
+	cancel()
+	if err == nil && c.Covered() {
+		ready(c)
+		return
+	}
+	ev := logger.Warn().Str("name", eng.Name()).Ints("partitions", c.Owned).Ints("uncovered", c.Uncovered)
+	for m, d := range c.Silent {
+		ev = ev.Dur("silent_"+m, d)
+	}
+	ev.Msgf("engine up, not ready yet: it owns %d of %d partitions; %d have no live owner (claims of engines unheard for a while, taken over when they expire); publishers of their sessions retry meanwhile", len(c.Owned), c.Partitions, len(c.Uncovered))
+	go func() {
+		if c, err := eng.WaitCovered(ctx); err == nil && c.Covered() {
+			ready(c)
+		}
+	}()
 }

@@ -20,23 +20,32 @@ import (
 // loopback with no authentication.
 var errExposed = fmt.Errorf("refusing to serve without auth beyond loopback")
 
-// checkExposure refuses --listen on a non-loopback address without auth
-// (anyone who reaches the port could read and write every tenant's
-// sessions, issue recovery commands and delete the streams), unless
-// insecure, which it announces loudly on stderr and in the log.
-func checkExposure(listen string, authOn, insecure bool, stderr io.Writer, logger zerolog.Logger) error {
+// exposures say, for each listener, what anyone who reaches it can do
+// without auth: the refusal's and the warning's words.
+var exposures = map[string]string{
+	"--listen":           "read and write every tenant's sessions, forge events, issue recovery commands and delete the streams",
+	"--ui-listen":        "read every tenant's sessions, prompts and tool output in the web view",
+	"--telemetry-listen": "read the engine's metrics and health",
+}
+
+// checkExposure refuses a listener (flag, one of exposures' keys) on a
+// non-loopback address without auth (anyone who reaches the port could
+// do what exposures says), unless insecure, which it announces loudly on
+// stderr and in the log. The same rule holds for every listener.
+func checkExposure(flag, listen string, authOn, insecure bool, stderr io.Writer, logger zerolog.Logger) error {
 	host, _, err := net.SplitHostPort(listen)
 	if err != nil {
-		return fmt.Errorf("--listen %q: want HOST:PORT: %w", listen, err)
+		return fmt.Errorf("%s %q: want HOST:PORT: %w", flag, listen, err)
 	}
 	if authOn || isLoopback(host) {
 		return nil
 	}
+	what := exposures[flag]
 	if !insecure {
-		return fmt.Errorf("%w: --listen %s is reachable from other machines and --auth is not set, so anyone who reaches it could read and write every tenant's sessions; give --auth FILE (docs/security.md), listen on 127.0.0.1, or pass --insecure to serve without auth anyway", errExposed, listen)
+		return fmt.Errorf("%w: %s %s is reachable from other machines and --auth is not set, so anyone who reaches it could %s; give --auth FILE (docs/security.md), listen on 127.0.0.1, or pass --insecure to serve without auth anyway", errExposed, flag, listen, what)
 	}
-	fmt.Fprintf(stderr, "\n!!! INSECURE: the embedded NATS server listens on %s WITHOUT AUTHENTICATION.\n!!! Anyone who reaches this port can read every tenant's prompts and tool output,\n!!! forge events, issue recovery commands and delete the streams. Use --auth FILE.\n\n", listen)
-	logger.Warn().Str("listen", listen).Msg("INSECURE: serving without auth beyond loopback (--insecure)")
+	fmt.Fprintf(stderr, "\n!!! INSECURE: %s %s listens WITHOUT AUTHENTICATION.\n!!! Anyone who reaches this port can %s. Use --auth FILE.\n\n", flag, listen, what)
+	logger.Warn().Str("flag", flag).Str("listen", listen).Msg("INSECURE: serving without auth beyond loopback (--insecure)")
 	return nil
 }
 

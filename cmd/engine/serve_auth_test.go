@@ -11,17 +11,28 @@ import (
 	"testing"
 )
 
-// TestServeRefusesExposedWithoutAuth: --listen beyond loopback without
-// --auth is refused before anything starts, with an error that names the
-// way out; --insecure allows it with a loud warning; loopback needs
-// neither.
+// TestServeRefusesExposedWithoutAuth: --listen, --ui-listen or
+// --telemetry-listen beyond loopback without --auth is refused before
+// anything starts, with an error that names the flag and the way out;
+// --insecure allows it with a loud warning; loopback needs neither.
 func TestServeRefusesExposedWithoutAuth(t *testing.T) {
-	var stdout, stderr bytes.Buffer
-	root := newRootCommand(&stdout, &stderr)
-	root.SetArgs([]string{"serve", "--listen", "0.0.0.0:0", "--data", t.TempDir(), "--telemetry-listen", ""})
-	err := root.ExecuteContext(context.Background())
-	if !errors.Is(err, errExposed) || !bytes.Contains([]byte(err.Error()), []byte("--auth")) || !bytes.Contains([]byte(err.Error()), []byte("--insecure")) {
-		t.Fatalf("want the refusal naming --auth and --insecure, got %v", err)
+	for _, args := range [][]string{
+		{"--listen", "0.0.0.0:0", "--telemetry-listen", ""},
+		{"--listen", "127.0.0.1:0", "--ui-listen", "0.0.0.0:0", "--telemetry-listen", ""},
+		{"--listen", "127.0.0.1:0", "--telemetry-listen", "0.0.0.0:0"},
+		{"--listen", "127.0.0.1:0", "--telemetry-listen", ":9464"},
+	} {
+		var stdout, stderr bytes.Buffer
+		root := newRootCommand(&stdout, &stderr)
+		root.SetArgs(append([]string{"serve", "--data", t.TempDir()}, args...))
+		err := root.ExecuteContext(context.Background())
+		flag := args[0]
+		if args[1] == "127.0.0.1:0" {
+			flag = args[2]
+		}
+		if !errors.Is(err, errExposed) || !strings.Contains(err.Error(), flag+" ") || !strings.Contains(err.Error(), "--auth") || !strings.Contains(err.Error(), "--insecure") {
+			t.Fatalf("%v: want the refusal naming %s, --auth and --insecure, got %v", args, flag, err)
+		}
 	}
 
 	for _, tc := range []struct {
@@ -41,7 +52,7 @@ func TestServeRefusesExposedWithoutAuth(t *testing.T) {
 		var out bytes.Buffer
 		g := &globals{stderr: &out}
 		logger, _ := g.logger()
-		err := checkExposure(net.JoinHostPort(tc.host, "4222"), tc.auth, tc.insecure, &out, logger)
+		err := checkExposure("--ui-listen", net.JoinHostPort(tc.host, "4222"), tc.auth, tc.insecure, &out, logger)
 		if (err != nil) != tc.wantErr || bytes.Contains(out.Bytes(), []byte("INSECURE")) != tc.wantWarn {
 			t.Errorf("host %q auth %v insecure %v: err %v, output %q", tc.host, tc.auth, tc.insecure, err, out.String())
 		}

@@ -1,11 +1,15 @@
 package main
 
 import (
+	"bufio"
+	"context"
 	"fmt"
 	"io"
 	"strings"
 	"text/tabwriter"
 	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/spf13/cobra"
 	"github.com/turnstone-dev/turnstone/events"
@@ -15,9 +19,10 @@ import (
 
 func newSessionsCommand(g *globals) *cobra.Command {
 	var (
-		tenant string
-		asJSON bool
-		broken bool
+		tenant      string
+		asJSON      bool
+		broken      bool
+		limit, page int
 	)
 	cmd := &cobra.Command{
 		Use:   "sessions [--tenant T] [--broken] [--json]",
@@ -27,8 +32,13 @@ status (paused, broken, interrupted, in_turn or idle), open orphaned tool_use bl
 (and how many were repaired), open violations (and how many were
 resolved), events and the time of the last event. The rows come from the
 fleet index the engines keep (bucket turnstone_sessions: one summary per
-session, written within a second of its last event), so listing 100,000
-sessions takes a moment; inspect a session for its whole state.
+session, written within a second of its last event); inspect a session
+for its whole state.
+
+The table shows a page of --limit rows (default 1,000; --page N for the
+next ones, --limit 0 for all): a page reads the index's keys and only its
+own rows, so it comes in well under a second at 100,000 sessions. --json
+prints every row unless --limit is given.
 
 A history session (an import) whose turn is in flight and whose last
 event is older than the live horizon (30 minutes) is "interrupted": the
@@ -49,42 +59,148 @@ prints an array of the sessions' summaries (docs/cli.md).`,
 				return fmt.Errorf("--tenant %q: must be 1-%d characters of [A-Za-z0-9_-]", tenant, events.MaxTokenLen)
 			}
 			ctx := cmd.Context()
-			nc, log, err := g.connect(ctx)
+			if page < 1 {
+				return fmt.Errorf("--page %d: pages count from 1", page)
+			}
+			if limit < 0 {
+				limit = 1000 // the table's default page
+				if asJSON || cmd.Flags().Changed("limit") {
+					limit = 0
+				}
+			}
+			nc, err := g.dial()
 			if err != nil {
 				return err
 			}
 			defer nc.Close()
-			rows, err := projections.ReadIndex(ctx, log.JetStream(), projections.IndexFilter{Tenant: tenant})
+			js, err := jetstreamOf(nc)
+			if err != nil {
+				return err
+			}
+			l, err := listSessions(ctx, js, projections.IndexFilter{Tenant: tenant}, broken, limit, page)
 			if err != nil {
 				return fmt.Errorf("read the fleet index: %w (has an engine run on this log? engine setup builds the index)", err)
 			}
 			now := time.Now()
-			for i := range rows {
-				rows[i].Status = rows[i].StatusAt(now, projections.DefaultLiveHorizon)
+			if asJSON {
+				rows, err := projections.RowsStatusAt(l.rows, now, projections.DefaultLiveHorizon)
+				if err != nil {
+					return err
+				}
+				return writeRawJSON(g.stdout, rows)
 			}
-			if broken {
-				rows = brokenRows(rows)
+			sums, err := decodeRows(l.rows)
+			if err != nil {
+				return err
 			}
-			return renderSessions(g.stdout, rows, asJSON)
+			for i := range sums {
+				sums[i].Status = sums[i].StatusAt(now, projections.DefaultLiveHorizon)
+			}
+			if err := renderSessions(g.stdout, sums, false); err != nil {
+				return err
+			}
+			if l.total > len(l.rows) && len(l.rows) > 0 {
+				first := (page-1)*limit + 1
+				fmt.Fprintf(g.stdout, "sessions %d-%d of %d (--page %d for the next, --limit 0 for all)\n", first, first+len(l.rows)-1, l.total, page+1)
+			}
+			return nil
 		},
 	}
 	cmd.Flags().StringVar(&tenant, "tenant", "", "list only this tenant's sessions")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print a JSON array of views (docs/cli.md)")
 	cmd.Flags().BoolVar(&broken, "broken", false, "list only sessions with an open orphan or violation, and invalid subjects")
+	cmd.Flags().IntVar(&limit, "limit", -1, "rows per page (default 1000 for the table, every row for --json; 0: every row)")
+	cmd.Flags().IntVar(&page, "page", 1, "which page of --limit rows, from 1")
 	return cmd
 }
 
-// brokenRows keeps the rows with an open orphan or an open violation,
-// and the invalid subjects: the rows whose ORPHANS or VIOLATIONS column
-// does not start with 0.
+// sessionList is a page of the fleet index's rows (not decoded) and how
+// many rows the listing holds in all.
+type sessionList struct {
+	rows  []projections.IndexRow
+	total int
+}
+
+// listSessions reads page (from 1) of limit rows (0: every row) of the
+// fleet index the filter selects. A page of the whole index reads its
+// keys, then only the page's rows; --broken (which needs every row's
+// counts) and limit 0 read every row.
+func listSessions(ctx context.Context, js jetstream.JetStream, f projections.IndexFilter, broken bool, limit, page int) (sessionList, error) {
+	if limit > 0 && !broken {
+		keys, err := projections.IndexKeys(ctx, js, f)
+		if err != nil {
+			return sessionList{}, err
+		}
+		from := min((page-1)*limit, len(keys))
+		rows, err := projections.GetIndexRows(ctx, js, keys[from:min(from+limit, len(keys))], f.Tenant)
+		return sessionList{rows: rows, total: len(keys)}, err
+	}
+	rows, err := projections.ReadIndexRows(ctx, js, f)
+	if err != nil {
+		return sessionList{}, err
+	}
+	if broken {
+		sums, err := decodeRows(rows)
+		if err != nil {
+			return sessionList{}, err
+		}
+		kept := rows[:0]
+		for i, s := range sums {
+			if isBroken(s) {
+				kept = append(kept, rows[i])
+			}
+		}
+		rows = kept
+	}
+	total := len(rows)
+	if limit > 0 {
+		from := min((page-1)*limit, len(rows))
+		rows = rows[from:min(from+limit, len(rows))]
+	}
+	return sessionList{rows: rows, total: total}, nil
+}
+
+// decodeRows decodes index rows into their summaries.
+func decodeRows(rows []projections.IndexRow) ([]projections.Summary, error) {
+	return projections.DecodeIndexRows(rows)
+}
+
+// writeRawJSON prints index rows as a JSON array of their summaries, each
+// as the index stores it (the Summary's JSON, docs/cli.md), one a line:
+// 100,000 rows are printed without being decoded.
+func writeRawJSON(w io.Writer, rows []projections.IndexRow) error {
+	bw := bufio.NewWriterSize(w, 1<<16)
+	bw.WriteString("[")
+	for i, r := range rows {
+		if i > 0 {
+			bw.WriteString(",")
+		}
+		bw.WriteString("\n")
+		bw.Write(r.Value)
+	}
+	if len(rows) > 0 {
+		bw.WriteString("\n")
+	}
+	bw.WriteString("]\n")
+	return bw.Flush()
+}
+
+// brokenRows keeps the rows isBroken keeps.
 func brokenRows(rows []projections.Summary) []projections.Summary {
 	var kept []projections.Summary
 	for _, v := range rows {
-		if v.Status == projections.StatusInvalid || v.Counts.OrphansOpen > 0 || v.Counts.ViolationsOpen > 0 {
+		if isBroken(v) {
 			kept = append(kept, v)
 		}
 	}
 	return kept
+}
+
+// isBroken reports whether a row has an open orphan or an open
+// violation, or is an invalid subject's: a row whose ORPHANS or
+// VIOLATIONS column does not start with 0.
+func isBroken(v projections.Summary) bool {
+	return v.Status == projections.StatusInvalid || v.Counts.OrphansOpen > 0 || v.Counts.ViolationsOpen > 0
 }
 
 // renderSessions prints the fleet index's rows as `engine sessions`

@@ -62,6 +62,9 @@ const (
 	// OutcomeFailed: the action stopped part way; Counts say what was
 	// removed before, Error why.
 	OutcomeFailed = "failed"
+	// OutcomeRefused: the action was refused before it changed anything
+	// (an erase whose scope matches nothing); Error says why.
+	OutcomeRefused = "refused"
 )
 
 // Scope is the tenant and sessions an erase covered (Sessions empty: the

@@ -2,10 +2,13 @@ package auth
 
 import (
 	"bytes"
+	"crypto/rand"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"io/fs"
 	"os"
+	"path/filepath"
 
 	"github.com/nats-io/nkeys"
 )
@@ -24,6 +27,10 @@ type Keys map[string]string
 // written; a file that holds no user seed.
 func EnsureKeys(s *Spec) (Keys, []string, error) {
 	dir := s.CredentialsDir()
+	if dir == "" {
+		_, err := StateDir()
+		return nil, nil, fmt.Errorf("credentials: %w", err)
+	}
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, nil, fmt.Errorf("credentials: %w", err)
 	}
@@ -89,4 +96,51 @@ func writeSeed(path string) (string, error) {
 		return "", err
 	}
 	return kp.PublicKey()
+}
+
+// WebTokenFile is the file of the web view's operator token:
+// <credentials>/web.token (mode 0600).
+func (s *Spec) WebTokenFile() string { return filepath.Join(s.CredentialsDir(), "web.token") }
+
+// EnsureWebToken returns the operator's token for the web view (under
+// auth the view and its JSON answer only requests that carry it:
+// internal/web), reading it from WebTokenFile or, when the file is
+// missing or rotate is set, writing a new one there: 32 random bytes,
+// base64url. It reports whether it wrote one. Deleting the file (or
+// `engine auth token --rotate`) rotates it; the engines read it at
+// start.
+func EnsureWebToken(s *Spec, rotate bool) (string, bool, error) {
+	path := s.WebTokenFile()
+	if s.CredentialsDir() == "" {
+		_, err := StateDir()
+		return "", false, fmt.Errorf("web token: %w", err)
+	}
+	if !rotate {
+		b, err := os.ReadFile(path)
+		if err == nil {
+			if t := string(bytes.TrimSpace(b)); len(t) >= 32 {
+				return t, false, nil
+			}
+			return "", false, fmt.Errorf("web token %s: shorter than 32 characters; delete it to make a new one", path)
+		}
+		if !errors.Is(err, fs.ErrNotExist) {
+			return "", false, fmt.Errorf("web token: %w", err)
+		}
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return "", false, fmt.Errorf("web token: %w", err)
+	}
+	raw := make([]byte, 32)
+	if _, err := rand.Read(raw); err != nil {
+		return "", false, fmt.Errorf("web token: %w", err)
+	}
+	t := base64.RawURLEncoding.EncodeToString(raw)
+	tmp := path + ".new"
+	if err := os.WriteFile(tmp, []byte(t+"\n"), 0o600); err != nil {
+		return "", false, fmt.Errorf("web token: %w", err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return "", false, fmt.Errorf("web token: %w", err)
+	}
+	return t, true, nil
 }

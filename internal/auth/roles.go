@@ -73,6 +73,7 @@ var (
 	ctlPrefix   = recovery.ControlSubjectPrefix
 	readPrefix  = ingest.ReadSubjectPrefix
 	quarPrefix  = ingest.QuarantineSubjectPrefix
+	inPrefix    = ingest.IngestSubjectPrefix
 	engineGroup = projections.EngineGroup
 	eraseNotice = erasure.NoticeSubject
 	auditStream = audit.Stream
@@ -167,11 +168,12 @@ func Grants(role Role, tenant string) []Grant {
 		}
 	case RoleEngine:
 		g := []Grant{
-			{Subject: evPrefix + ".*.*", Sub: true, Why: "ingest: publishers' appends (agent.evt.<tenant>.<session>)"},
+			{Subject: inPrefix + ".*.*.*", Sub: true, Why: "ingest: publishers' appends, mapped by the server to their partition (agent.in.<partition>.<tenant>.<session>); each engine subscribes to its own partitions'"},
+			{Subject: evPrefix + ".*.*", Sub: true, Why: "ingest: publishers' appends on a server without the partition mapping (agent.evt.<tenant>.<session>)"},
 			{Subject: readPrefix + ".*.*", Sub: true, Why: "ingest: publishers' reads (agent.read.<tenant>.<session>)"},
 			{Subject: "_INBOX.>", Sub: true, Why: "replies: JetStream API, acks, ordered consumers, KV watches, pings"},
 			{Subject: evPrefix + ".*.*.*", Pub: true, Why: "append to the stored event subjects (ingest, the reconciler's own events)"},
-			{Subject: quarPrefix + ".*", Pub: true, Why: "quarantine refused events"},
+			{Subject: quarPrefix + ".*.*", Pub: true, Why: "quarantine refused events (agent.rejected.<tenant>.<session>)"},
 			{Subject: snapPrefix + ".*.*", Pub: true, Why: "write snapshots"},
 			{Subject: cmdPrefix + ".*.*", Pub: true, Why: "issue recovery commands"},
 			{Subject: ctlPrefix + ".*._presence", Pub: true, Why: "presence: ping each tenant's runtime"},

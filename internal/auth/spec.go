@@ -60,9 +60,20 @@ const (
 // TenantAccount is the account of tenant: "T_<tenant>".
 func TenantAccount(tenant string) string { return TenantAccountPrefix + tenant }
 
-// DefaultCredentialsDir is where the seeds go when the spec names no
-// directory: beside the spec file.
-const DefaultCredentialsDir = "credentials"
+// StateDir is where Turnstone keeps what it writes for this user outside
+// any working tree: $XDG_STATE_HOME/turnstone, or
+// ~/.local/state/turnstone when XDG_STATE_HOME is not set (the XDG Base
+// Directory Specification's state directory). Errors: no home directory.
+func StateDir() (string, error) {
+	if d := os.Getenv("XDG_STATE_HOME"); d != "" && filepath.IsAbs(d) {
+		return filepath.Join(d, "turnstone"), nil
+	}
+	home, err := os.UserHomeDir()
+	if err != nil {
+		return "", fmt.Errorf("state directory: %w (set XDG_STATE_HOME, or credentials: in the spec)", err)
+	}
+	return filepath.Join(home, ".local", "state", "turnstone"), nil
+}
 
 // Errors of the package. Match them with errors.Is.
 var (
@@ -88,8 +99,10 @@ type Spec struct {
 	// account T_<tenant> and a user of the same name.
 	Tenants []string `yaml:"tenants"`
 	// Credentials is the directory of the seed files (<user>.nk, mode
-	// 0600), relative to the spec file's directory. Default
-	// "credentials".
+	// 0600) and the web view's token, relative to the spec file's
+	// directory. Default: outside any working tree, <data>/credentials
+	// when the engine's --data is given (UseDataDir), else
+	// StateDir()/credentials.
 	Credentials string `yaml:"credentials"`
 	// Partitions is the event stream's partition count (default
 	// events.DefaultPartitions): the durable consumers of each partition
@@ -105,7 +118,13 @@ type Spec struct {
 
 	// dir is the spec file's directory (LoadSpec sets it).
 	dir string
+	// dataDir is the engine's --data, when given (UseDataDir).
+	dataDir string
 }
+
+// UseDataDir makes <dir>/credentials the credentials directory when the
+// spec names none: `engine serve --data DIR` keeps them with its store.
+func (s *Spec) UseDataDir(dir string) { s.dataDir = dir }
 
 // User is one NATS user: its name (the seed file's name, a token), its
 // role and, for RoleTenant, its tenant.
@@ -163,9 +182,6 @@ func ParseSpec(b []byte) (*Spec, error) {
 }
 
 func (s *Spec) setDefaults() {
-	if s.Credentials == "" {
-		s.Credentials = DefaultCredentialsDir
-	}
 	if s.Partitions == 0 {
 		s.Partitions = events.DefaultPartitions
 	}
@@ -220,9 +236,22 @@ func (s *Spec) Validate() error {
 	return errors.Join(errs...)
 }
 
-// CredentialsDir is the absolute directory of the seed files.
+// CredentialsDir is the absolute directory of the seed files: the spec's
+// credentials (relative to the spec file), else <data>/credentials
+// (UseDataDir), else StateDir()/credentials; "" when none can be named
+// (no home directory: EnsureKeys says so).
 func (s *Spec) CredentialsDir() string {
-	if filepath.IsAbs(s.Credentials) || s.dir == "" {
+	switch {
+	case s.Credentials == "" && s.dataDir != "":
+		d, _ := filepath.Abs(filepath.Join(s.dataDir, "credentials"))
+		return d
+	case s.Credentials == "":
+		d, err := StateDir()
+		if err != nil {
+			return ""
+		}
+		return filepath.Join(d, "credentials")
+	case filepath.IsAbs(s.Credentials) || s.dir == "":
 		d, _ := filepath.Abs(s.Credentials)
 		return d
 	}

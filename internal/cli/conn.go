@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -32,6 +33,38 @@ type Connection struct {
 	URL      string
 	LogLevel string
 	Client   ClientConfig
+	// OnDenied, when set, is called with the first permission violation
+	// the server reports on a connection Dial opened (a command's
+	// request the credentials may not make: it would otherwise only time
+	// out), so the command can stop at once.
+	OnDenied func(error)
+
+	// denied holds the first violation, once Dial made it (a pointer, so
+	// that a Connection can be copied).
+	denied *atomic.Pointer[error]
+}
+
+// Denied returns the first permission violation the server reported on
+// a connection Dial opened (wrapping nats.ErrPermissionViolation), or
+// nil.
+func (c *Connection) Denied() error {
+	if c.denied == nil {
+		return nil
+	}
+	if p := c.denied.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+// DeniedError is the error of a command that failed after the server
+// refused one of its requests for the credentials' permissions: it says
+// so first, naming the subject, and keeps both errors in its chain.
+func DeniedError(denied, err error) error {
+	if errors.Is(err, nats.ErrPermissionViolation) {
+		return fmt.Errorf("permission denied: %w", err)
+	}
+	return fmt.Errorf("permission denied: %w: these credentials may not do this (the admin and read-everything commands need the operator's: --nkey <credentials>/operator.nk; a tenant's may only append and read its own sessions; docs/security.md) (%w)", denied, err)
 }
 
 // AddFlags adds --nats-url, --log-level and the ClientConfig flags to fs,
@@ -78,8 +111,16 @@ func (c *Connection) Dial(name string) (*nats.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
+	if c.denied == nil {
+		c.denied = new(atomic.Pointer[error])
+	}
+	denied, onDenied := c.denied, c.OnDenied
 	nc, err := nats.Connect(c.URL, append(opts, nats.Timeout(5*time.Second),
-		nats.ErrorHandler(func(*nats.Conn, *nats.Subscription, error) {}))...)
+		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+			if errors.Is(err, nats.ErrPermissionViolation) && denied.CompareAndSwap(nil, &err) && onDenied != nil {
+				onDenied(err)
+			}
+		}))...)
 	switch {
 	case err == nil:
 		return nc, nil

@@ -243,6 +243,20 @@ func (s *Server) Connect(opts ...nats.Option) (*nats.Conn, error) {
 	return nc, nil
 }
 
+// AddMapping adds the subject mapping source -> destination (nats-server's
+// mapping syntax, functions such as {{partition(8,1,2)}} included) to the
+// accounts of clients without credentials: the global account, which a
+// server without accounts puts every client in. It replaces a mapping of
+// the same source, and applies at once to the clients connected. An
+// account of a configuration file (ConfigFile) carries its own mappings
+// (auth.ServerConfig writes them). Errors: a mapping nats-server refuses.
+func (s *Server) AddMapping(source, destination string) error {
+	if err := s.ns.GlobalAccount().AddMapping(source, destination); err != nil {
+		return fmt.Errorf("map %s to %s: %w", source, destination, err)
+	}
+	return nil
+}
+
 // NATS is the underlying server, for tests and tools that need more than
 // this package offers.
 func (s *Server) NATS() *server.Server { return s.ns }

@@ -92,6 +92,16 @@ type Config struct {
 	// policy's retention.max_age; none by default). Default 1 minute;
 	// negative: never.
 	RetentionEvery time.Duration
+	// MapIngest, when set, is called with the event stream's partition
+	// count once the log is open, before the engine subscribes to its
+	// partitions' appends: it puts ingest.IngestMapping in place on the
+	// server (embedded.Server.AddMapping for the embedded server without
+	// accounts; under auth the accounts' configuration carries it). An
+	// error stops Open.
+	MapIngest func(partitions int) error
+	// Ingest configures the engine's ingest server (its Shared, Gate and
+	// observers are the engine's).
+	Ingest ingestserver.Config
 }
 
 // OTelConfig is an engine's live OpenTelemetry export.
@@ -383,6 +393,25 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config, logger *zerolog.Logger
 		return nil, fmt.Errorf("open engine: %w", err)
 	}
 
+	// The ingest answers the appends of the partitions the engine owns
+	// (acquire, release), and reads of any session.
+	if cfg.MapIngest != nil {
+		if err := cfg.MapIngest(e.Log.Partitions()); err != nil {
+			return nil, fmt.Errorf("open engine: ingest mapping: %w", err)
+		}
+	}
+	icfg := cfg.Ingest
+	icfg.Shared, icfg.UseExisting, icfg.Gate = true, true, e.Gate
+	if m != nil {
+		icfg.OnAppend, icfg.OnReceive, icfg.OnQuarantineDrop = m.IngestOutcome, m.IngestReceived, m.QuarantineDropped
+	}
+	if e.Ingest, err = ingestserver.NewServer(nc, e.Log, icfg, logger); err != nil {
+		return nil, fmt.Errorf("open engine: %w", err)
+	}
+	if err := e.Ingest.Open(ctx); err != nil {
+		return nil, fmt.Errorf("open engine: %w", err)
+	}
+
 	// Answer erase notices before joining: an eraser that sees this
 	// engine in the group hears from it.
 	e.notice, err = erasure.Listen(nc, erasure.MemberConfig{Gate: e.Gate, Group: Group, Member: cfg.Name, Forget: e.forget}, logger)
@@ -405,14 +434,6 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config, logger *zerolog.Logger
 	if err != nil {
 		return nil, fmt.Errorf("open engine: %w", err)
 	}
-	// Answer the publishers' subjects for the partitions this engine
-	// owns, and reads of any session.
-	if e.Ingest, err = ingestserver.NewServer(nc, e.Log, ingestserver.Config{Owns: e.owns, UseExisting: true, Gate: e.Gate}, logger); err != nil {
-		return nil, fmt.Errorf("open engine: %w", err)
-	}
-	if err := e.Ingest.Open(ctx); err != nil {
-		return nil, fmt.Errorf("open engine: %w", err)
-	}
 	ok = true
 	if m != nil {
 		e.wg.Add(1)
@@ -422,7 +443,7 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config, logger *zerolog.Logger
 		e.wg.Add(1)
 		go e.retentionLoop()
 	}
-	e.l.Info().Str("name", e.member.Name()).Ints("partitions", e.member.Owned()).Int("of", e.Log.Partitions()).Msg("engine ready")
+	e.l.Info().Str("name", e.member.Name()).Ints("partitions", e.member.Owned()).Int("of", e.Log.Partitions()).Msg("engine open: joined its group with its share of the partitions")
 	return e, nil
 }
 
@@ -447,13 +468,20 @@ func (e *Engine) recordPolicy(ctx context.Context) {
 // acquire starts folding and reconciling partition p under its lease
 // (ctx: done the moment the engine must stop acting on p), and scans its
 // sessions (restart recovery, or what the previous holder left) in the
-// background.
+// background; then it starts answering the partition's appends.
 func (e *Engine) acquire(ctx context.Context, p int, lease pgroup.Lease) error {
 	if err := e.Projector.Acquire(ctx, p, lease.TakenOver); err != nil {
 		return err
 	}
 	if e.OTel != nil {
 		e.OTel.Acquire(ctx, p, lease.TakenOver)
+	}
+	if err := e.Ingest.Acquire(ctx, p); err != nil {
+		if e.OTel != nil {
+			e.OTel.Release(ctx, p)
+		}
+		e.Projector.Release(ctx, p, false)
+		return err
 	}
 	e.mu.Lock()
 	restart, closed := e.joining, e.closed
@@ -473,6 +501,11 @@ func (e *Engine) acquire(ctx context.Context, p int, lease pgroup.Lease) error {
 	go func() {
 		defer e.wg.Done()
 		_ = e.Reconciler.Scan(ctx, []int{p}, restart)
+		// The fleet index holds every session of the partition: rows a
+		// previous owner could not store are rebuilt from the log.
+		if _, err := e.Projector.ReconcileIndex(ctx, p); err != nil && ctx.Err() == nil {
+			e.l.Warn().Err(err).Int("partition", p).Msg("fleet index not reconciled with the log; tried again when the partition is taken again")
+		}
 	}()
 	return nil
 }
@@ -521,12 +554,17 @@ func (e *Engine) forget(scope erasure.Scope) {
 	}
 }
 
-// release stops folding and reconciling partition p: at once when fenced
-// (the lease ended), else after the events delivered are folded.
+// release stops answering partition p's appends (once those it took are
+// answered, so the next owner appends a session's events after them),
+// then stops folding and reconciling it: at once when fenced (the lease
+// ended), else after the events delivered are folded.
 func (e *Engine) release(ctx context.Context, p int, fenced bool) {
 	e.mu.Lock()
 	delete(e.leases, p)
 	e.mu.Unlock()
+	rctx, cancel := context.WithTimeout(ctx, 2*e.Log.Config().Timeout)
+	e.Ingest.Release(rctx, p)
+	cancel()
 	if e.OTel != nil {
 		e.OTel.Release(ctx, p)
 	}
@@ -676,4 +714,85 @@ func openOTel(ctx context.Context, e *Engine, cfg Config, logger *zerolog.Logger
 		return nil, fmt.Errorf("otel export: %w", err)
 	}
 	return x, nil
+}
+
+// Coverage is how the engines' group covers the event stream's
+// partitions at a moment: the partitions this engine owns, and those no
+// engine answers now (nobody owns them, or only an engine unheard for
+// more than two heartbeats, whose claim has yet to expire: a previous
+// run's, killed). Publishers of an uncovered partition's sessions get
+// "no responders" and retry.
+type Coverage struct {
+	Partitions int
+	Owned      []int
+	Uncovered  []int
+	// Silent are the engines unheard for two heartbeats that still claim
+	// partitions, with how long they have been silent.
+	Silent map[string]time.Duration
+}
+
+// Covered reports whether every partition has a live owner.
+func (c Coverage) Covered() bool { return len(c.Uncovered) == 0 }
+
+// Coverage reads the engines' heartbeats and reports the group's
+// coverage of the partitions (this engine's own partitions as it holds
+// them). Errors: the members bucket cannot be read.
+func (e *Engine) Coverage(ctx context.Context) (Coverage, error) {
+	c := Coverage{Partitions: e.Log.Partitions(), Owned: e.Partitions(), Silent: map[string]time.Duration{}}
+	recs, err := pgroup.List(ctx, e.js, pgroup.DefaultBucket, Group)
+	if err != nil {
+		return c, fmt.Errorf("coverage: %w", err)
+	}
+	beat := e.cfg.Heartbeat
+	if beat == 0 {
+		beat = pgroup.DefaultHeartbeat
+	}
+	covered := make([]bool, c.Partitions)
+	for _, p := range c.Owned {
+		covered[p] = true
+	}
+	now := time.Now()
+	for _, r := range recs {
+		if r.Member == e.Name() {
+			continue
+		}
+		if since := now.Sub(r.Beat); since > 2*beat+beat/2 {
+			if len(r.Partitions) > 0 {
+				c.Silent[r.Member] = since.Round(100 * time.Millisecond)
+			}
+			continue
+		}
+		for _, p := range r.Partitions {
+			if p >= 0 && p < len(covered) {
+				covered[p] = true
+			}
+		}
+	}
+	for p, ok := range covered {
+		if !ok {
+			c.Uncovered = append(c.Uncovered, p)
+		}
+	}
+	return c, nil
+}
+
+// WaitCovered waits until every partition has a live owner (Coverage),
+// or ctx ends, and returns the last coverage seen.
+func (e *Engine) WaitCovered(ctx context.Context) (Coverage, error) {
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		c, err := e.Coverage(ctx)
+		if err == nil && c.Covered() {
+			return c, nil
+		}
+		select {
+		case <-ctx.Done():
+			if err != nil {
+				return c, err
+			}
+			return c, nil
+		case <-tick.C:
+		}
+	}
 }

@@ -35,6 +35,10 @@ var (
 	// ErrNoAudit: AGENT_AUDIT does not exist (engine setup creates it);
 	// nothing is erased without its record.
 	ErrNoAudit = errors.New("no audit stream")
+	// ErrNothingToErase: the scope matches no event, snapshot, command,
+	// index entry or quarantine record (a mistyped session or tenant);
+	// the refusal is recorded in the audit stream, outcome refused.
+	ErrNothingToErase = errors.New("nothing to erase")
 )
 
 // EraseRequest is one erase: its scope, why (required), who asks (empty:
@@ -108,6 +112,26 @@ func Erase(ctx context.Context, nc *nats.Conn, req EraseRequest) (audit.Record, 
 		return rec, fmt.Errorf("erase: %w: %s (engine setup creates it)", ErrNoAudit, audit.Stream)
 	} else if err != nil {
 		return rec, fmt.Errorf("erase: %w", err)
+	}
+
+	// 0. A scope that matches nothing is a mistake (a mistyped or cut
+	// session name): refused, and recorded as such.
+	if held, near, err := scopeHolds(ctx, js, req.Scope); err != nil {
+		return rec, fmt.Errorf("erase %s: %w", req.Scope, err)
+	} else if !held {
+		why := fmt.Sprintf("%s: no event, snapshot, command, index entry or quarantine record of %s", ErrNothingToErase, req.Scope)
+		if len(near) > 0 {
+			why += "; sessions of " + req.Scope.Tenant + " whose names start so: " + strings.Join(near, ", ")
+		}
+		rec.Outcome, rec.Error = audit.OutcomeRefused, why
+		actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		defer cancel()
+		if seq, aerr := audit.Append(actx, js, rec); aerr == nil {
+			rec.Seq = seq
+		} else {
+			return rec, fmt.Errorf("erase %s: %w (and the refusal was not recorded: %w)", req.Scope, ErrNothingToErase, aerr)
+		}
+		return rec, fmt.Errorf("erase %s: %s (nothing erased)", req.Scope, strings.TrimPrefix(why, ErrNothingToErase.Error()+": "))
 	}
 
 	// 1. Every live engine and worker blocks the scope and forgets it.
@@ -227,6 +251,68 @@ func lastSeq(ctx context.Context, js jetstream.JetStream, stream string) uint64 
 		return 0
 	}
 	return info.State.LastSeq
+}
+
+// scopeHolds reports whether any store holds something of scope: an
+// event, a snapshot, a recovery command, an index entry or a quarantine
+// record. When none does and the scope names sessions, near lists up to
+// five sessions of its tenant whose names start with one of them (the
+// likely meant ones).
+func scopeHolds(ctx context.Context, js jetstream.JetStream, scope erasure.Scope) (bool, []string, error) {
+	sessions := scope.Sessions
+	if scope.Whole() {
+		sessions = []string{"*"}
+	}
+	type probe struct{ stream, filter string }
+	var probes []probe
+	for _, s := range sessions {
+		probes = append(probes,
+			probe{events.EventsStream, events.StoredEventSubject(-1, scope.Tenant, s)},
+			probe{events.SnapshotsStream, events.SnapshotSubject(scope.Tenant, s)},
+			probe{recovery.Stream, recovery.CommandSubjectPrefix + ".*." + scope.Tenant + "." + s},
+			probe{"KV_" + projections.IndexBucket, "$KV." + projections.IndexBucket + ".*." + scope.Tenant + "." + s},
+			probe{ingest.QuarantineStream, ingest.QuarantineSubjectPrefix + "." + scope.Tenant + "." + s},
+		)
+	}
+	if scope.Whole() {
+		probes = append(probes, probe{ingest.QuarantineStream, ingest.QuarantineSubjectPrefix + "." + scope.Tenant})
+	}
+	for _, p := range probes {
+		st, err := js.Stream(ctx, p.stream)
+		if errors.Is(err, jetstream.ErrStreamNotFound) {
+			continue
+		}
+		if err != nil {
+			return false, nil, err
+		}
+		info, err := st.Info(ctx, jetstream.WithSubjectFilter(p.filter))
+		if err != nil {
+			return false, nil, err
+		}
+		if len(info.State.Subjects) > 0 {
+			return true, nil, nil
+		}
+	}
+	var near []string
+	if !scope.Whole() {
+		if st, err := js.Stream(ctx, events.EventsStream); err == nil {
+			if info, err := st.Info(ctx, jetstream.WithSubjectFilter(events.StoredEventSubject(-1, scope.Tenant, "*"))); err == nil {
+				for subj := range info.State.Subjects {
+					parts := strings.Split(subj, ".")
+					for _, s := range scope.Sessions {
+						if len(parts) == 5 && strings.HasPrefix(parts[4], s) {
+							near = append(near, scope.Tenant+"/"+parts[4])
+						}
+					}
+				}
+			}
+		}
+		sort.Strings(near)
+		if len(near) > 5 {
+			near = append(near[:5], "…")
+		}
+	}
+	return false, near, nil
 }
 
 // countSessions counts the sessions of the scope that have events.

@@ -59,7 +59,7 @@ func (e *env) raw(subject, body string, hdr map[string]string) ingest.PubAck {
 	for k, v := range hdr {
 		m.Header.Set(k, v)
 	}
-	resp, err := e.nc.RequestMsg(m, 5*time.Second)
+	resp, err := e.nc.RequestMsg(m, 30*time.Second) // a 1 MiB event under the race detector takes a while
 	if err != nil {
 		e.t.Fatalf("request %s: %v", subject, err)
 	}
@@ -192,7 +192,7 @@ func TestOnlyThePartitionsOwnerAnswers(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, even := range []bool{true, false} {
-		s, err := ingestserver.NewServer(enc, log, ingestserver.Config{Owns: func(p int) bool { return (p%2 == 0) == even }}, nil)
+		s, err := ingestserver.NewServer(enc, log, ingestserver.Config{Shared: true}, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -200,6 +200,13 @@ func TestOnlyThePartitionsOwnerAnswers(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer s.Close(ctx)
+		for p := range log.Partitions() {
+			if (p%2 == 0) == even {
+				if err := s.Acquire(ctx, p); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
 	}
 	nc, _ := embeddedtest.Connect(t, srv)
 	var replies atomic.Int64
@@ -261,5 +268,134 @@ func TestClientReadWaitsForAnEngine(t *testing.T) {
 	ingesttest.Serve(t, enc)
 	if err := <-read; !errors.Is(err, events.ErrSessionNotFound) {
 		t.Fatalf("an engine starting 0.5 s later: %v, want its answer (ErrSessionNotFound)", err)
+	}
+}
+
+// TestNoRespondersWhenNoEngineOwnsThePartition: on a server with the
+// ingest mapping (here the embedded server's global account, as a
+// publisher without credentials uses it), an append of a partition no
+// engine owns gets "no responders" at once, the publisher's signal to
+// retry; one of an owned partition is answered; and after Release the
+// partition's appends go unanswered again, without waiting.
+func TestNoRespondersWhenNoEngineOwnsThePartition(t *testing.T) {
+	t.Parallel()
+	srv := embeddedtest.Start(t)
+	enc, js := embeddedtest.Connect(t, srv)
+	ctx := context.Background()
+	log, err := events.Open(ctx, js, events.Config{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.AddMapping(ingest.IngestMapping(log.Partitions())); err != nil {
+		t.Fatal(err)
+	}
+	var mapped, unmapped atomic.Int64
+	s, err := ingestserver.NewServer(enc, log, ingestserver.Config{Shared: true, OnReceive: func(_, _ int, m bool) {
+		if m {
+			mapped.Add(1)
+		} else {
+			unmapped.Add(1)
+		}
+	}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Open(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close(ctx)
+	if err := s.Acquire(ctx, 0); err != nil {
+		t.Fatal(err)
+	}
+	nc, _ := embeddedtest.Connect(t, srv)
+	send := func(session string) error {
+		ev, _ := events.New("acme", session, "", &events.SessionStarted{})
+		ev.Source = "urn:agent:test"
+		b, _ := ev.Encode()
+		_, err := nc.Request(events.EventSubject("acme", session), b, 2*time.Second)
+		return err
+	}
+	owned, other := "", ""
+	for i := 0; owned == "" || other == ""; i++ {
+		name := fmt.Sprintf("s%d", i)
+		switch events.Partition("acme", name, log.Partitions()) {
+		case 0:
+			owned = name
+		case 1:
+			other = name
+		}
+	}
+	if err := send(owned); err != nil {
+		t.Fatalf("owned partition: %v", err)
+	}
+	start := time.Now()
+	if err := send(other); !errors.Is(err, nats.ErrNoResponders) || time.Since(start) > time.Second {
+		t.Fatalf("partition no engine owns: %v after %s, want no responders at once", err, time.Since(start))
+	}
+	s.Release(ctx, 0)
+	if err := send(owned); !errors.Is(err, nats.ErrNoResponders) {
+		t.Fatalf("after release: %v, want no responders", err)
+	}
+	if mapped.Load() != 1 || unmapped.Load() != 0 {
+		t.Fatalf("received %d mapped, %d unmapped; want the one owned append, mapped", mapped.Load(), unmapped.Load())
+	}
+}
+
+// TestRefusalsAreAnsweredAtOnceWhateverTheQuarantine: with the
+// quarantine stream gone (its writes fail), a refused event is still
+// answered within 100 ms, and each record that could not be written is
+// counted as dropped, never waited for.
+func TestRefusalsAreAnsweredAtOnceWhateverTheQuarantine(t *testing.T) {
+	// Not parallel: it measures latencies, which other tests would take CPU from.
+	srv := embeddedtest.Start(t)
+	enc, js := embeddedtest.Connect(t, srv)
+	ctx := context.Background()
+	log, err := events.Open(ctx, js, events.Config{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var dropped atomic.Int64
+	s, err := ingestserver.NewServer(enc, log, ingestserver.Config{OnQuarantineDrop: func() { dropped.Add(1) }}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Open(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close(ctx)
+	if err := js.DeleteStream(ctx, ingest.QuarantineStream); err != nil {
+		t.Fatal(err)
+	}
+	nc, _ := embeddedtest.Connect(t, srv)
+	const n = 20
+	var took []time.Duration
+	for i := 0; i < n; i++ {
+		subject := "agent.evt.acme.s1"
+		if i%2 == 1 {
+			subject = "agent.evt.acme.bad:token"
+		}
+		start := time.Now()
+		resp, err := nc.Request(subject, []byte(`{"not": "an event"`), 5*time.Second)
+		took = append(took, time.Since(start))
+		if err != nil || took[i] > time.Second {
+			t.Fatalf("refusal %d: %v after %s", i, err, took[i])
+		}
+		var ack ingest.PubAck
+		if json.Unmarshal(resp.Data, &ack) != nil || ack.Error == nil || ack.Error.ErrCode != ingest.CodeInvalid {
+			t.Fatalf("refusal %d: %s", i, resp.Data)
+		}
+	}
+	// A quarantine write fails only after its publish does: the replies
+	// never waited for it (the race detector and a shared machine slow a
+	// reply, not by seconds).
+	if p90 := percentile(took, 90); p90 >= 100*time.Millisecond {
+		t.Fatalf("refusals answered in p90 %s, want under 100 ms", p90)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for dropped.Load() < n {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d records counted dropped", dropped.Load(), n)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }

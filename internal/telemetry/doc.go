@@ -63,6 +63,10 @@
 //	partition_lease{group,partition}          gauge    SetPartitionLease, EndPartitionLease: the fencing token of each partition held now (no series when not held)
 //	partition_pin_moves_total{group}          counter  PinMoved: a held partition's consumer pin moved away (states dropped and refolded)
 //	snapshot_disagreements_total              counter  SnapshotDisagreed: a snapshot or held state counted fewer events than the log (the log won)
+//	ingest_requests_total{partition,path}     counter  IngestReceived: append requests this engine took, by partition; path "mapped" (the server's subject mapping sent it to this engine) or "unmapped" (a server without the mapping sent it to every engine)
+//	ingest_received_bytes_total{partition,path} counter IngestReceived: their bytes (body and headers)
+//	ingest_outcomes_total{outcome}            counter  IngestOutcome: stored, duplicate, invalid, forbidden, conflict, unsupported, unavailable, busy, erasing
+//	quarantine_dropped_total                  counter  QuarantineDropped: refused events whose quarantine record was not written (its queue full, or the write failed)
 //
 // The registry also holds the standard go_* and process_* collectors.
 //

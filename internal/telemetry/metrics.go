@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"strconv"
 	"sync"
 	"time"
 
@@ -67,6 +68,11 @@ type Metrics struct {
 	leaseMu sync.Mutex
 	leases  map[string]uint64 // "<group>/<partition>" -> the token of its series
 
+	ingestRequests *prometheus.CounterVec
+	ingestBytes    *prometheus.CounterVec
+	ingestOutcomes *prometheus.CounterVec
+	quarDropped    prometheus.Counter
+
 	failMu     sync.Mutex
 	failOn     bool
 	failReason string
@@ -125,7 +131,13 @@ func NewMetrics(namespace string) *Metrics {
 	m.otelSpans = counter("otel_spans_exported_total", "Spans the OpenTelemetry export sent (package otel).")
 	m.otelFailures = counter("otel_export_failures_total", "OpenTelemetry export calls that failed (each is tried again).")
 
+	m.ingestRequests = counterVec("ingest_requests_total", "Append requests this engine took off the ingest subjects, by partition and path (mapped: the server's subject mapping sent it here; unmapped: a server without the mapping sent it to every engine).", "partition", "path")
+	m.ingestBytes = counterVec("ingest_received_bytes_total", "Bytes (body and headers) of the append requests this engine took, by partition and path.", "partition", "path")
+	m.ingestOutcomes = counterVec("ingest_outcomes_total", "Append requests this engine answered, by outcome.", "outcome")
+	m.quarDropped = counter("quarantine_dropped_total", "Refused events whose quarantine record was not written: the quarantine queue was full, or the write failed.")
+
 	m.reg.MustRegister(
+		m.ingestRequests, m.ingestBytes, m.ingestOutcomes, m.quarDropped,
 		m.partitionsOwned, m.rebalances, m.partitionLag, m.partitionLease, m.pinMoves, m.snapshotMisses, m.incidentsOpen,
 		m.otelLag, m.otelSpans, m.otelFailures,
 		collectors.NewGoCollector(),
@@ -164,6 +176,40 @@ func (m *Metrics) ObserveViolation(rule string) {
 		return
 	}
 	m.violations.WithLabelValues(label(rule)).Inc()
+}
+
+// IngestReceived counts an append request the engine's ingest took for
+// partition, of size bytes, mapped (by the server's subject mapping) or
+// not, in ingest_requests_total and ingest_received_bytes_total.
+func (m *Metrics) IngestReceived(partition, bytes int, mapped bool) {
+	if m == nil {
+		return
+	}
+	path := "unmapped"
+	if mapped {
+		path = "mapped"
+	}
+	p := strconv.Itoa(partition)
+	m.ingestRequests.WithLabelValues(p, path).Inc()
+	m.ingestBytes.WithLabelValues(p, path).Add(float64(bytes))
+}
+
+// IngestOutcome counts an append request's outcome (ingestserver.Config.
+// OnAppend's words) in ingest_outcomes_total.
+func (m *Metrics) IngestOutcome(outcome string) {
+	if m == nil {
+		return
+	}
+	m.ingestOutcomes.WithLabelValues(label(outcome)).Inc()
+}
+
+// QuarantineDropped counts a refused event whose quarantine record was not
+// written in quarantine_dropped_total.
+func (m *Metrics) QuarantineDropped() {
+	if m == nil {
+		return
+	}
+	m.quarDropped.Inc()
 }
 
 // CommandIssued counts one recovery command of kind (a recovery.Kind such

@@ -74,6 +74,9 @@ type Config struct {
 	PageSize int
 	// RequestTimeout bounds the work of one page (default 30 s).
 	RequestTimeout time.Duration
+	// Token, when set, is the operator's web token: every page and
+	// request then needs it (auth.go; under `engine serve --auth`).
+	Token string
 }
 
 func (c *Config) setDefaults() {
@@ -140,7 +143,7 @@ func New(cfg Config, logger *zerolog.Logger) (*Server, error) {
 		http.Redirect(w, r, Prefix+"static/favicon.svg", http.StatusMovedPermanently)
 	})
 	s.srv = &http.Server{
-		Handler:           secure(s.mux),
+		Handler:           secure(s.guard(s.mux)),
 		ReadHeaderTimeout: 5 * time.Second,
 		ReadTimeout:       10 * time.Second,
 		WriteTimeout:      cfg.RequestTimeout + 10*time.Second,

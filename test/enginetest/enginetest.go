@@ -12,6 +12,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/turnstone-dev/turnstone/events"
+	"github.com/turnstone-dev/turnstone/ingest"
 	"github.com/turnstone-dev/turnstone/internal/clock"
 	"github.com/turnstone-dev/turnstone/internal/embedded/embeddedtest"
 	"github.com/turnstone-dev/turnstone/internal/engine"
@@ -83,7 +84,8 @@ func Start(tb testing.TB, o Options) *Engine {
 	clk := clock.NewFakeClock(time.Now())
 	eng, err := engine.Open(ctx, nc, engine.Config{Log: o.Log, Policy: policy, Clock: clk, MaxCommandBytes: o.MaxCommandBytes,
 		SnapshotEvery: o.SnapshotEvery, RetentionEvery: o.RetentionEvery,
-		Presence: presence.Config{Interval: 200 * time.Millisecond, Wait: 200 * time.Millisecond}}, nil)
+		Presence:  presence.Config{Interval: 200 * time.Millisecond, Wait: 200 * time.Millisecond},
+		MapIngest: func(p int) error { return srv.AddMapping(ingest.IngestMapping(p)) }}, nil)
 	if err != nil {
 		tb.Fatal(err)
 	}

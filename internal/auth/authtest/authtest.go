@@ -37,7 +37,7 @@ func Start(tb testing.TB, tenants []string, extra string, mod ...func(*embedded.
 	tb.Helper()
 	dir := tb.TempDir()
 	specPath := filepath.Join(dir, "auth.yaml")
-	spec := "tenants: [" + strings.Join(tenants, ", ") + "]\n" + extra
+	spec := "tenants: [" + strings.Join(tenants, ", ") + "]\ncredentials: ./credentials\n" + extra
 	if err := os.WriteFile(specPath, []byte(spec), 0o600); err != nil {
 		tb.Fatal(err)
 	}

@@ -1,0 +1,171 @@
+package projections
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/go-json-experiment/json"
+	"github.com/turnstone-dev/turnstone/events"
+)
+
+// TestReconcileIndexRebuildsWhatTheIndexMissed: rows the index lost
+// (never stored, purged) and rows that went stale (fewer events than the
+// log holds, a status word this version does not use) are rebuilt from
+// the log when the partition is reconciled; rows that are right are left
+// as they are (same revision).
+func TestReconcileIndexRebuildsWhatTheIndexMissed(t *testing.T) {
+	ctx := testContext(t)
+	js := startJetStream(t)
+	log, err := events.Open(ctx, js, events.Config{Partitions: 1}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := EnsureIndexBucket(ctx, js, 1); err != nil {
+		t.Fatal(err)
+	}
+	store := newStore(t, js)
+	for i := 0; i < 6; i++ {
+		s := fmt.Sprintf("s%d", i)
+		var evs []events.Event
+		for _, pl := range []events.Payload{&events.SessionStarted{}, &events.TurnStarted{Prompt: "go"}} {
+			ev, _ := events.New(testTenant, s, "t1", pl)
+			evs = append(evs, ev)
+		}
+		if _, err := log.Append(ctx, evs); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n, err := RebuildIndex(ctx, log, store); err != nil || n != 6 {
+		t.Fatalf("rebuild: %d %v", n, err)
+	}
+	kv, _ := js.KeyValue(ctx, IndexBucket)
+	key := func(i int) string { return IndexKey(0, testTenant, fmt.Sprintf("s%d", i)) }
+	// s0 lost, s1 purged, s2 behind the log, s3 with an old status word.
+	_ = kv.Delete(ctx, key(0))
+	_ = kv.Purge(ctx, key(1))
+	e, _ := kv.Get(ctx, key(2))
+	var behind Summary
+	_ = json.Unmarshal(e.Value(), &behind)
+	behind.Events, behind.Status = 1, StatusIdle
+	b, _ := json.Marshal(behind)
+	_, _ = kv.Put(ctx, key(2), b)
+	e, _ = kv.Get(ctx, key(3))
+	_, _ = kv.Put(ctx, key(3), []byte(strings.Replace(string(e.Value()), `"in_turn"`, `"in-turn"`, 1)))
+	rev4, _ := kv.Get(ctx, key(4))
+
+	p, err := NewProjector(log, store, ProjectorConfig{Durable: "reconcile", Shared: true, Index: true}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := p.ReconcileIndex(ctx, 0)
+	if err != nil || n != 4 {
+		t.Fatalf("reconcile: rebuilt %d rows (%v), want 4", n, err)
+	}
+	for i := 0; i < 6; i++ {
+		e, err := kv.Get(ctx, key(i))
+		if err != nil {
+			t.Fatalf("s%d: %v", i, err)
+		}
+		var m Summary
+		if err := json.Unmarshal(e.Value(), &m); err != nil || m.Events != 2 || m.Status != StatusInTurn {
+			t.Fatalf("s%d after reconcile: %+v %v", i, m, err)
+		}
+	}
+	if e, _ := kv.Get(ctx, key(4)); e.Revision() != rev4.Revision() {
+		t.Fatal("a right row was written again")
+	}
+	if n, err := p.ReconcileIndex(ctx, 0); err != nil || n != 0 {
+		t.Fatalf("second reconcile: %d %v, want nothing to do", n, err)
+	}
+}
+
+// TestIndexKeysAndRowsReadTheSameIndex: the keys listed from the
+// bucket's subjects, their rows read by batched direct gets, and the
+// whole index read at once agree, sorted by tenant then session, with or
+// without a tenant filter, for more rows than one direct batch holds.
+func TestIndexKeysAndRowsReadTheSameIndex(t *testing.T) {
+	ctx := testContext(t)
+	js := startJetStream(t)
+	if err := EnsureIndexBucket(ctx, js, 1); err != nil {
+		t.Fatal(err)
+	}
+	kv, _ := js.KeyValue(ctx, IndexBucket)
+	want := map[string][]string{}
+	for i := 0; i < 2500; i++ {
+		tenant := []string{"acme", "globex", "b"}[i%3]
+		s := fmt.Sprintf("s%04d", rand.IntN(100000))
+		p := events.Partition(tenant, s, 8)
+		b, _ := json.Marshal(Summary{Tenant: tenant, Session: s, Partition: p, Status: StatusIdle, Events: i})
+		if _, err := kv.Put(ctx, IndexKey(p, tenant, s), b); err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Contains(want[tenant], s) {
+			want[tenant] = append(want[tenant], s)
+		}
+	}
+	// A subject that names no valid session has a row too.
+	inv := InvalidSubjectSummary("agent.evt.3.acme.x*", "acme", "x*", 3, 1, "a token holds *")
+	b, _ := json.Marshal(inv)
+	_, _ = kv.Put(ctx, invalidIndexKey(3, inv.Subject), b)
+	for _, tenant := range []string{"", "acme"} {
+		keys, err := IndexKeys(ctx, js, IndexFilter{Tenant: tenant})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := GetIndexRows(ctx, js, keys, tenant)
+		if err != nil {
+			t.Fatal(err)
+		}
+		all, err := ReadIndexRows(ctx, js, IndexFilter{Tenant: tenant})
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := 1 // the invalid row
+		for tn, ss := range want {
+			if tenant == "" || tn == tenant {
+				n += len(ss)
+			}
+		}
+		if len(got) != n || len(all) != n {
+			t.Fatalf("tenant %q: %d rows by keys, %d read whole, want %d", tenant, len(got), len(all), n)
+		}
+		sortRows(got)
+		for i := range got {
+			if got[i].Tenant != all[i].Tenant || got[i].Session != all[i].Session || string(got[i].Value) != string(all[i].Value) {
+				t.Fatalf("tenant %q row %d: %s/%s by keys, %s/%s read whole", tenant, i, got[i].Tenant, got[i].Session, all[i].Tenant, all[i].Session)
+			}
+			if i > 0 && (all[i-1].Tenant > all[i].Tenant || all[i-1].Tenant == all[i].Tenant && all[i-1].Session >= all[i].Session) {
+				t.Fatalf("tenant %q: rows %d and %d out of order", tenant, i-1, i)
+			}
+		}
+	}
+}
+
+// TestSortRowsMergesRuns: rows in sorted runs (as the subjects come) and
+// in any order come out sorted by tenant then session.
+func TestSortRowsMergesRuns(t *testing.T) {
+	for _, runs := range []int{1, 2, 3, 8, 13, 100} {
+		var rows []IndexRow
+		for r := 0; r < runs; r++ {
+			var run []IndexRow
+			for i := 0; i < rand.IntN(50); i++ {
+				run = append(run, IndexRow{Tenant: fmt.Sprintf("t%d", rand.IntN(3)), Session: fmt.Sprintf("s%05d", rand.IntN(100000))})
+			}
+			sortRows(run) // sorted within
+			rows = append(rows, run...)
+		}
+		want := slices.Clone(rows)
+		slices.SortFunc(want, func(a, b IndexRow) int {
+			return strings.Compare(a.Tenant+"\x00"+a.Session, b.Tenant+"\x00"+b.Session)
+		})
+		sortRows(rows)
+		for i := range rows {
+			if rows[i].Tenant != want[i].Tenant || rows[i].Session != want[i].Session {
+				t.Fatalf("%d runs: row %d is %s/%s, want %s/%s", runs, i, rows[i].Tenant, rows[i].Session, want[i].Tenant, want[i].Session)
+			}
+		}
+	}
+}
