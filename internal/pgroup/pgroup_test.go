@@ -323,13 +323,14 @@ func TestReadOwnership(t *testing.T) {
 		}
 	})
 	var own Ownership
-	waitFor(t, "two engines share the partitions", 10*time.Second, func() bool {
+	waitFor(t, "two engines share the partitions, one worker holds them all", 10*time.Second, func() bool {
 		own, err = ReadOwnership(ctx, js, "", time.Now(), 0)
 		c := map[string]int{}
 		for p := 0; p < 4; p++ {
 			c[own.Owner("engines", p)]++
+			c[own.Owner("workers", p)]++
 		}
-		return err == nil && c["e1"] == 2 && c["e2"] == 2 && len(own.Members) == 3
+		return err == nil && c["e1"] == 2 && c["e2"] == 2 && c["w1"] == 4 && len(own.Members) == 3
 	})
 	for p := 0; p < 4; p++ {
 		if own.Owner("workers", p) != "w1" {

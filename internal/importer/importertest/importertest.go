@@ -176,7 +176,9 @@ func strip(v any) any {
 		for k := range x {
 			switch {
 			case k == "seq", k == "seqs", k == "seqs_dropped", strings.HasSuffix(k, "_seq"),
-				k == "events", k == "tenant", k == "first_stored", k == "last_stored", k == "last_live_stored", k == "seen_at":
+				k == "events", k == "tenant", k == "first_stored", k == "last_stored", k == "last_live_stored", k == "seen_at",
+				// Store times (signs of life): when an import stored an event.
+				k == "active_at", k == "used_at", k == "paused_at", k == "last_abandon_stored":
 				delete(x, k)
 			default:
 				x[k] = strip(x[k])
