@@ -8,13 +8,20 @@ import (
 
 	"github.com/spf13/cobra"
 	"github.com/turnstone-dev/turnstone/internal/auth"
+	"github.com/turnstone-dev/turnstone/internal/cli"
 )
 
 func newAuthCommand(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "auth",
 		Short: "Credentials and the nats-server configuration of an auth spec (docs/security.md)",
-		Args:  cobra.NoArgs,
+		Example: cli.Examples(
+			"a CA and a server certificate for the engine's TLS",
+			"engine auth certs certs --hosts 127.0.0.1,localhost",
+			"the seeds and the accounts block of an external nats-server",
+			"engine auth config auth.yaml -o accounts.conf"),
+		Args:        cobra.NoArgs,
+		Annotations: map[string]string{cli.NoConnection: "true"},
 	}
 	var out string
 	config := &cobra.Command{
@@ -27,7 +34,11 @@ rotate that user's key), then print the nats-server configuration of the
 accounts, users and permissions (or write it to --out). An external
 nats-server or cluster includes it in its configuration (include
 "accounts.conf"); engine serve --auth does the same on the embedded server.`,
-		Args: cobra.ExactArgs(1),
+		Example: cli.Examples(
+			"write the seeds beside auth.yaml and the configuration to accounts.conf",
+			"engine auth config auth.yaml -o accounts.conf"),
+		Annotations: map[string]string{cli.NoConnection: "true"},
+		Args:        cli.ArgsNamed("the auth spec, a YAML file; docs/security.md", "SPEC"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			spec, err := auth.LoadSpec(args[0])
 			if err != nil {
@@ -78,7 +89,11 @@ by that CA, naming every --hosts, and its key: nats-server --tlscert and
 more days are kept, so it can run at every start; otherwise a new CA and
 server certificate replace them. The CA's private key is never written.
 Use your own CA instead when you have one (docs/security.md).`,
-		Args: cobra.ExactArgs(1),
+		Example: cli.Examples(
+			"a CA and a certificate for a server reached as 127.0.0.1 or localhost, in certs/",
+			"engine auth certs certs --hosts 127.0.0.1,localhost"),
+		Annotations: map[string]string{cli.NoConnection: "true"},
+		Args:        cli.ArgsNamed("the directory to write the certificates in", "DIR"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			created, err := auth.WriteCerts(auth.CertConfig{Dir: args[0], Hosts: hosts, ValidFor: validFor})
 			if err != nil {

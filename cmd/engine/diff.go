@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/spf13/cobra"
+	"github.com/turnstone-dev/turnstone/internal/cli"
 	"github.com/turnstone-dev/turnstone/internal/forensics"
 )
 
@@ -30,7 +31,12 @@ Counts are exact; the lists come from what the later state keeps
 (docs/limits.md), and say "(more not listed)" when they hold fewer.
 
 SESSION is a session token, a unique prefix of one, or TENANT/SESSION.`,
-		Args: cobra.ExactArgs(1),
+		Example: cli.Examples(
+			"what changed since stream sequence 5376",
+			"engine diff crash/55604662 --from 5376",
+			"between two sequences, as JSON",
+			"engine diff demo/rt-01JGZ8Q0 --from 3 --to 12 --json"),
+		Args: cli.ArgsNamed("a session token, a unique prefix of one, or TENANT/SESSION", "SESSION"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
 			if !cmd.Flags().Changed("from") {
@@ -58,7 +64,7 @@ SESSION is a session token, a unique prefix of one, or TENANT/SESSION.`,
 	cmd.Flags().StringVar(&tenant, "tenant", "", "tenant of the session (default: search every tenant)")
 	cmd.Flags().Uint64Var(&from, "from", 0, "the earlier stream sequence (0: before the first event)")
 	cmd.Flags().Uint64Var(&to, "to", 0, "the later stream sequence (0: the last event)")
-	cmd.Flags().BoolVar(&asJSON, "json", false, "print the diff as JSON")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the diff as JSON (docs/cli.md)")
 	return cmd
 }
 
@@ -66,8 +72,8 @@ SESSION is a session token, a unique prefix of one, or TENANT/SESSION.`,
 func printDiff(w io.Writer, d forensics.Diff) error {
 	p := func(format string, a ...any) { fmt.Fprintf(w, format, a...) }
 	p("session     %s/%s\n", d.Tenant, d.Session)
-	p("from        seq %d (state after seq %d)\n", d.From.Seq, d.From.LastSeq)
-	p("to          seq %d (state after seq %d)\n", d.To.Seq, d.To.LastSeq)
+	p("from        %s\n", diffPoint(d.From, "before the first event"))
+	p("to          %s\n", diffPoint(d.To, "the last event"))
 	status := d.From.Status + " -> " + d.To.Status
 	if !d.StatusChanged {
 		status = d.To.Status + " (unchanged)"
@@ -163,6 +169,21 @@ func printDiff(w io.Writer, d forensics.Diff) error {
 		p("\n(some lists hold fewer entries than their counts: the later state keeps only its latest entries)\n")
 	}
 	return nil
+}
+
+// diffPoint says where one side of a diff stands: the sequence asked for
+// and the event whose state it is ("seq 5376 (state after seq 5370)"), or,
+// for 0, what 0 means (zero: the word for it).
+func diffPoint(p forensics.Point, zero string) string {
+	switch {
+	case p.Seq == 0 && p.LastSeq == 0:
+		return "seq 0 (" + zero + ")"
+	case p.Seq == 0:
+		return fmt.Sprintf("seq %d (%s)", p.LastSeq, zero)
+	case p.Seq == p.LastSeq:
+		return fmt.Sprintf("seq %d", p.Seq)
+	}
+	return fmt.Sprintf("seq %d (state after seq %d)", p.Seq, p.LastSeq)
 }
 
 func first(xs []uint64) uint64 {

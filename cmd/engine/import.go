@@ -16,6 +16,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/turnstone-dev/turnstone/events"
 	"github.com/turnstone-dev/turnstone/internal/claudecode"
+	"github.com/turnstone-dev/turnstone/internal/cli"
 	"github.com/turnstone-dev/turnstone/internal/console"
 )
 
@@ -56,6 +57,11 @@ in the last 30 minutes as live, older ones as history), then watches the
 files and directories and appends each new file and each appended line as
 it is written, until Ctrl-C. A turn at the end of a file still being
 written stays in flight; a followed session is live.`,
+		Example: cli.Examples(
+			"import every Claude Code session of a project, as history",
+			"engine import --format claude-code ~/.claude/projects/my-project",
+			"record sessions live as Claude Code writes them, under tenant acme",
+			"engine import --format claude-code --tenant acme --follow ~/.claude/projects"),
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if format != "claude-code" {

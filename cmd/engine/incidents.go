@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/spf13/cobra"
 	"github.com/turnstone-dev/turnstone/events"
+	"github.com/turnstone-dev/turnstone/internal/cli"
 	"github.com/turnstone-dev/turnstone/internal/console"
 	"github.com/turnstone-dev/turnstone/internal/correlate"
 	"github.com/turnstone-dev/turnstone/internal/forensics"
@@ -50,7 +51,13 @@ each: its status, its first anomaly (marked resolved when a repair fixed
 it) and its latest recovery command with its outcome; subjects that name
 no valid session are listed too; --json then prints the sessions' views
 (docs/cli.md). --since keeps the signals (and sessions) within that
-duration, by event time.`,
+duration, by event time: a Go duration or a number of days ("90m", "24h",
+"7d"). --json prints the incidents (docs/cli.md, docs/schema).`,
+		Example: cli.Examples(
+			"the incidents of the last day",
+			"engine incidents --since 1d",
+			"one line per anomalous session of tenant acme, as JSON",
+			"engine incidents --by session --tenant acme --json"),
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
@@ -89,9 +96,9 @@ duration, by event time.`,
 			return renderIncidents(g.stdout, incidents(views, cutoff), asJSON)
 		},
 	}
-	cmd.Flags().DurationVar(&since, "since", 0, "only signals and sessions with an event within this duration (e.g. 24h)")
+	cli.DurationVar(cmd.Flags(), &since, "since", 0, "only signals and sessions with an event within this duration: 90m, 24h, 7d")
 	cmd.Flags().StringVar(&tenant, "tenant", "", "only this tenant")
-	cmd.Flags().BoolVar(&asJSON, "json", false, "print a JSON array")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print a JSON array: the incidents, or with --by session the sessions' views (docs/cli.md)")
 	cmd.Flags().StringVar(&by, "by", "incident", "incident: correlated fleet incidents; session: one line per anomalous session")
 	cmd.Flags().DurationVar(&gap, "gap", correlate.DefaultGap, "a window of an incident ends when this long passes without a signal of its key")
 	cmd.Flags().IntVar(&limit, "sessions", 5, "how many affected sessions each incident lists (text output)")

@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/spf13/cobra"
 	"github.com/turnstone-dev/turnstone/events"
+	"github.com/turnstone-dev/turnstone/internal/cli"
 	"github.com/turnstone-dev/turnstone/internal/console"
 	"github.com/turnstone-dev/turnstone/recovery"
 )
@@ -21,6 +22,11 @@ func newRecoveryCommand(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "recovery",
 		Short: "List, show and issue recovery commands",
+		Example: cli.Examples(
+			"every command with its state and outcome",
+			"engine recovery list",
+			"repair the orphans of a session by hand",
+			"engine recovery issue demo/rt-01JGZ8Q0 --kind repair_orphans --reason \"runtime crashed\""),
 	}
 	cmd.AddCommand(newRecoveryListCommand(g), newRecoveryShowCommand(g), newRecoveryIssueCommand(g))
 	return cmd
@@ -96,7 +102,14 @@ func newRecoveryListCommand(g *globals) *cobra.Command {
 		Short: "List recovery commands with their state (" + stateList() + ")",
 		Long: `List the recovery commands, newest first, each with its state (` + stateList() + `),
 outcome (` + outcomeList() + `), attempts, worker and reason. --json prints
-an array of {command, seq, status} (docs/cli.md).`,
+an array of {command, seq, status} (docs/cli.md). --session takes a
+session token, a prefix of one, or TENANT/SESSION (as the table prints
+it).`,
+		Example: cli.Examples(
+			"the commands that are still running",
+			"engine recovery list --state running",
+			"one session's commands, as JSON",
+			"engine recovery list --session demo/rt-01JGZ8Q0 --json"),
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if state != "" && !recovery.State(state).Valid() {
@@ -112,12 +125,16 @@ an array of {command, seq, status} (docs/cli.md).`,
 			if err != nil {
 				return err
 			}
+			tenant, prefix, byTenant := strings.Cut(session, "/")
+			if !byTenant {
+				prefix = session
+			}
 			kept := rows[:0]
 			for _, r := range rows {
 				if state != "" && r.Status.State != recovery.State(state) {
 					continue
 				}
-				if session != "" && !strings.HasPrefix(r.Command.Session, session) {
+				if (byTenant && r.Command.Tenant != tenant) || !strings.HasPrefix(r.Command.Session, prefix) {
 					continue
 				}
 				kept = append(kept, r)
@@ -127,7 +144,7 @@ an array of {command, seq, status} (docs/cli.md).`,
 		},
 	}
 	cmd.Flags().StringVar(&state, "state", "", "only commands in this state: "+stateList())
-	cmd.Flags().StringVar(&session, "session", "", "only commands of sessions starting with this")
+	cmd.Flags().StringVar(&session, "session", "", "only the commands of this session: a token, a prefix of one, or TENANT/SESSION")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print a JSON array (docs/cli.md)")
 	return cmd
 }
@@ -166,7 +183,10 @@ func newRecoveryShowCommand(g *globals) *cobra.Command {
 		Long: `Show one recovery command: what it asks, its state and outcome, and every
 event of its session's log that names it (attempts, outcome, park), in
 stream order. --json prints {command, seq, status, events} (docs/cli.md).`,
-		Args: cobra.ExactArgs(1),
+		Example: cli.Examples(
+			"a command and every attempt recorded in its session's log",
+			"engine recovery show repair_orphans-3f2a9c1d0b7e4a5f6c81"),
+		Args: cli.ArgsNamed("a command id; engine recovery list shows them", "ID"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
 			nc, log, err := g.connect(ctx)
@@ -262,7 +282,12 @@ func newRecoveryIssueCommand(g *globals) *cobra.Command {
 The command id derives from the kind, the session, the turn and the
 session's last sequence, so issuing the same command twice before the
 session changes stores it once.`,
-		Args: cobra.ExactArgs(1),
+		Example: cli.Examples(
+			"abandon a turn that will never end",
+			"engine recovery issue demo/rt-01JGZ8Q0 --kind abandon_turn --turn 01JGZ8Q1 --reason \"runtime crashed\"",
+			"repair a session's orphaned tool_use blocks",
+			"engine recovery issue demo/rt-01JGZ8Q0 --kind repair_orphans"),
+		Args: cli.ArgsNamed("a session token, a unique prefix of one, or TENANT/SESSION", "SESSION"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if !recovery.Kind(kind).Valid() {
 				return fmt.Errorf("--kind %q: not a command kind; one of: %s", kind, kindList())

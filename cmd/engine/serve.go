@@ -15,6 +15,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/turnstone-dev/turnstone/events"
 	"github.com/turnstone-dev/turnstone/internal/auth"
+	"github.com/turnstone-dev/turnstone/internal/cli"
 	"github.com/turnstone-dev/turnstone/internal/embedded"
 	"github.com/turnstone-dev/turnstone/internal/engine"
 	"github.com/turnstone-dev/turnstone/internal/presence"
@@ -68,9 +69,14 @@ credentials directory beside FILE, and each tenant's service connects with
 port over TLS, --tls-ca makes it mutual TLS. --listen on an address other
 than loopback needs --auth (or --insecure, which lets anyone who reaches
 the port read and write every tenant's sessions).`,
+		Example: cli.Examples(
+			"the engine on its embedded NATS server, with the web view on http://127.0.0.1:9465/ui/",
+			"engine serve --ui-listen 127.0.0.1:9465",
+			"a second engine sharing the partitions of the first one's server",
+			"engine serve --nats-url nats://127.0.0.1:4222 --name engine-2 --telemetry-listen 127.0.0.1:9466"),
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			external := cmd.Flags().Changed("nats-url") || os.Getenv("TURNSTONE_NATS_URL") != ""
+			external := g.conn.URLGiven(cmd.Flags())
 			f.syncSet = cmd.Flags().Changed("sync")
 			return runServe(cmd.Context(), g, f, external)
 		},
@@ -160,7 +166,7 @@ func runServe(ctx context.Context, g *globals, f serveFlags, external bool) erro
 		}
 		nc, err = nats.Connect(g.conn.URL, append(opts, nats.Name("turnstone-engine"), nats.MaxReconnects(-1))...)
 		if err != nil {
-			return fmt.Errorf("connect to %s: %w", g.conn.URL, err)
+			return fmt.Errorf("connect to %s: %w", g.conn.URL, cli.ExplainConnectError(err, client))
 		}
 		logger.Info().Str("url", g.conn.URL).Msg("using NATS server")
 	} else {
@@ -220,7 +226,6 @@ func runServe(ctx context.Context, g *globals, f serveFlags, external bool) erro
 			defer cancel()
 			_ = ts.Close(cctx)
 		}()
-		logger.Info().Str("addr", ts.Addr()).Msg("serving /metrics and /healthz")
 	}
 	eng, stop, err := startEngine(ctx, nc, f, policy, metrics, logger)
 	if err != nil {
@@ -239,7 +244,6 @@ func runServe(ctx context.Context, g *globals, f serveFlags, external bool) erro
 		return err
 	}
 	defer stopForensics()
-	logger.Info().Str("name", eng.Name()).Ints("partitions", eng.Partitions()).Int("of", eng.Log.Partitions()).Msg("engine ready; Ctrl-C to stop")
 	<-ctx.Done()
 	logger.Info().Msg("engine stopping")
 	return nil

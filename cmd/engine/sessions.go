@@ -7,6 +7,7 @@ import (
 
 	"github.com/spf13/cobra"
 	"github.com/turnstone-dev/turnstone/events"
+	"github.com/turnstone-dev/turnstone/internal/cli"
 	"github.com/turnstone-dev/turnstone/internal/console"
 	"github.com/turnstone-dev/turnstone/projections"
 )
@@ -35,6 +36,11 @@ contract forbids, such as a literal "*") are listed too, with status
 --broken lists only the sessions with an open orphan or an open violation
 (whatever their status shows first) and the invalid subjects. --json
 prints an array of the sessions' summaries (docs/cli.md).`,
+		Example: cli.Examples(
+			"every session, one line each",
+			"engine sessions",
+			"the sessions of tenant acme with an open orphan or violation, as JSON",
+			"engine sessions --tenant acme --broken --json"),
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if tenant != "" && !events.ValidToken(tenant) {
@@ -57,7 +63,7 @@ prints an array of the sessions' summaries (docs/cli.md).`,
 		},
 	}
 	cmd.Flags().StringVar(&tenant, "tenant", "", "list only this tenant's sessions")
-	cmd.Flags().BoolVar(&asJSON, "json", false, "print a JSON array of views (docs/cli.md)")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print a JSON array of summaries (docs/cli.md)")
 	cmd.Flags().BoolVar(&broken, "broken", false, "list only sessions with an open orphan or violation, and invalid subjects")
 	return cmd
 }

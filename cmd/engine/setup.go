@@ -5,6 +5,7 @@ import (
 
 	"github.com/spf13/cobra"
 	"github.com/turnstone-dev/turnstone/events"
+	"github.com/turnstone-dev/turnstone/internal/cli"
 	"github.com/turnstone-dev/turnstone/internal/engine"
 )
 
@@ -23,6 +24,11 @@ index, write probe). engine serve does it itself unless --use-existing;
 under auth only the operator may (docs/security.md). Settings not given
 keep the existing streams'; a setting given that differs is refused unless
 --update-streams.`,
+		Example: cli.Examples(
+			"set up a 3-node cluster's streams once, with 8 partitions",
+			"engine setup --replicas 3 --partitions 8",
+			"under auth, as the operator",
+			"engine setup --nkey credentials/operator.nk"),
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()

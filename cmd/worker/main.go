@@ -56,15 +56,31 @@ func newCommand(stderr io.Writer) *cobra.Command {
 		Long: `Join the recovery worker group of the engine at --nats-url and execute
 recovery commands until interrupted. Commands of one session run one at a
 time and in publish order; if this worker dies, NATS moves its partitions
-to another worker.`,
+to another worker.
+
+It connects as every Turnstone command does: --nats-url and the
+credentials and TLS flags, their environment variables, or a saved
+context (engine context --help), and waits for the server when it is not
+up yet.`,
+		Example: cli.Examples(
+			"join the group of the local engine",
+			"worker",
+			"join under auth, with the context saved for the worker's credentials",
+			"worker --context prod-worker --name worker-1"),
+		Version:       cli.ReadBuildInfo("worker").Version,
 		Args:          cobra.NoArgs,
 		SilenceUsage:  true,
 		SilenceErrors: true,
+		PreRunE: func(cmd *cobra.Command, _ []string) error {
+			return f.conn.Resolve(cmd.Flags(), true)
+		},
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return run(cmd.Context(), f, stderr)
 		},
 	}
 	cmd.SetErr(stderr)
+	cmd.SetOut(os.Stdout)
+	cmd.SetVersionTemplate(cli.ReadBuildInfo("worker").String())
 	cmd.Flags().StringVar(&f.name, "name", "", "worker name in events and statuses (default host-pid)")
 	cmd.Flags().DurationVar(&f.ackWait, "ack-wait", 10*time.Second, "how long a dead worker's command waits before redelivery")
 	cmd.Flags().IntVar(&f.maxDeliver, "max-deliver", 5, "deliveries before a failing command is parked")
@@ -73,6 +89,7 @@ to another worker.`,
 	cmd.Flags().DurationVar(&f.controlTimeout, "control-timeout", 10*time.Second, "timeout of each control request to the agent runtime")
 	cmd.Flags().BoolVar(&f.useExisting, "use-existing", false, "create and change no stream, consumer or bucket (an operator set them up); implied by --creds or --nkey, since the worker role may not (docs/security.md)")
 	f.conn.AddFlags(cmd.Flags(), "", "")
+	cli.SetUsage(cmd)
 	return cmd
 }
 
@@ -88,7 +105,7 @@ func run(ctx context.Context, f flags, stderr io.Writer) error {
 	if f.conn.Client.Authenticated() {
 		f.useExisting = true
 	}
-	nc, log, err := connect(ctx, f.conn.URL, opts, f.useExisting, logger)
+	nc, log, err := connect(ctx, f.conn, opts, f.useExisting, logger)
 	if err != nil {
 		return err
 	}
@@ -174,7 +191,8 @@ func run(ctx context.Context, f flags, stderr io.Writer) error {
 // connect connects to NATS and opens the event log, retrying with
 // exponential back-off until it works or ctx ends, so a worker started
 // beside the engine (or before it) waits for it instead of exiting.
-func connect(ctx context.Context, url string, opts []nats.Option, useExisting bool, logger zerolog.Logger) (*nats.Conn, *events.Log, error) {
+func connect(ctx context.Context, conn cli.Connection, opts []nats.Option, useExisting bool, logger zerolog.Logger) (*nats.Conn, *events.Log, error) {
+	url := conn.URL
 	var (
 		nc  *nats.Conn
 		log *events.Log
@@ -182,7 +200,7 @@ func connect(ctx context.Context, url string, opts []nats.Option, useExisting bo
 	op := func() error {
 		c, err := nats.Connect(url, append(opts, nats.MaxReconnects(-1))...)
 		if err != nil {
-			return err
+			return cli.ExplainConnectError(err, conn.Client)
 		}
 		js, err := jetstream.New(c)
 		if err == nil {
@@ -199,7 +217,7 @@ func connect(ctx context.Context, url string, opts []nats.Option, useExisting bo
 	b.MaxInterval = 5 * time.Second
 	b.MaxElapsedTime = 0 // until ctx ends
 	err := backoff.RetryNotify(op, backoff.WithContext(b, ctx), func(err error, next time.Duration) {
-		logger.Warn().Err(err).Str("url", url).Dur("retry_in", next).Msg("waiting for the engine's NATS server")
+		logger.Warn().Err(err).Str("url", url).Str("context", conn.Applied).Dur("retry_in", next).Msg("waiting for the engine's NATS server")
 	})
 	if err != nil {
 		return nil, nil, fmt.Errorf("connect to %s: %w", url, err)
