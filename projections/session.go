@@ -47,7 +47,11 @@ import (
 // github.com/go-json-experiment/json and compressed with S2 (numbers
 // that are zero are left out with omitzero; <, > and & written as they
 // are). A version 7 snapshot is refused and the session refolded.
-const Version = 8
+//
+// Version 9: Totals.ToolErrors (tool calls whose result said is_error)
+// and Turn.AbandonCause (turn.abandoned's cause), which a version 8
+// state lacks: its sessions are refolded once.
+const Version = 9
 
 // MaxClockSkew is how far an event's own time may lie ahead of its store
 // time (Event.Stored, JetStream's clock) before the fold flags it with a
@@ -378,6 +382,10 @@ type Totals struct {
 	AbandonedTurns int `json:"abandoned_turns,omitzero"`
 	ParkedCommands int `json:"parked_commands,omitzero"`
 	FailedCommands int `json:"failed_commands,omitzero"`
+	// ToolErrors counts the tool calls whose result said is_error (a
+	// tool_result block, or tool_call.completed), each once; a synthetic
+	// result written by a repair does not count.
+	ToolErrors int `json:"tool_errors,omitzero"`
 	// UntrackedToolUses counts the tool_use blocks past
 	// MaxToolUsesPerMessage of their message, which the state did not
 	// track.
@@ -610,6 +618,7 @@ func (s *Session) apply(ev events.Event) {
 				t.LastStage = stageKey(c)
 			}
 			t.Stage = stageKey(p.InStage())
+			t.AbandonCause = IDKey(p.Cause)
 			s.endTurn(ev, t, TurnAbandoned, p.Reason, 0)
 		}
 	case *events.MessageAppended:
@@ -625,7 +634,7 @@ func (s *Session) apply(ev events.Event) {
 	case *events.ToolCallCompleted:
 		if tc := s.toolCallEvent(ev, turn, p.ToolUseID, p.Name); tc != nil {
 			tc.CompletedSeq, tc.DurationMS = ev.Seq, p.DurationMS
-			tc.IsError = tc.IsError || p.IsError
+			s.toolError(tc, p.IsError)
 		}
 	case *events.ErrorRecorded:
 		s.recordError(ev, turn, p.Stage, p.ErrorInfo, p.Consecutive)

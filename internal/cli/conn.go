@@ -123,34 +123,31 @@ func (c *Connection) Resolve(fs *pflag.FlagSet, useSelected bool) error {
 	if err != nil {
 		return fmt.Errorf("--context: %w", err)
 	}
+	given := func(flag, env string) bool {
+		return os.Getenv(env) != "" || (fs.Lookup(flag) != nil && fs.Changed(flag))
+	}
 	for _, s := range []struct {
 		flag, env string
 		dst       *string
 		val       string
+		// other is the flag of the setting this one excludes: a context's
+		// --nkey does not apply beside a --creds given, nor the reverse.
+		other, otherEnv string
 	}{
-		{"nats-url", EnvURL, &c.URL, ctx.URL},
-		{"creds", EnvCreds, &c.Client.Creds, ctx.Creds},
-		{"nkey", EnvNkey, &c.Client.Nkey, ctx.Nkey},
-		{"tls-cert", EnvTLSCert, &c.Client.TLSCert, ctx.TLSCert},
-		{"tls-key", EnvTLSKey, &c.Client.TLSKey, ctx.TLSKey},
-		{"tls-ca", EnvTLSCA, &c.Client.TLSCA, ctx.TLSCA},
+		{"nats-url", EnvURL, &c.URL, ctx.URL, "", ""},
+		{"creds", EnvCreds, &c.Client.Creds, ctx.Creds, "nkey", EnvNkey},
+		{"nkey", EnvNkey, &c.Client.Nkey, ctx.Nkey, "creds", EnvCreds},
+		{"tls-cert", EnvTLSCert, &c.Client.TLSCert, ctx.TLSCert, "", ""},
+		{"tls-key", EnvTLSKey, &c.Client.TLSKey, ctx.TLSKey, "", ""},
+		{"tls-ca", EnvTLSCA, &c.Client.TLSCA, ctx.TLSCA, "", ""},
 	} {
-		if s.val == "" || os.Getenv(s.env) != "" || (fs.Lookup(s.flag) != nil && fs.Changed(s.flag)) {
+		if s.val == "" || given(s.flag, s.env) || (s.other != "" && given(s.other, s.otherEnv)) {
 			continue
 		}
 		*s.dst = s.val
 		if s.flag == "nats-url" {
 			c.AppliedURL = true
 		}
-	}
-	// A context that names credentials replaces the other kind unless a
-	// flag or the environment gave that one: --creds and --nkey exclude
-	// each other.
-	if ctx.Nkey != "" && c.Client.Creds != "" && !fs.Changed("creds") && os.Getenv(EnvCreds) == "" {
-		c.Client.Creds = ""
-	}
-	if ctx.Creds != "" && c.Client.Nkey != "" && !fs.Changed("nkey") && os.Getenv(EnvNkey) == "" {
-		c.Client.Nkey = ""
 	}
 	c.Applied = name
 	return nil
@@ -218,10 +215,9 @@ func (c *Connection) Dial(name string) (*nats.Conn, error) {
 // running?). The result wraps err.
 func ExplainConnectError(err error, client ClientConfig) error {
 	var (
-		unknownCA *x509.UnknownAuthorityError
+		unknownCA x509.UnknownAuthorityError
 		hostname  x509.HostnameError
 		invalid   x509.CertificateInvalidError
-		verify    *tls.CertificateVerificationError
 		alert     tls.AlertError
 	)
 	msg := err.Error()
@@ -233,7 +229,7 @@ func ExplainConnectError(err error, client ClientConfig) error {
 		return fmt.Errorf("%w: the server requires credentials; give --nkey FILE (a seed that engine serve --auth wrote) or --creds FILE, or save them in a context (engine context save --help)", err)
 	case errors.As(err, &hostname):
 		return fmt.Errorf("%w: the server's certificate does not name the host in --nats-url; connect by a name it has (engine auth certs --hosts lists them)", err)
-	case errors.As(err, &unknownCA), errors.As(err, &verify) && errors.As(verify.Err, &unknownCA):
+	case errors.As(err, &unknownCA):
 		if client.TLSCA != "" {
 			return fmt.Errorf("%w: --tls-ca %s did not sign the server's certificate; give the CA that did", err, client.TLSCA)
 		}

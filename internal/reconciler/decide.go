@@ -132,9 +132,9 @@ func Decide(in Input) []Action {
 		stages := stagesOf(t)
 		switch {
 		case in.RestartAbandon:
-			cmd(recovery.KindAbandonTurn, t.ID, "in flight when the engine restarted; "+stages, []uint64{t.StartedSeq}, recovery.Params{})
+			cmd(recovery.KindAbandonTurn, t.ID, "in flight when the engine restarted; "+stages, []uint64{t.StartedSeq}, recovery.Params{Cause: events.AbandonEngineRestart})
 		case in.Now.Sub(turnSeen(t, in.TurnSeenAt, in.Now)) >= deadline:
-			cmd(recovery.KindAbandonTurn, t.ID, fmt.Sprintf("no outcome within %s of its start; %s", deadline, stages), []uint64{t.StartedSeq}, recovery.Params{})
+			cmd(recovery.KindAbandonTurn, t.ID, fmt.Sprintf("no outcome within %s of its start; %s", deadline, stages), []uint64{t.StartedSeq}, recovery.Params{Cause: events.AbandonDeadline})
 		}
 	}
 

@@ -1,0 +1,54 @@
+package main
+
+import (
+	"bytes"
+	"io"
+	"strings"
+	"testing"
+
+	"github.com/spf13/cobra"
+)
+
+// TestEveryCommandHasExamples walks the command tree: each command's help
+// has one or two examples, lists the connection flags once under their
+// heading (or not at all for a command that connects to nothing), and a
+// command's Use line names its arguments.
+func TestEveryCommandHasExamples(t *testing.T) {
+	root := newRootCommand(io.Discard, io.Discard)
+	var walk func(c *cobra.Command)
+	walk = func(c *cobra.Command) {
+		for _, sub := range c.Commands() {
+			walk(sub)
+		}
+		path := c.CommandPath()
+		n := strings.Count(c.Example, "\n  # ") + 1
+		if !strings.HasPrefix(c.Example, "  # ") {
+			n = 0
+		}
+		if n < 1 || n > 2 {
+			t.Errorf("%s: %d examples, want one or two:\n%s", path, n, c.Example)
+		}
+		for _, line := range strings.Split(c.Example, "\n") {
+			line = strings.TrimSpace(line)
+			if line != "" && !strings.HasPrefix(line, "#") && !strings.HasPrefix(line, "engine") {
+				t.Errorf("%s: example %q does not run engine", path, line)
+			}
+		}
+		var out bytes.Buffer
+		c.SetOut(&out)
+		if err := c.Help(); err != nil {
+			t.Fatal(err)
+		}
+		h := out.String()
+		conn := strings.Count(h, "Connection Flags")
+		switch {
+		case c.Annotations["turnstone/no-connection"] == "true":
+			if conn != 0 || strings.Contains(h, "--nats-url") {
+				t.Errorf("%s connects to nothing but lists the connection flags", path)
+			}
+		case conn != 1 || strings.Count(h, "      --nats-url") != 1 || strings.Count(h, "      --tls-ca") != 1:
+			t.Errorf("%s: the connection flags are not listed once under one heading:\n%s", path, h)
+		}
+	}
+	walk(root)
+}
