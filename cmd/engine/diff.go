@@ -56,7 +56,7 @@ SESSION is a session token, a unique prefix of one, or TENANT/SESSION.`,
 				return err
 			}
 			if asJSON {
-				return writeJSON(g.stdout, d)
+				return writeJSON(g.stdout, diffJSON(d))
 			}
 			return printDiff(g.stdout, d)
 		},
@@ -169,6 +169,16 @@ func printDiff(w io.Writer, d forensics.Diff) error {
 		p("\n(some lists hold fewer entries than their counts: the later state keeps only its latest entries)\n")
 	}
 	return nil
+}
+
+// diffJSON is d as `diff --json` prints it: every list an array, empty
+// rather than null (docs/cli.md, Stability).
+func diffJSON(d forensics.Diff) forensics.Diff {
+	d.TurnsStarted, d.TurnsEnded = nonNil(d.TurnsStarted), nonNil(d.TurnsEnded)
+	d.ToolCallsStarted, d.ToolCallsAnswered = nonNil(d.ToolCallsStarted), nonNil(d.ToolCallsAnswered)
+	d.Messages, d.Distillations, d.Commands, d.Orphans = nonNil(d.Messages), nonNil(d.Distillations), nonNil(d.Commands), nonNil(d.Orphans)
+	d.Raised, d.Resolved = nonNil(d.Raised), nonNil(d.Resolved)
+	return d
 }
 
 // diffPoint says where one side of a diff stands: the sequence asked for

@@ -3,6 +3,8 @@ package main
 import (
 	"bytes"
 	"io"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -51,4 +53,50 @@ func TestEveryCommandHasExamples(t *testing.T) {
 		}
 	}
 	walk(root)
+}
+
+// TestEveryJSONOutputHasASchema: each command with --json has its schema
+// in docs/schema (named by its path: "recovery list" is
+// recovery-list.json), docs/cli.md links it, and the schema test
+// (test/cli_schema_test.go) validates an output against it.
+func TestEveryJSONOutputHasASchema(t *testing.T) {
+	cliDoc, err := os.ReadFile("../../docs/cli.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	schemaTest, err := os.ReadFile("../../test/cli_schema_test.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	root := newRootCommand(io.Discard, io.Discard)
+	var walk func(c *cobra.Command)
+	seen := 0
+	walk = func(c *cobra.Command) {
+		for _, sub := range c.Commands() {
+			walk(sub)
+		}
+		if c.Flags().Lookup("json") == nil {
+			return
+		}
+		names := []string{strings.ReplaceAll(strings.TrimPrefix(c.CommandPath(), "engine "), " ", "-") + ".json"}
+		if c.Name() == "incidents" {
+			names = append(names, "incidents-by-session.json")
+		}
+		for _, name := range names {
+			seen++
+			if _, err := os.Stat(filepath.Join("../../docs/schema", name)); err != nil {
+				t.Errorf("%s --json has no schema docs/schema/%s", c.CommandPath(), name)
+			}
+			if !strings.Contains(string(cliDoc), "(schema/"+name+")") {
+				t.Errorf("docs/cli.md does not link schema/%s", name)
+			}
+			if !strings.Contains(string(schemaTest), `"`+name+`"`) {
+				t.Errorf("test/cli_schema_test.go never validates %s", name)
+			}
+		}
+	}
+	walk(root)
+	if seen < 10 {
+		t.Errorf("only %d --json outputs found", seen)
+	}
 }

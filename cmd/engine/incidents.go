@@ -148,7 +148,7 @@ func printIncidents(w io.Writer, incs []correlate.Incident, limit int) error {
 		if in.Recurring {
 			tags += " [recurring]"
 		}
-		fmt.Fprintf(w, "%s  %s%s\n", in.ID, in.Title, tags)
+		fmt.Fprintf(w, "%s  [%s] %s: %s%s\n", in.ID, in.Severity, in.Label, in.Title, tags)
 		fmt.Fprintf(w, "  seen      %s .. %s UTC, %d window(s)\n", in.FirstSeen.Format(time.DateTime), in.LastSeen.Format(time.DateTime), len(in.Windows))
 		fmt.Fprintf(w, "  affected  %d session(s) of %d tenant(s) (%s), %d signal(s)\n", len(in.Sessions), len(in.Tenants), strings.Join(in.Tenants, ", "), in.Signals)
 		fmt.Fprintf(w, "  evidence  %s\n", in.Hypothesis)

@@ -70,7 +70,10 @@ func loadCommands(ctx context.Context, log *events.Log) ([]commandRow, error) {
 			}
 			var c recovery.Command
 			if json.Unmarshal(msg.Data(), &c) == nil {
-				rows = append(rows, commandRow{Command: c, Seq: meta.Sequence.Stream, Status: recovery.Status{State: recovery.StatePending}})
+				// Pending until a worker reports: the command's identity,
+				// as of its issue.
+				rows = append(rows, commandRow{Command: c, Seq: meta.Sequence.Stream, Status: recovery.Status{ID: c.ID, Kind: c.Kind,
+					Tenant: c.Tenant, Session: c.Session, Seq: meta.Sequence.Stream, State: recovery.StatePending, UpdatedAt: c.IssuedAt}})
 			}
 			return nil
 		})

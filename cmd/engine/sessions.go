@@ -24,7 +24,9 @@ func newSessionsCommand(g *globals) *cobra.Command {
 		Long: `List every session in the log, one line each: tenant, session, turns,
 status (paused, in_turn, broken or idle), open orphaned tool_use blocks
 (and how many were repaired), open violations (and how many were
-resolved), events and the time of the last event. The rows come from the
+resolved), what happened last (the latest anomaly and the latest
+recovery with its outcome, such as "turn abandoned by hand ·
+repair_orphans recovered"), events and the time of the last event. The rows come from the
 fleet index the engines keep (bucket turnstone_sessions: one summary per
 session, written within a second of its last event), so listing 100,000
 sessions takes a moment; inspect a session for its whole state.
@@ -93,18 +95,18 @@ func renderSessions(w io.Writer, views []projections.Summary, asJSON bool) error
 	}
 	w = console.NewWriter(w)
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "TENANT\tSESSION\tTURNS\tSTATUS\tORPHANS\tVIOLATIONS\tEVENTS\tLAST EVENT")
+	fmt.Fprintln(tw, "TENANT\tSESSION\tTURNS\tSTATUS\tORPHANS\tVIOLATIONS\tWHAT HAPPENED\tEVENTS\tLAST EVENT")
 	var invalid []projections.Summary
 	for _, v := range views {
 		if v.Status == projections.StatusInvalid {
 			invalid = append(invalid, v)
-			fmt.Fprintf(tw, "%s\t%s\t-\t%s\t-\t-\t%d\t-\n", orDash(v.Tenant), orDash(v.Session), v.Status, v.Events)
+			fmt.Fprintf(tw, "%s\t%s\t-\t%s\t-\t-\t-\t%d\t-\n", orDash(v.Tenant), orDash(v.Session), v.Status, v.Events)
 			continue
 		}
 		c := v.Counts
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%d\t%s\n", v.Tenant, v.Session, c.TurnsTotal, v.Status,
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%s\t%d\t%s\n", v.Tenant, v.Session, c.TurnsTotal, v.Status,
 			countCell(c.OrphansOpen, c.OrphansRepaired, "repaired"), countCell(c.ViolationsOpen, c.ViolationsResolved, "resolved"),
-			v.Events, tableTime(v.LastTime))
+			orDash(cut(v.Triage.Text(), 60)), v.Events, tableTime(v.LastTime))
 	}
 	if err := tw.Flush(); err != nil {
 		return err

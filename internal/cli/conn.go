@@ -197,7 +197,7 @@ func (c *Connection) Options(name string) ([]nats.Option, error) {
 func (c *Connection) Dial(name string) (*nats.Conn, error) {
 	opts, err := c.Options(name)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("connect to %s: %w", c.where(), err)
 	}
 	nc, err := nats.Connect(c.URL, append(opts, nats.Timeout(5*time.Second),
 		nats.ErrorHandler(func(*nats.Conn, *nats.Subscription, error) {}))...)

@@ -140,6 +140,19 @@ func (k Key) String() string {
 	return b.String()
 }
 
+// Scope is the key's fields other than its kind and class, for people:
+// "provider anthropic · code 529", "runtime claude-code 2.1.38 · stage
+// history"; "" when the key has none.
+func (k Key) Scope() string {
+	var parts []string
+	for _, p := range [][2]string{{"provider", k.Provider}, {"model", k.Model}, {"runtime", k.Runtime}, {"tool", k.Tool}, {"stage", k.Stage}, {"code", k.Code}} {
+		if p[1] != "" {
+			parts = append(parts, p[0]+" "+p[1])
+		}
+	}
+	return strings.Join(parts, " · ")
+}
+
 // Title names the key for people: "overloaded 529 · provider anthropic",
 // "tool_use_without_result · runtime claude-code 2.1.38".
 func (k Key) Title() string {
