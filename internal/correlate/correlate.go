@@ -392,7 +392,9 @@ func build(k Key, sigs []Signal, outcomes map[sessionRef][]Outcome, cfg Config) 
 	for c, n := range causes {
 		in.Causes = append(in.Causes, Count{Value: c, Sessions: n})
 	}
-	slices.SortFunc(in.Causes, func(a, b Count) int { return cmp.Or(cmp.Compare(b.Sessions, a.Sessions), cmp.Compare(a.Value, b.Value)) })
+	slices.SortFunc(in.Causes, func(a, b Count) int {
+		return cmp.Or(cmp.Compare(b.Sessions, a.Sessions), cmp.Compare(a.Value, b.Value))
+	})
 	for t := range tenants {
 		in.Tenants = append(in.Tenants, t)
 	}

@@ -59,8 +59,8 @@ func FromSession(s *projections.Session) ([]Signal, []Outcome) {
 		}
 		return time.Time{}
 	}
-	failed := map[string]Key{}   // turn -> key of its turn.failed signal
-	ended := map[string]int{}     // turn -> index of the signal of its turn.failed or turn.abandoned
+	failed := map[string]Key{} // turn -> key of its turn.failed signal
+	ended := map[string]int{}  // turn -> index of the signal of its turn.failed or turn.abandoned
 	for i := range s.Turns {
 		t := &s.Turns[i]
 		switch {
