@@ -1,20 +1,23 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"strings"
 
 	"github.com/spf13/cobra"
+	"github.com/turnstone-dev/turnstone/events"
 	"github.com/turnstone-dev/turnstone/internal/cli"
 	"github.com/turnstone-dev/turnstone/internal/forensics"
 )
 
 func newDiffCommand(g *globals) *cobra.Command {
 	var (
-		tenant   string
-		from, to uint64
-		asJSON   bool
+		tenant string
+		from   int64
+		to     uint64
+		asJSON bool
 	)
 	cmd := &cobra.Command{
 		Use:   "diff SESSION --from SEQ --to SEQ",
@@ -24,8 +27,10 @@ of --from with its state as of --to: the status, the turns that started and
 ended, the tool calls added and answered, the messages added, the
 violations raised and resolved, the orphans declared and repaired, the
 recovery commands that moved, the distillations. --from 0 is before the
-first event; --to 0 (the default) is the last event. A sequence between
-two of the session's events means the state after the earlier one.
+first event; a negative --from counts events back from the last (-5: the
+state five events before the end); --to 0 (the default) is the last
+event. A sequence between two of the session's events means the state
+after the earlier one.
 
 Counts are exact; the lists come from what the later state keeps
 (docs/limits.md), and say "(more not listed)" when they hold fewer.
@@ -51,7 +56,13 @@ SESSION is a session token, a unique prefix of one, or TENANT/SESSION.`,
 			if err != nil {
 				return err
 			}
-			d, err := forensics.DiffLog(ctx, log, ref.Tenant, ref.Session, from, to)
+			fromSeq := uint64(max(from, 0))
+			if from < 0 {
+				if fromSeq, err = eventsBack(ctx, log, ref, int(-from)); err != nil {
+					return err
+				}
+			}
+			d, err := forensics.DiffLog(ctx, log, ref.Tenant, ref.Session, fromSeq, to)
 			if err != nil {
 				return err
 			}
@@ -62,7 +73,7 @@ SESSION is a session token, a unique prefix of one, or TENANT/SESSION.`,
 		},
 	}
 	cmd.Flags().StringVar(&tenant, "tenant", "", "tenant of the session (default: search every tenant)")
-	cmd.Flags().Uint64Var(&from, "from", 0, "the earlier stream sequence (0: before the first event)")
+	cmd.Flags().Int64Var(&from, "from", 0, "the earlier stream sequence (0: before the first event; -N: N events before the last)")
 	cmd.Flags().Uint64Var(&to, "to", 0, "the later stream sequence (0: the last event)")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the diff as JSON (docs/cli.md)")
 	return cmd
@@ -169,6 +180,25 @@ func printDiff(w io.Writer, d forensics.Diff) error {
 		p("\n(some lists hold fewer entries than their counts: the later state keeps only its latest entries)\n")
 	}
 	return nil
+}
+
+// eventsBack is the stream sequence of the session's event n events
+// before its last (0, before the first event, when it has n or fewer).
+func eventsBack(ctx context.Context, log *events.Log, ref events.SessionRef, n int) (uint64, error) {
+	ring := make([]uint64, n+1)
+	count := 0
+	err := log.ReadSession(ctx, ref.Tenant, ref.Session, events.ReadOptions{}, func(ev events.Event) error {
+		ring[count%(n+1)] = ev.Seq
+		count++
+		return nil
+	})
+	if err != nil {
+		return 0, err
+	}
+	if count <= n {
+		return 0, nil
+	}
+	return ring[(count-n-1)%(n+1)], nil
 }
 
 // diffJSON is d as `diff --json` prints it: every list an array, empty

@@ -15,6 +15,7 @@ import (
 	"github.com/turnstone-dev/turnstone/events"
 	"github.com/turnstone-dev/turnstone/internal/cli"
 	"github.com/turnstone-dev/turnstone/internal/console"
+	"github.com/turnstone-dev/turnstone/projections"
 	"github.com/turnstone-dev/turnstone/recovery"
 )
 
@@ -284,7 +285,10 @@ func newRecoveryIssueCommand(g *globals) *cobra.Command {
 ` + kindList() + `.
 The command id derives from the kind, the session, the turn and the
 session's last sequence, so issuing the same command twice before the
-session changes stores it once.`,
+session changes stores it once.
+
+Without --turn, abandon_turn takes the session's oldest turn in flight,
+and retry_turn its latest failed turn.`,
 		Example: cli.Examples(
 			"abandon a turn that will never end",
 			"engine recovery issue demo/rt-01JGZ8Q0 --kind abandon_turn --turn 01JGZ8Q1 --reason \"runtime crashed\"",
@@ -312,6 +316,11 @@ session changes stores it once.`,
 			if err != nil {
 				return err
 			}
+			if turn == "" && (recovery.Kind(kind) == recovery.KindAbandonTurn || recovery.Kind(kind) == recovery.KindRetryTurn) {
+				if turn, err = turnToRecover(ctx, log, ref, recovery.Kind(kind)); err != nil {
+					return err
+				}
+			}
 			c := recovery.NewCommand(recovery.Kind(kind), ref.Tenant, ref.Session, turn, reason, []uint64{last})
 			params.ToolUseIDs = toolUseIDs
 			c.Params = params
@@ -334,7 +343,7 @@ session changes stores it once.`,
 	cmd.Flags().StringVar(&tenant, "tenant", "", "tenant of the session (default: search every tenant)")
 	cmd.Flags().StringVar(&kind, "kind", "", "command kind (required): "+kindList())
 	cmd.Flags().StringVar(&reason, "reason", "issued by hand", "why, for the log")
-	cmd.Flags().StringVar(&turn, "turn", "", "turn concerned (abandon_turn, retry_turn)")
+	cmd.Flags().StringVar(&turn, "turn", "", "turn concerned (abandon_turn: default the oldest in flight; retry_turn: default the latest failed)")
 	cmd.Flags().StringSliceVar(&toolUseIDs, "tool-use-id", nil, "repair_orphans: only these tool_use ids (default every orphan)")
 	cmd.Flags().Uint64Var(&params.ToSeq, "to-seq", 0, "rewind_session: the sequence to rewind to")
 	cmd.Flags().Uint64Var(&params.AtSeq, "at-seq", 0, "fork_session: the last sequence of the prefix to copy")
@@ -343,6 +352,32 @@ session changes stores it once.`,
 	cmd.Flags().StringVar(&params.Strategy, "strategy", "", "pivot_strategy: the strategy to pivot to")
 	_ = cmd.MarkFlagRequired("kind")
 	return cmd
+}
+
+// turnToRecover is the turn a command of kind names when --turn is not
+// given: for abandon_turn the session's oldest turn in flight, for
+// retry_turn its latest failed turn. Error: the session has none.
+func turnToRecover(ctx context.Context, log *events.Log, ref events.SessionRef, kind recovery.Kind) (string, error) {
+	store, err := projections.NewSnapshotStore(log.JetStream(), projections.SnapshotConfig{})
+	if err != nil {
+		return "", err
+	}
+	s, err := projections.Restore(ctx, log, store, ref.Tenant, ref.Session)
+	if err != nil {
+		return "", err
+	}
+	if kind == recovery.KindAbandonTurn {
+		if t := s.InFlightTurn(); t != nil {
+			return t.ID, nil
+		}
+		return "", fmt.Errorf("--kind abandon_turn: %s/%s has no turn in flight (engine inspect shows its turns); name one with --turn", ref.Tenant, ref.Session)
+	}
+	for i := len(s.Turns) - 1; i >= 0; i-- {
+		if s.Turns[i].Status == projections.TurnFailed {
+			return s.Turns[i].ID, nil
+		}
+	}
+	return "", fmt.Errorf("--kind retry_turn: %s/%s has no failed turn (engine inspect shows its turns); name one with --turn", ref.Tenant, ref.Session)
 }
 
 func stateList() string {

@@ -86,11 +86,15 @@ the port read and write every tenant's sessions).`,
 		data = "turnstone-data"
 	}
 	cmd.Flags().StringVar(&f.policy, "policy", "", "reconciler policy file (YAML; docs/policy.md); default: the built-in defaults")
-	cmd.Flags().StringVar(&f.telemetry, "telemetry-listen", "127.0.0.1:9464", "address of /metrics and /healthz (empty: off)")
+	cmd.Flags().StringVar(&f.telemetry, "telemetry-listen", cli.TelemetryDefault("127.0.0.1:9464"), "address of /metrics and /healthz (empty: off; env "+cli.EnvTelemetryListen+")")
 	cmd.Flags().StringVar(&f.ui, "ui-listen", "", "address of the read-only web view, HOST:PORT, served under /ui/ (empty: off); bind it where only the people who may read every tenant's sessions reach it")
 	cmd.Flags().DurationVar(&f.incidentsTick, "incidents-every", 30*time.Second, "how often the fleet's incidents are correlated for /metrics (incidents_open)")
 	cmd.Flags().StringVar(&f.data, "data", data, "directory of the embedded server's JetStream store (env TURNSTONE_DATA)")
-	cmd.Flags().StringVar(&f.listen, "listen", net.JoinHostPort(embedded.DefaultHost, strconv.Itoa(embedded.DefaultPort)), "client address of the embedded server, HOST:PORT")
+	listen := os.Getenv(cli.EnvListen)
+	if listen == "" {
+		listen = net.JoinHostPort(embedded.DefaultHost, strconv.Itoa(embedded.DefaultPort))
+	}
+	cmd.Flags().StringVar(&f.listen, "listen", listen, "client address of the embedded server, HOST:PORT (env "+cli.EnvListen+", which the clients connect to by default too)")
 	cmd.Flags().IntVar(&f.replicas, "replicas", 0, "stream replicas of new streams (3 on a 3-node JetStream cluster); existing streams keep theirs unless --update-streams")
 	cmd.Flags().BoolVar(&f.updateStreams, "update-streams", false, "change existing streams whose settings differ from the flags given (without it such a difference is an error)")
 	cmd.Flags().BoolVar(&f.useExisting, "use-existing", false, "create and change no stream, consumer or bucket: an operator set them up (engine setup); for an engine without those permissions")
@@ -140,6 +144,11 @@ func runServe(ctx context.Context, g *globals, f serveFlags, external bool) erro
 	}
 	if f.telemetry != "" {
 		if err := checkListen("--telemetry-listen", f.telemetry, `HOST:PORT (or "" for none)`); err != nil {
+			return err
+		}
+	}
+	if f.ui != "" {
+		if err := checkListen("--ui-listen", f.ui, `HOST:PORT (or "" for none)`); err != nil {
 			return err
 		}
 	}

@@ -133,6 +133,17 @@ func TestResolveOrder(t *testing.T) {
 	if c.Client.TLSCA != "/env-ca.pem" || c.URL != "nats://a:4222" || !c.AppliedURL {
 		t.Errorf("environment under a context: %+v", c)
 	}
+	// A context named for the run wins over the environment.
+	c, _ = resolve(t, store, true, "--context", "a")
+	if c.Client.TLSCA != "/a-ca.pem" {
+		t.Errorf("--context a under %s: tls-ca %q", EnvTLSCA, c.Client.TLSCA)
+	}
+	t.Setenv(EnvCreds, "/env.creds")
+	c, err = resolve(t, store, true, "--context", "a")
+	if err != nil || c.Client.Creds != "" || c.Client.Nkey != "/a.nk" || c.Client.Validate() != nil {
+		t.Errorf("--context a (an nkey) under %s: %+v, %v", EnvCreds, c.Client, err)
+	}
+	os.Unsetenv(EnvCreds)
 	os.Unsetenv(EnvTLSCA)
 	// --context and TURNSTONE_CONTEXT name another; --context wins.
 	c, _ = resolve(t, store, true, "--context", "b")

@@ -27,10 +27,30 @@ import (
 // EnvURL is the environment variable that gives --nats-url's default.
 const EnvURL = "TURNSTONE_NATS_URL"
 
-// DefaultURL is the NATS URL a client uses when neither --nats-url nor
-// EnvURL is given: the embedded server of `engine serve`, which listens on
-// nats.DefaultURL (nats://127.0.0.1:4222).
+// DefaultURL is the NATS URL a client uses when nothing names a server
+// (no --nats-url, EnvURL, context or EnvListen): the embedded server of
+// `engine serve`, which listens on nats.DefaultURL (nats://127.0.0.1:4222).
 const DefaultURL = nats.DefaultURL
+
+// EnvListen is the environment variable that says where the local
+// engine's embedded server listens (HOST:PORT): the default of `engine
+// serve --listen`, and of the clients' --nats-url when nothing else names
+// a server (LocalURL). EnvTelemetryListen gives the default of `engine
+// serve --telemetry-listen` (not the worker's: two processes on one host
+// need two ports).
+const (
+	EnvListen          = "TURNSTONE_LISTEN"
+	EnvTelemetryListen = "TURNSTONE_TELEMETRY_LISTEN"
+)
+
+// LocalURL is the URL of the local engine's embedded server: nats:// and
+// EnvListen when it is set, else DefaultURL.
+func LocalURL() string {
+	if l := os.Getenv(EnvListen); l != "" {
+		return "nats://" + l
+	}
+	return DefaultURL
+}
 
 // Connection is how a binary reaches NATS and logs: the server URL (a
 // comma-separated list for a cluster), the log level (debug, info, warn,
@@ -73,7 +93,7 @@ func (c *Connection) AddFlags(fs *pflag.FlagSet, certUsage, caUsage string) {
 func (c *Connection) AddConnectionFlags(fs *pflag.FlagSet, certUsage, caUsage string) {
 	url := os.Getenv(EnvURL)
 	if url == "" {
-		url = DefaultURL
+		url = LocalURL()
 	}
 	fs.StringVar(&c.Context, "context", os.Getenv(EnvContext), "the saved context to connect with (engine context ls; env "+EnvContext+"; default: the selected one)")
 	fs.StringVar(&c.URL, "nats-url", url, "NATS server or cluster to use (env "+EnvURL+")")
@@ -86,15 +106,19 @@ func (c *Connection) AddConnectionFlags(fs *pflag.FlagSet, certUsage, caUsage st
 // ConnectionFlags are the names of the flags AddConnectionFlags adds.
 var ConnectionFlags = []string{"context", "nats-url", "creds", "nkey", "tls-cert", "tls-key", "tls-ca"}
 
-// Resolve applies the context to the settings that neither a flag on the
-// command line (fs) nor an environment variable gave: a setting's value is
-// its flag's, else its environment variable's, else the context's, else
-// the default. The context is --context, else EnvContext, else (when
-// useSelected) the selected one (ContextStore.Select); `engine serve`,
-// which runs the server rather than reaching one, passes false. Errors: a
-// named context that is not saved; the store's.
+// Resolve applies the context to the settings that no flag on the command
+// line (fs) gave. A context named for this run (--context, else
+// EnvContext) wins over the settings' environment variables; the selected
+// one (ContextStore.Select, used when useSelected and none is named) gives
+// only what neither a flag nor an environment variable gave. So a
+// setting's value is its flag's, else a named context's, else its
+// environment variable's, else the selected context's, else the default.
+// `engine serve`, which runs the server rather than reaching one, passes
+// useSelected false. Errors: a named context that is not saved; the
+// store's.
 func (c *Connection) Resolve(fs *pflag.FlagSet, useSelected bool) error {
 	name := c.Context
+	named := name != ""
 	if name == "" && (!useSelected || fs.Changed("context")) {
 		return nil // none named; --context "" names none
 	}
@@ -124,7 +148,7 @@ func (c *Connection) Resolve(fs *pflag.FlagSet, useSelected bool) error {
 		return fmt.Errorf("--context: %w", err)
 	}
 	given := func(flag, env string) bool {
-		return os.Getenv(env) != "" || (fs.Lookup(flag) != nil && fs.Changed(flag))
+		return (!named && os.Getenv(env) != "") || (fs.Lookup(flag) != nil && fs.Changed(flag))
 	}
 	for _, s := range []struct {
 		flag, env string
@@ -149,6 +173,14 @@ func (c *Connection) Resolve(fs *pflag.FlagSet, useSelected bool) error {
 			c.AppliedURL = true
 		}
 	}
+	// A named context that names credentials replaces the other kind the
+	// environment gave (--creds and --nkey exclude each other).
+	if named && ctx.Nkey != "" && !fs.Changed("creds") {
+		c.Client.Creds = ""
+	}
+	if named && ctx.Creds != "" && !fs.Changed("nkey") {
+		c.Client.Nkey = ""
+	}
 	c.Applied = name
 	return nil
 }
@@ -158,6 +190,15 @@ func (c *Connection) Resolve(fs *pflag.FlagSet, useSelected bool) error {
 // DefaultURL: `engine serve` then uses that server instead of its own.
 func (c *Connection) URLGiven(fs *pflag.FlagSet) bool {
 	return fs.Changed("nats-url") || os.Getenv(EnvURL) != "" || c.AppliedURL
+}
+
+// TelemetryDefault is the default of `engine serve --telemetry-listen`:
+// EnvTelemetryListen when it is set (also when empty: off), else def.
+func TelemetryDefault(def string) string {
+	if l, ok := os.LookupEnv(EnvTelemetryListen); ok {
+		return l
+	}
+	return def
 }
 
 // where names the server and, when a context gave settings, the context:
