@@ -27,11 +27,11 @@ func newContextCommand(g *globals) *cobra.Command {
 every command (and the worker and the reference runtime) connects with it
 without those flags.
 
-Each setting comes from its flag, else its environment variable
-(TURNSTONE_NATS_URL, TURNSTONE_NKEY, ...), else the context, else the
-default. The context is --context NAME, else TURNSTONE_CONTEXT, else the
-selected one; engine serve uses only a context named by --context or
-TURNSTONE_CONTEXT (it runs the server the others connect to).
+Each setting comes from its flag, else the context named for the command
+(--context NAME, else TURNSTONE_CONTEXT), else its environment variable
+(TURNSTONE_NATS_URL, TURNSTONE_NKEY, ...), else the selected context,
+else the default (the local engine). engine serve uses only a context
+named for it (it runs the server the others connect to).
 
 Contexts are kept in the user's configuration directory
 (` + contextDirHint() + `), one JSON file each, readable by the
