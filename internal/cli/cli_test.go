@@ -177,6 +177,20 @@ func TestResolveOrder(t *testing.T) {
 	if c.Applied != "b" {
 		t.Errorf("useSelected false ignored --context: %+v", c)
 	}
+	// With nothing named, the local engine: TURNSTONE_LISTEN, where engine
+	// serve listens.
+	if err := store.Select(""); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv(EnvListen, "127.0.0.1:5999")
+	c, _ = resolve(t, store, true)
+	if c.URL != "nats://127.0.0.1:5999" || LocalURL() != c.URL {
+		t.Errorf("%s: URL %q", EnvListen, c.URL)
+	}
+	os.Unsetenv(EnvListen)
+	if err := store.Select("a"); err != nil {
+		t.Fatal(err)
+	}
 	// --context "" names none; an unknown one is an error naming it.
 	c, _ = resolve(t, store, true, "--context", "")
 	if c.Applied != "" {
