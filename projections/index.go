@@ -115,13 +115,8 @@ func (t Triage) Text() string {
 		a := strings.ReplaceAll(t.Anomaly, "_", " ")
 		switch t.Anomaly {
 		case AnomalyTurnAbandoned:
-			switch t.Cause {
-			case events.AbandonDeadline:
-				a += " by its deadline"
-			case events.AbandonEngineRestart:
-				a += " when the engine restarted"
-			case events.AbandonManual:
-				a += " by hand"
+			if how := AbandonedHow(t.Cause); how != "" {
+				a += " " + how
 			}
 		case AnomalyTurnFailed:
 			if t.Cause != "" {
@@ -137,6 +132,21 @@ func (t Triage) Text() string {
 		parts = append(parts, t.Recovery+" "+t.Outcome)
 	}
 	return strings.Join(parts, " · ")
+}
+
+// AbandonedHow says how a turn was abandoned, from turn.abandoned's cause:
+// "by its deadline", "when the engine restarted", "by hand", or "" for a
+// cause it does not know (or none).
+func AbandonedHow(cause string) string {
+	switch cause {
+	case events.AbandonDeadline:
+		return "by its deadline"
+	case events.AbandonEngineRestart:
+		return "when the engine restarted"
+	case events.AbandonManual:
+		return "by hand"
+	}
+	return ""
 }
 
 // NeedsAttention reports whether the summary shows something open: a

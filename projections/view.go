@@ -430,15 +430,7 @@ func (s *Session) Triage() Triage {
 	}
 	if n := len(s.Commands); n > 0 {
 		c := s.Commands[n-1]
-		t.Recovery = c.Kind
-		switch {
-		case c.Parked:
-			t.Outcome = OutcomeParked
-		case c.Outcome != "":
-			t.Outcome = string(c.Outcome)
-		default:
-			t.Outcome = OutcomeRunning
-		}
+		t.Recovery, t.Outcome = c.Kind, c.Result()
 	}
 	return t
 }

@@ -32,20 +32,8 @@ import (
 func TestWebViewTriageInChromium(t *testing.T) {
 	ctx := context.Background()
 	eng := enginetest.Start(t, enginetest.Options{Policy: "budget:\n  same_error_limit: 1000\n  same_output_limit: 1000\n"})
-	fleet, err := forensics.OpenFleet(ctx, eng.JS, eng.Log, eng.Engine.Store, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(fleet.Close)
-	ui, err := web.New(web.Config{Addr: "127.0.0.1:0", Log: eng.Log, Store: eng.Engine.Store, Fleet: fleet}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := ui.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = ui.Close(context.Background()) })
-	base := "http://" + ui.Addr() + web.Prefix
+	fleet, addr := serveWebView(t, eng)
+	base := "http://" + addr + web.Prefix
 	b := newBrowser(t, artifacts(t, "web-triage"))
 
 	rt := eng.Runtime // tenant acme, answering control requests
@@ -222,6 +210,27 @@ func TestWebViewTriageInChromium(t *testing.T) {
 	}
 	checkBands(t, b, false) // a Claude Code transcript records no stages
 	b.screenshot("session-tool-errors.png")
+}
+
+// serveWebView serves the web view of eng on a free port of the loopback,
+// with the fleet index in memory, until the test ends; it returns the
+// fleet and the view's address (HOST:PORT).
+func serveWebView(t *testing.T, eng *enginetest.Engine) (*forensics.Fleet, string) {
+	t.Helper()
+	fleet, err := forensics.OpenFleet(context.Background(), eng.JS, eng.Log, eng.Engine.Store, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(fleet.Close)
+	ui, err := web.New(web.Config{Addr: "127.0.0.1:0", Log: eng.Log, Store: eng.Engine.Store, Fleet: fleet}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ui.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = ui.Close(context.Background()) })
+	return fleet, ui.Addr()
 }
 
 // checkBands checks the open session page's turn bands: no two stage

@@ -27,6 +27,9 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/turnstone-dev/turnstone/events"
+	"github.com/turnstone-dev/turnstone/projections"
 )
 
 // Kind says whether a Signal is an error a runtime recorded or an anomaly
@@ -445,20 +448,13 @@ func severity(in *Incident) Severity {
 	return SeverityMedium
 }
 
-// causeWords says how a turn was abandoned, for people.
+// causeWords says how a turn (or, plural, several) was abandoned, for
+// people (projections.AbandonedHow).
 func causeWords(cause string, plural bool) string {
-	switch cause {
-	case "deadline":
-		if plural {
-			return "by their deadline"
-		}
-		return "by its deadline"
-	case "engine_restart":
-		return "when the engine restarted"
-	case "manual":
-		return "by hand"
+	if plural && cause == events.AbandonDeadline {
+		return "by their deadline"
 	}
-	return ""
+	return projections.AbandonedHow(cause)
 }
 
 // label says what happened in a few words (Incident.Label).

@@ -135,16 +135,8 @@ func FromSession(s *projections.Session) ([]Signal, []Outcome) {
 			}
 			sigs = append(sigs, sig)
 		}
-		o := Outcome{Tenant: s.Tenant, Session: s.Session, CommandID: c.ID, Kind: c.Kind, Strategy: c.Strategy, Seq: c.FirstSeq, Attempts: c.Attempts}
-		switch {
-		case c.Parked:
-			o.Outcome = OutcomeParked
-		case c.Outcome != "":
-			o.Outcome = string(c.Outcome)
-		default:
-			o.Outcome = OutcomeRunning
-		}
-		outs = append(outs, o)
+		outs = append(outs, Outcome{Tenant: s.Tenant, Session: s.Session, CommandID: c.ID, Kind: c.Kind, Strategy: c.Strategy,
+			Seq: c.FirstSeq, Attempts: c.Attempts, Outcome: c.Result()})
 	}
 	return sigs, outs
 }

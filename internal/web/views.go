@@ -9,8 +9,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/turnstone-dev/turnstone/events"
 	"github.com/turnstone-dev/turnstone/internal/forensics"
+	"github.com/turnstone-dev/turnstone/projections"
 )
 
 // The geometry of a turn band's drawing (SVG user units).
@@ -259,13 +259,8 @@ var funcs = template.FuncMap{
 	"addf": func(a, b float64) float64 { return a + b },
 	// abandonedBy says how a turn was abandoned, from its cause.
 	"abandonedBy": func(cause string) string {
-		switch cause {
-		case events.AbandonDeadline:
-			return "by its deadline"
-		case events.AbandonEngineRestart:
-			return "when the engine restarted"
-		case events.AbandonManual:
-			return "by hand"
+		if how := projections.AbandonedHow(cause); how != "" {
+			return how
 		}
 		return "(cause not recorded)"
 	},
