@@ -61,6 +61,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -288,9 +289,19 @@ func TestREADME(t *testing.T) {
 		t.Fatalf("the README reads ../shared/data beside the checkout: %v", err)
 	}
 	work := readmeScratch(t, repo, shared)
+	// Distinct free ports: every listener is held until all are picked.
 	mapped := map[int]int{}
+	var held []net.Listener
 	for _, p := range ports {
-		mapped[p] = freePort(t)
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		held = append(held, l)
+		mapped[p] = l.Addr().(*net.TCPAddr).Port
+	}
+	for _, l := range held {
+		l.Close()
 	}
 	remap := func(s string) string {
 		for from, to := range mapped {
@@ -437,12 +448,13 @@ func copyFile(src, dst string) error {
 
 // readmeEnv is the environment of the README's blocks: this one without
 // TURNSTONE_*, a home of their own (so contexts saved by the README stay
-// in the scratch directory) with Go's caches where they were, colours off,
+// in the scratch directory) with Go's caches and settings where they were
+// (GOCACHE, GOMODCACHE, GOPATH, GOENV), colours off,
 // and the engine's default ports mapped (TURNSTONE_LISTEN,
 // TURNSTONE_TELEMETRY_LISTEN).
 func readmeEnv(t *testing.T, dir string, mapped map[int]int) []string {
 	t.Helper()
-	goEnv, err := exec.Command("go", "env", "-json", "GOCACHE", "GOMODCACHE", "GOPATH").Output()
+	goEnv, err := exec.Command("go", "env", "-json", "GOCACHE", "GOMODCACHE", "GOPATH", "GOENV").Output()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -463,7 +475,7 @@ func readmeEnv(t *testing.T, dir string, mapped map[int]int) []string {
 		env = append(env, kv)
 	}
 	env = append(env, "HOME="+home, "XDG_CONFIG_HOME="+filepath.Join(home, ".config"), "NO_COLOR=1",
-		"GOCACHE="+g["GOCACHE"], "GOMODCACHE="+g["GOMODCACHE"], "GOPATH="+g["GOPATH"])
+		"GOCACHE="+g["GOCACHE"], "GOMODCACHE="+g["GOMODCACHE"], "GOPATH="+g["GOPATH"], "GOENV="+g["GOENV"])
 	if p, ok := mapped[4222]; ok {
 		env = append(env, fmt.Sprintf("TURNSTONE_LISTEN=127.0.0.1:%d", p))
 	}
