@@ -253,6 +253,9 @@ func runServe(ctx context.Context, g *globals, f serveFlags, external bool) erro
 		return err
 	}
 	defer stopForensics()
+	// Last: when this is logged, every listener (NATS, telemetry, the web
+	// view) is up.
+	logger.Info().Str("name", eng.Name()).Ints("partitions", eng.Partitions()).Int("of", eng.Log.Partitions()).Msg("engine ready; Ctrl-C to stop")
 	<-ctx.Done()
 	logger.Info().Msg("engine stopping")
 	return nil
