@@ -89,6 +89,13 @@ func startEngine(t *testing.T, dir string, extra ...string) *engineProc {
 // address, so clients reconnect).
 func startEngineAt(t *testing.T, dir string, port int, extra ...string) *engineProc {
 	t.Helper()
+	return startEngineEnvAt(t, dir, port, nil, extra...)
+}
+
+// startEngineEnvAt is startEngineAt with env added to the process's
+// environment.
+func startEngineEnvAt(t *testing.T, dir string, port int, env []string, extra ...string) *engineProc {
+	t.Helper()
 	args := []string{"serve", "--listen", fmt.Sprintf("127.0.0.1:%d", port), "--data", dir}
 	if !slices.Contains(extra, "--telemetry-listen") {
 		args = append(args, "--telemetry-listen", "") // the default port may be taken on a shared machine
@@ -97,7 +104,7 @@ func startEngineAt(t *testing.T, dir string, port int, extra ...string) *engineP
 	cmd := exec.Command(filepath.Join(binDir, "engine"), args...)
 	out := &syncBuffer{}
 	cmd.Stdout, cmd.Stderr = out, out
-	cmd.Env = withoutNATSURL()
+	cmd.Env = append(withoutNATSURL(), env...)
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}

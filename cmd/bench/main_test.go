@@ -39,6 +39,7 @@ func tinySizes(t *testing.T) Sizes {
 		MemSessions: 50, MemHeldSessions: 30,
 		ImportPaths: []string{transcript},
 		ScaleEvents: 300, NewSessions: 200, FleetSessions: 300,
+		OTelEvents: 300,
 	}
 }
 
@@ -63,7 +64,7 @@ func TestRunProducesEveryFigure(t *testing.T) {
 		t.Fatalf("run: %v\n%s", err, stderr.String())
 	}
 	want := map[string]int{"append": 1, "fold": 1, "restore": 3, "inspect": 1, "incident": 2, "memory": 2, "import": 1, "sync": 1, "durability": 5,
-		"scale": 1, "newsessions": 1, "fleet": 2}
+		"scale": 1, "newsessions": 1, "fleet": 2, "otel": 2}
 	got := map[string]int{}
 	for _, row := range rep.Rows {
 		got[row.Bench]++
@@ -107,6 +108,10 @@ func TestRunProducesEveryFigure(t *testing.T) {
 		case "import":
 			if row.Metrics["records"] <= 0 || row.Metrics["records_per_s"] <= 0 {
 				t.Errorf("import: %+v", row.Metrics)
+			}
+		case "otel":
+			if row.Metrics["on"] <= 0 && row.Metrics["spans_per_s"] <= 0 {
+				t.Errorf("otel: no rates: %+v", row.Metrics)
 			}
 		}
 	}

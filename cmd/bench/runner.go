@@ -69,6 +69,9 @@ type Sizes struct {
 	Handovers     int
 	NewSessions   int
 	FleetSessions int
+	// OTelEvents are folded by an engine with its OpenTelemetry export on
+	// and off (over FoldSessions sessions), then backfilled.
+	OTelEvents int
 }
 
 // DefaultTranscripts is where the shipped Claude Code transcripts are, from
@@ -86,6 +89,7 @@ func FullSizes() Sizes {
 		MemSessions: 100_000, MemHeldSessions: 20_000,
 		ImportPaths: []string{DefaultTranscripts}, ImportSyncAlways: true,
 		ScaleEvents: 100_000, Handovers: 10, NewSessions: 20_000, FleetSessions: 100_000,
+		OTelEvents: 100_000,
 	}
 }
 
@@ -100,12 +104,13 @@ func QuickSizes() Sizes {
 		MemSessions: 5_000, MemHeldSessions: 2_000,
 		ImportPaths: []string{DefaultTranscripts},
 		ScaleEvents: 20_000, Handovers: 2, NewSessions: 5_000, FleetSessions: 20_000,
+		OTelEvents: 20_000,
 	}
 }
 
 // Benchmarks are the names --only takes, in the order they run.
 var Benchmarks = []string{"append", "ingest", "fold", "restore", "inspect", "incident", "memory", "import", "sync", "durability",
-	"scale", "handover", "newsessions", "fleet"}
+	"scale", "handover", "newsessions", "fleet", "otel"}
 
 // Row is one line of the results table.
 type Row struct {
@@ -268,6 +273,7 @@ func (m *Main) Run(ctx context.Context) (*Report, error) {
 		"handover":    r.handoverFigure,
 		"newsessions": r.newSessionsFigure,
 		"fleet":       r.fleetFigure,
+		"otel":        r.otelFigure,
 	}
 	for _, name := range Benchmarks {
 		if len(m.Only) > 0 && !slices.Contains(m.Only, name) {

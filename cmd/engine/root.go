@@ -73,6 +73,7 @@ Start the engine with 'engine serve'; the other commands connect to it
 		newRejectsCommand(g),
 		newAuthCommand(g),
 		newContextCommand(g),
+		newExportCommand(g),
 	)
 	cli.SetUsage(root)
 	return root

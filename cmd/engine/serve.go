@@ -18,6 +18,7 @@ import (
 	"github.com/turnstone-dev/turnstone/internal/cli"
 	"github.com/turnstone-dev/turnstone/internal/embedded"
 	"github.com/turnstone-dev/turnstone/internal/engine"
+	"github.com/turnstone-dev/turnstone/internal/otel"
 	"github.com/turnstone-dev/turnstone/internal/presence"
 	"github.com/turnstone-dev/turnstone/internal/reconciler"
 	"github.com/turnstone-dev/turnstone/internal/telemetry"
@@ -43,6 +44,9 @@ type serveFlags struct {
 	// tenants are the auth spec's tenants, pinged by the presence tracker
 	// (under auth a $SRV.PING does not reach the tenants' accounts).
 	tenants []string
+	// otel is the OpenTelemetry export the environment asks for
+	// (OTEL_EXPORTER_OTLP_*; docs/otel.md).
+	otel otel.ExportConfig
 }
 
 func newServeCommand(g *globals) *cobra.Command {
@@ -68,7 +72,14 @@ credentials directory beside FILE, and each tenant's service connects with
 --nkey credentials/<tenant>.nk. --tls-cert and --tls-key serve the client
 port over TLS, --tls-ca makes it mutual TLS. --listen on an address other
 than loopback needs --auth (or --insecure, which lets anyone who reaches
-the port read and write every tenant's sessions).`,
+the port read and write every tenant's sessions).
+
+With OTEL_EXPORTER_OTLP_ENDPOINT (or OTEL_EXPORTER_OTLP_TRACES_ENDPOINT) set,
+the engine exports what it folds to that OpenTelemetry backend as GenAI
+spans (docs/otel.md): OTEL_EXPORTER_OTLP_HEADERS, _PROTOCOL (http/protobuf
+or grpc), OTEL_SERVICE_NAME, OTEL_RESOURCE_ATTRIBUTES and the OTEL_BSP_*
+variables apply; OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true
+adds the messages' masked text.`,
 		Example: cli.Examples(
 			"the engine on its embedded NATS server, with the web view on http://127.0.0.1:9465/ui/",
 			"engine serve --ui-listen 127.0.0.1:9465",
@@ -114,6 +125,9 @@ func runServe(ctx context.Context, g *globals, f serveFlags, external bool) erro
 	}
 	if f.snapshotEvery < 1 {
 		return fmt.Errorf("--snapshot-every: must be at least 1, got %d", f.snapshotEvery)
+	}
+	if f.otel, err = otel.ConfigFromEnv(nil); err != nil {
+		return err // names each variable
 	}
 	policy, err := reconciler.LoadPolicy(f.policy)
 	if err != nil {
@@ -306,7 +320,22 @@ func embeddedConfig(f serveFlags) (embedded.Config, error) {
 // startEngine runs an engine (package engine) on nc until the returned
 // stop is called.
 func startEngine(ctx context.Context, nc *nats.Conn, f serveFlags, policy *reconciler.Policy, m *telemetry.Metrics, logger zerolog.Logger) (*engine.Engine, func(), error) {
+	var oc *engine.OTelConfig
+	if f.otel.Enabled {
+		exp, err := otel.NewSpanExporter(ctx, f.otel)
+		if err != nil {
+			return nil, nil, err
+		}
+		res, err := otel.ResourceFromEnv(ctx)
+		if err != nil {
+			return nil, nil, err
+		}
+		oc = &engine.OTelConfig{Exporter: exp, Export: otel.ExporterConfig{Map: f.otel.Map, Batch: f.otel.Batch, Resource: res}}
+		logger.Info().Str("endpoint", f.otel.Endpoint).Str("protocol", f.otel.Protocol).Bool("capture_content", f.otel.Map.CaptureContent).
+			Msg("exporting to OpenTelemetry (GenAI spans; docs/otel.md)")
+	}
 	e, err := engine.Open(ctx, nc, engine.Config{
+		OTel:          oc,
 		Name:          f.name,
 		Log:           events.Config{Partitions: f.partitions, Replicas: f.replicas, UpdateStreams: f.updateStreams},
 		Policy:        policy,

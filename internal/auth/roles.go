@@ -51,16 +51,20 @@ type Permissions struct {
 
 // Subjects used below, from the packages that own them.
 var (
-	evStream    = events.EventsStream
-	snapStream  = events.SnapshotsStream
-	recStream   = recovery.Stream
-	quarStream  = ingest.QuarantineStream
-	kvIndex     = projections.IndexBucket
-	kvMembers   = pgroup.DefaultBucket
-	kvProbe     = events.ProbeBucket
-	kvCommands  = recovery.StatusBucket
-	projectorP  = projections.ProjectorConsumerName("", 0)
-	recoveryP   = recovery.ConsumerName(0)
+	evStream   = events.EventsStream
+	snapStream = events.SnapshotsStream
+	recStream  = recovery.Stream
+	quarStream = ingest.QuarantineStream
+	kvIndex    = projections.IndexBucket
+	kvMembers  = pgroup.DefaultBucket
+	kvProbe    = events.ProbeBucket
+	kvCommands = recovery.StatusBucket
+	projectorP = projections.ProjectorConsumerName("", 0)
+	recoveryP  = recovery.ConsumerName(0)
+	// otelP is the live OpenTelemetry export's consumer of partition 0
+	// (otel.ConsumerName("", 0); written out so that this table links no
+	// OpenTelemetry SDK; internal/otel's tests check they agree).
+	otelP       = "turnstone-otel-p0"
 	evPrefix    = events.EventSubjectPrefix
 	snapPrefix  = events.SnapshotSubjectPrefix
 	cmdPrefix   = recovery.CommandSubjectPrefix
@@ -172,6 +176,7 @@ func Grants(role Role, tenant string) []Grant {
 		g = append(g, jsRead(evStream, "read the event log")...)
 		g = append(g, jsOrdered(evStream, "read and follow sessions (ordered consumers)")...)
 		g = append(g, jsDurable(evStream, partitionName(projectorP), "the projector's partition consumers")...)
+		g = append(g, jsDurable(evStream, partitionName(otelP), "the OpenTelemetry export's partition consumers (docs/otel.md)")...)
 		g = append(g, jsRead(snapStream, "restore sessions from snapshots")...)
 		g = append(g, jsRead(recStream, "read commands (reissue)")...)
 		g = append(g, jsRead(quarStream, "check the quarantine stream exists")...)
@@ -194,6 +199,7 @@ func Grants(role Role, tenant string) []Grant {
 		g = append(g, jsRead(evStream, "read sessions")...)
 		g = append(g, jsOrdered(evStream, "read and follow sessions (ordered consumers)")...)
 		g = append(g, jsNoUpdate(evStream, partitionName(projectorP))...)
+		g = append(g, jsNoUpdate(evStream, partitionName(otelP))...)
 		g = append(g, jsRead(recStream, "read commands")...)
 		g = append(g, jsDurable(recStream, partitionName(recoveryP), "the recovery partition consumers")...)
 		g = append(g, jsRead(snapStream, "restore sessions from snapshots")...)

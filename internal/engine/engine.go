@@ -30,12 +30,14 @@ import (
 	"github.com/turnstone-dev/turnstone/internal/clock"
 	"github.com/turnstone-dev/turnstone/internal/erasure"
 	"github.com/turnstone-dev/turnstone/internal/ingestserver"
+	"github.com/turnstone-dev/turnstone/internal/otel"
 	"github.com/turnstone-dev/turnstone/internal/pgroup"
 	"github.com/turnstone-dev/turnstone/internal/presence"
 	"github.com/turnstone-dev/turnstone/internal/reconciler"
 	"github.com/turnstone-dev/turnstone/internal/telemetry"
 	"github.com/turnstone-dev/turnstone/projections"
 	"github.com/turnstone-dev/turnstone/recovery"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 )
 
 // Group is the name of the engines' partition group:
@@ -80,11 +82,25 @@ type Config struct {
 	// buckets must exist: an operator ran `engine setup`). For an engine
 	// whose NATS permissions do not allow it (docs/security.md).
 	UseExisting bool
+	// OTel, when set, exports what the engine folds to an OpenTelemetry
+	// backend (package otel, docs/otel.md), through a durable consumer
+	// per partition of its own: only the partitions the engine owns, and
+	// a backend that is down delays the export, never the engine.
+	OTel *OTelConfig
 	// RetentionEvery is how often the engine erases the sessions of its
 	// partitions that are older than their tenant's retention (the
 	// policy's retention.max_age; none by default). Default 1 minute;
 	// negative: never.
 	RetentionEvery time.Duration
+}
+
+// OTelConfig is an engine's live OpenTelemetry export.
+type OTelConfig struct {
+	// Exporter receives the spans (otel.NewSpanExporter); the engine
+	// shuts it down when it closes.
+	Exporter sdktrace.SpanExporter
+	// Export configures the export; its Shared and Gate are the engine's.
+	Export otel.ExporterConfig
 }
 
 // Validate reports every out-of-range field, joined.
@@ -102,6 +118,14 @@ func (c *Config) Validate() error {
 	if err := c.Presence.Validate(); err != nil {
 		errs = append(errs, fmt.Errorf("presence: %w", err))
 	}
+	if c.OTel != nil {
+		if c.OTel.Exporter == nil {
+			errs = append(errs, errors.New("otel: no exporter"))
+		}
+		if err := c.OTel.Export.Validate(); err != nil {
+			errs = append(errs, fmt.Errorf("otel: %w", err))
+		}
+	}
 	return errors.Join(errs...)
 }
 
@@ -114,6 +138,8 @@ type Engine struct {
 	Reconciler *reconciler.Reconciler
 	Presence   *presence.Tracker
 	Ingest     *ingestserver.Server
+	// OTel is the live OpenTelemetry export (nil when Config.OTel is).
+	OTel *otel.Exporter
 	// Gate is the engine's erasure gate (package erasure): the
 	// projector, the reconciler and the ingest write through it.
 	Gate *erasure.Gate
@@ -133,14 +159,30 @@ type Engine struct {
 	wg      sync.WaitGroup
 }
 
+// SetupOption adds an optional part to Setup.
+type SetupOption func(*setupOptions)
+
+type setupOptions struct{ otel bool }
+
+// WithOTelExport makes Setup create (or update) the live OpenTelemetry
+// export's consumers too (otel.EnsureConsumers): `engine setup` when the
+// OTLP endpoint is set or --otel is given, and an engine that sets up
+// JetStream itself with its export on. They deliver the events stored
+// after they were created: history is exported with `engine export otel`.
+func WithOTelExport() SetupOption { return func(o *setupOptions) { o.otel = true } }
+
 // Setup creates or updates everything an engine and its workers need on
 // JetStream: the event and snapshot streams (events.Open with cfg), the
 // recovery stream, its partition consumers and status bucket, the
 // projector's partition consumers, the reconciler's probe bucket and the
-// members bucket. It is idempotent; `engine setup` runs it with operator
-// credentials, and Open runs it unless Config.UseExisting. It returns the
-// log it opened.
-func Setup(ctx context.Context, js jetstream.JetStream, cfg events.Config, logger *zerolog.Logger) (*events.Log, error) {
+// members bucket, and with WithOTelExport the export's consumers. It is
+// idempotent; `engine setup` runs it with operator credentials, and Open
+// runs it unless Config.UseExisting. It returns the log it opened.
+func Setup(ctx context.Context, js jetstream.JetStream, cfg events.Config, logger *zerolog.Logger, opts ...SetupOption) (*events.Log, error) {
+	var so setupOptions
+	for _, o := range opts {
+		o(&so)
+	}
 	log, err := events.Open(ctx, js, cfg, logger)
 	if err != nil {
 		return nil, fmt.Errorf("setup: %w", err)
@@ -150,6 +192,11 @@ func Setup(ctx context.Context, js jetstream.JetStream, cfg events.Config, logge
 	}
 	if err := projections.EnsureProjectorConsumers(ctx, js, projections.ProjectorConfig{}, log.Partitions()); err != nil {
 		return nil, fmt.Errorf("setup: %w", err)
+	}
+	if so.otel {
+		if err := otel.EnsureConsumers(ctx, js, log.Partitions()); err != nil {
+			return nil, fmt.Errorf("setup: %w", err)
+		}
 	}
 	replicas := log.Config().Replicas
 	if err := reconciler.EnsureProbeBucket(ctx, js, replicas); err != nil {
@@ -236,10 +283,20 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config, logger *zerolog.Logger
 		lcfg.UseExisting = true
 		e.Log, err = events.Open(ctx, js, lcfg, logger)
 	} else {
-		e.Log, err = Setup(ctx, js, lcfg, logger)
+		var opts []SetupOption
+		if cfg.OTel != nil {
+			opts = append(opts, WithOTelExport())
+		}
+		e.Log, err = Setup(ctx, js, lcfg, logger, opts...)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("open engine: %w", err)
+	}
+	if cfg.OTel != nil {
+		if e.OTel, err = openOTel(ctx, e, cfg, logger); err != nil {
+			_ = cfg.OTel.Exporter.Shutdown(ctx)
+			return nil, fmt.Errorf("open engine: %w", err)
+		}
 	}
 	if e.Store, err = projections.NewSnapshotStore(js, projections.SnapshotConfig{}); err != nil {
 		return nil, fmt.Errorf("open engine: %w", err)
@@ -354,6 +411,9 @@ func (e *Engine) acquire(ctx context.Context, p int, previousDead bool) error {
 	if err := e.Projector.Acquire(ctx, p, previousDead); err != nil {
 		return err
 	}
+	if e.OTel != nil {
+		e.OTel.Acquire(ctx, p, previousDead)
+	}
 	e.mu.Lock()
 	restart, closed := e.joining, e.closed
 	if !closed {
@@ -379,10 +439,16 @@ func (e *Engine) forget(scope erasure.Scope) {
 	if e.Reconciler != nil {
 		e.Reconciler.Forget(scope)
 	}
+	if e.OTel != nil {
+		e.OTel.Forget(scope)
+	}
 }
 
 // release stops folding and reconciling partition p.
 func (e *Engine) release(ctx context.Context, p int) {
+	if e.OTel != nil {
+		e.OTel.Release(ctx, p)
+	}
 	e.Projector.Release(ctx, p)
 	e.Reconciler.Release(p)
 }
@@ -402,6 +468,11 @@ func (e *Engine) observeLoop(m *telemetry.Metrics) {
 				lags[st.Partition] = st.Pending
 			}
 			m.SetPartitionLags(lags)
+		}
+		if e.OTel != nil {
+			if lags, err := e.OTel.Lags(ctx); err == nil {
+				m.SetOTelLags(lags)
+			}
 		}
 		cancel()
 		select {
@@ -488,5 +559,40 @@ func (e *Engine) Close(ctx context.Context) error {
 	if e.Presence != nil {
 		errs = append(errs, e.Presence.Close(ctx))
 	}
+	if e.OTel != nil {
+		errs = append(errs, e.OTel.Close(ctx))
+	}
 	return errors.Join(errs...)
+}
+
+// openOTel starts the engine's live export: it checks the export's
+// consumers exist (an engine that may not create them needs an operator's
+// `engine setup` with the export on) and shares the partitions the
+// engine owns.
+func openOTel(ctx context.Context, e *Engine, cfg Config, logger *zerolog.Logger) (*otel.Exporter, error) {
+	st, err := e.js.Stream(ctx, events.EventsStream)
+	if err != nil {
+		return nil, fmt.Errorf("otel export: %w", err)
+	}
+	if _, err := st.Consumer(ctx, otel.ConsumerName("", 0)); errors.Is(err, jetstream.ErrConsumerNotFound) {
+		return nil, fmt.Errorf("otel export: %w", otel.ErrNoConsumer)
+	} else if err != nil {
+		return nil, fmt.Errorf("otel export: %w", err)
+	}
+	xc := cfg.OTel.Export
+	xc.Shared, xc.Gate = true, e.Gate
+	if m := cfg.Metrics; m != nil {
+		prev := xc.OnExport
+		xc.OnExport = func(spans int, err error) {
+			m.OTelExport(spans, err)
+			if prev != nil {
+				prev(spans, err)
+			}
+		}
+	}
+	x, err := otel.NewExporter(e.Log, cfg.OTel.Exporter, xc, logger)
+	if err != nil {
+		return nil, fmt.Errorf("otel export: %w", err)
+	}
+	return x, nil
 }

@@ -54,6 +54,9 @@
 //	worker_commands_total{kind,outcome}       counter  WorkerCommand (a recovery worker)
 //	worker_command_seconds{kind}              histogram WorkerCommand: seconds from delivery to the command's end
 //	incidents_open{class}                     gauge    SetOpenIncidents: open fleet incidents by the class of their key
+//	otel_export_lag{partition}                gauge    SetOTelLags: events of a partition not yet exported to OpenTelemetry
+//	otel_spans_exported_total                 counter  OTelExport: spans the OpenTelemetry export sent
+//	otel_export_failures_total                counter  OTelExport: export calls that failed (tried again)
 //
 // The registry also holds the standard go_* and process_* collectors.
 //

@@ -57,6 +57,10 @@ type Metrics struct {
 
 	incidentsOpen *prometheus.GaugeVec
 
+	otelLag      *prometheus.GaugeVec
+	otelSpans    prometheus.Counter
+	otelFailures prometheus.Counter
+
 	failMu     sync.Mutex
 	failOn     bool
 	failReason string
@@ -105,8 +109,13 @@ func NewMetrics(namespace string) *Metrics {
 	m.incidentsOpen = prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: namespace, Name: "incidents_open",
 		Help: "Open fleet incidents (package correlate), by the class of their key: an error class or an anomaly rule."}, []string{"class"})
 
+	m.otelLag = prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: namespace, Name: "otel_export_lag",
+		Help: "Events of a partition this engine owns not yet exported to OpenTelemetry (its export consumer's pending and unacknowledged counts)."}, []string{"partition"})
+	m.otelSpans = counter("otel_spans_exported_total", "Spans the OpenTelemetry export sent (package otel).")
+	m.otelFailures = counter("otel_export_failures_total", "OpenTelemetry export calls that failed (each is tried again).")
+
 	m.reg.MustRegister(
-		m.partitionsOwned, m.rebalances, m.partitionLag, m.incidentsOpen,
+		m.partitionsOwned, m.rebalances, m.partitionLag, m.incidentsOpen, m.otelLag, m.otelSpans, m.otelFailures,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		m.turns, m.views,
