@@ -263,11 +263,13 @@ type TurnFailed struct {
 	Error ErrorInfo `json:"error"`
 }
 
-// TurnAbandoned ends a turn that had no outcome by its deadline.
-// LastStageCompleted is the last stage it completed (empty if none); Stage
-// is the stage it was in when it was abandoned (the one after
-// LastStageCompleted: see Stage.Next); Reason says who abandoned it and
-// why.
+// TurnAbandoned ends a turn that had no outcome by its deadline, or that
+// a person or the engine gave up on. LastStageCompleted is the last stage
+// it completed (empty if none); Stage is the stage it was in when it was
+// abandoned (the one after LastStageCompleted: see Stage.Next); Reason
+// says who abandoned it and why, for people; Cause says why for machines
+// (AbandonDeadline, AbandonEngineRestart, AbandonManual, or empty); and
+// CommandID names the recovery command that wrote it, when one did.
 //
 // LastStage is the key contract version 1 first wrote, "last_stage", with
 // the same meaning as LastStageCompleted: it is still read (see
@@ -277,7 +279,22 @@ type TurnAbandoned struct {
 	Stage              Stage  `json:"stage,omitempty"`
 	LastStage          Stage  `json:"last_stage,omitempty"`
 	Reason             string `json:"reason"`
+	Cause              string `json:"cause,omitempty"`
+	CommandID          string `json:"command_id,omitempty"`
 }
+
+// The causes of a turn.abandoned (TurnAbandoned.Cause).
+const (
+	// AbandonDeadline: the reconciler abandoned it when its deadline
+	// passed with no outcome.
+	AbandonDeadline = "deadline"
+	// AbandonEngineRestart: the reconciler abandoned it because it was in
+	// flight when the engine restarted (policy restart_abandon).
+	AbandonEngineRestart = "engine_restart"
+	// AbandonManual: a person issued the abandon_turn (engine recovery
+	// issue).
+	AbandonManual = "manual"
+)
 
 // Completed returns the last stage the turn completed: LastStageCompleted,
 // or the older key LastStage when only that is set.

@@ -80,6 +80,94 @@ type Summary struct {
 	PendingDistillation bool `json:"pending_distillation,omitzero"`
 	// Anomalous is Session.Anomalous (what `engine incidents` lists).
 	Anomalous bool `json:"anomalous,omitzero"`
+	// Triage is the session's latest anomaly and latest recovery, in a
+	// few words (Session.Triage): what a fleet list shows beside the
+	// status.
+	Triage Triage `json:"triage,omitzero"`
+}
+
+// Triage says what went wrong in a session last and what recovery did
+// about it, in a few words: the fleet list's "turn abandoned by hand ·
+// repair_orphans recovered". The zero value is a session with neither.
+type Triage struct {
+	// Anomaly is the What of the session's latest anomaly (a ViewAnomaly
+	// kind: a violation's rule, turn_failed, turn_abandoned, ...), empty
+	// when none; AnomalySeq its sequence; AnomalyState a violation's
+	// state (open, resolved, reset); Cause an abandoned turn's cause
+	// (events.AbandonDeadline, ...) or a failed turn's stage.
+	Anomaly      string `json:"anomaly,omitempty"`
+	AnomalySeq   uint64 `json:"anomaly_seq,omitzero"`
+	AnomalyState string `json:"anomaly_state,omitempty"`
+	Cause        string `json:"cause,omitempty"`
+	// Recovery is the kind of the latest recovery command run on the
+	// session, Outcome how it ended: recovered, degraded, failed, parked,
+	// or running while it has no outcome.
+	Recovery string `json:"recovery,omitempty"`
+	Outcome  string `json:"outcome,omitempty"`
+}
+
+// rank orders anomalies of one sequence (Session.Triage): a turn's end
+// before the violations it declared.
+func (t Triage) rank() int {
+	if t.Anomaly == AnomalyTurnAbandoned || t.Anomaly == AnomalyTurnFailed {
+		return 0
+	}
+	return 1
+}
+
+// Text is the triage in a few words: the anomaly, how it happened, and
+// the latest recovery with its outcome ("turn abandoned by hand ·
+// repair_orphans recovered", "tool_use_without_result (resolved)",
+// "turn failed in execute"); "" when there is nothing to say.
+func (t Triage) Text() string {
+	var parts []string
+	if t.Anomaly != "" {
+		a := strings.ReplaceAll(t.Anomaly, "_", " ")
+		switch t.Anomaly {
+		case AnomalyTurnAbandoned:
+			if how := AbandonedHow(t.Cause); how != "" {
+				a += " " + how
+			}
+		case AnomalyTurnFailed:
+			if t.Cause != "" {
+				a += " in " + t.Cause
+			}
+		}
+		if t.AnomalyState != "" && t.AnomalyState != StateOpen {
+			a += " (" + t.AnomalyState + ")"
+		}
+		parts = append(parts, a)
+	}
+	if t.Recovery != "" {
+		parts = append(parts, t.Recovery+" "+t.Outcome)
+	}
+	return strings.Join(parts, " · ")
+}
+
+// AbandonedHow says how a turn was abandoned, from turn.abandoned's cause:
+// "by its deadline", "when the engine restarted", "by hand", or "" for a
+// cause it does not know (or none).
+func AbandonedHow(cause string) string {
+	switch cause {
+	case events.AbandonDeadline:
+		return "by its deadline"
+	case events.AbandonEngineRestart:
+		return "when the engine restarted"
+	case events.AbandonManual:
+		return "by hand"
+	}
+	return ""
+}
+
+// NeedsAttention reports whether the summary shows something open: a
+// broken, paused or invalid session, an open orphan, or a latest recovery
+// that failed or was parked. A fleet list puts these first.
+func (m Summary) NeedsAttention() bool {
+	switch m.Status {
+	case StatusBroken, StatusPaused, StatusInvalid:
+		return true
+	}
+	return m.Counts.OrphansOpen > 0 || m.Triage.Outcome == string(events.OutcomeFailed) || m.Triage.Outcome == OutcomeParked
 }
 
 // SummaryPending is how many pending tool_use ids a Summary names.
@@ -104,6 +192,7 @@ func (s *Session) Summary(partition int) Summary {
 		Counts:              s.Counts(),
 		PendingDistillation: s.PendingDistillation() != nil,
 		Anomalous:           s.Anomalous(),
+		Triage:              s.Triage(),
 	}
 }
 

@@ -48,7 +48,7 @@ func worstState() *Session {
 		FirstTime: worstTime, LastTime: worstTime, FirstStored: worstTime, LastStored: worstTime, LastLiveStored: worstTime,
 		History: true,
 		Totals: Totals{worstInt, worstInt, worstInt, worstInt, worstInt, worstInt, worstInt, worstInt, worstInt,
-			worstInt, worstInt, worstInt, worstInt, worstInt, worstInt, worstInt, worstInt, worstInt},
+			worstInt, worstInt, worstInt, worstInt, worstInt, worstInt, worstInt, worstInt, worstInt, worstInt},
 		HistoryStart:    HistoryMark{Seq: worstSeq, Violations: worstInt, Orphans: worstInt, Resolved: worstInt, ToolCalls: worstInt},
 		MessagesDropped: worstInt,
 		HistoryBroken:   map[Rule]int{},
@@ -72,7 +72,7 @@ func worstState() *Session {
 	}
 	for range list(KeepTurns) {
 		te := errInfo
-		s.Turns = append(s.Turns, Turn{ID: worstToken, Index: worstInt, Status: TurnAbandoned, Reason: worstDetail, Prompt: worstText,
+		s.Turns = append(s.Turns, Turn{ID: worstToken, Index: worstInt, Status: TurnAbandoned, Reason: worstDetail, AbandonCause: worstKey, Prompt: worstText,
 			Trigger: worstKey, DeadlineMS: math.MaxInt64, StartedSeq: worstSeq, EndedSeq: worstSeq, StartedAt: worstTime, SeenAt: worstTime,
 			EndedAt: worstTime, LastStage: events.Stage(worstKey), FailedStage: events.Stage(worstKey), Error: &te,
 			DurationMS: math.MaxInt64, FailedAttempts: worstInt})

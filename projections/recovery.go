@@ -62,6 +62,19 @@ type CommandRecord struct {
 // never drops an event).
 const OutcomeUnknown events.Outcome = "unknown"
 
+// Result is how the command stands, in one word: its outcome (recovered,
+// degraded, failed, unknown), OutcomeParked, or OutcomeRunning while it
+// has neither.
+func (c *CommandRecord) Result() string {
+	switch {
+	case c.Parked:
+		return OutcomeParked
+	case c.Outcome != "":
+		return string(c.Outcome)
+	}
+	return OutcomeRunning
+}
+
 // Done reports whether the command has an outcome or was parked: a worker
 // that receives it again (a redelivery after a crash) skips it.
 func (c *CommandRecord) Done() bool { return c.Outcome != "" || c.Parked }

@@ -58,7 +58,11 @@ import (
 // the latest event of a turn, which its deadline counts from; a tool
 // call's declared timeout and store time (ToolCall.TimeoutMS, UsedAt);
 // LastRuntimeSeq, LastAbandonStored; and PausedAt.
-const Version = 10
+//
+// Version 11: Totals.ToolErrors (tool calls whose result said is_error)
+// and Turn.AbandonCause (turn.abandoned's cause), which a version 10
+// state lacks: its sessions are refolded once.
+const Version = 11
 
 // MaxClockSkew is how far an event's own time may lie ahead of its store
 // time (Event.Stored, JetStream's clock) before the fold flags it with a
@@ -404,6 +408,10 @@ type Totals struct {
 	AbandonedTurns int `json:"abandoned_turns,omitzero"`
 	ParkedCommands int `json:"parked_commands,omitzero"`
 	FailedCommands int `json:"failed_commands,omitzero"`
+	// ToolErrors counts the tool calls whose result said is_error (a
+	// tool_result block, or tool_call.completed), each once; a synthetic
+	// result written by a repair does not count.
+	ToolErrors int `json:"tool_errors,omitzero"`
 	// UntrackedToolUses counts the tool_use blocks past
 	// MaxToolUsesPerMessage of their message, which the state did not
 	// track.
@@ -649,6 +657,7 @@ func (s *Session) apply(ev events.Event) {
 				t.LastStage = stageKey(c)
 			}
 			t.Stage = stageKey(p.InStage())
+			t.AbandonCause = IDKey(p.Cause)
 			s.endTurn(ev, t, TurnAbandoned, p.Reason, 0)
 		}
 	case *events.MessageAppended:
@@ -664,7 +673,7 @@ func (s *Session) apply(ev events.Event) {
 	case *events.ToolCallCompleted:
 		if tc := s.toolCallEvent(ev, turn, p.ToolUseID, p.Name); tc != nil {
 			tc.CompletedSeq, tc.DurationMS = ev.Seq, p.DurationMS
-			tc.IsError = tc.IsError || p.IsError
+			s.toolError(tc, p.IsError)
 		}
 	case *events.ErrorRecorded:
 		s.recordError(ev, turn, p.Stage, p.ErrorInfo, p.Consecutive)

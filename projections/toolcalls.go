@@ -577,11 +577,23 @@ func (s *Session) answer(ev events.Event, cb *events.ContentBlock, synthetic boo
 			s.Pending = nil
 		}
 		tc.Status, tc.ResultSeq = ToolAnswered, ev.Seq
-		tc.IsError = tc.IsError || cb.IsError
+		if !synthetic {
+			s.toolError(tc, cb.IsError)
+		}
 		if !synthetic {
 			s.toolRunEnds(ev, tc, cb)
 		}
 	}
+}
+
+// toolError marks tc failed when isError (a tool_result or a
+// tool_call.completed with is_error), counting each tool call once in
+// Totals.ToolErrors.
+func (s *Session) toolError(tc *ToolCall, isError bool) {
+	if isError && !tc.IsError {
+		s.Totals.ToolErrors++
+	}
+	tc.IsError = tc.IsError || isError
 }
 
 // repairable returns the orphaned tool call a synthetic tool_result for id

@@ -30,6 +30,9 @@ type Turn struct {
 	// Reason is turn.completed's stop reason ("end_turn", "interrupted")
 	// or turn.abandoned's reason.
 	Reason string `json:"reason,omitempty"`
+	// AbandonCause is turn.abandoned's cause (events.AbandonDeadline,
+	// AbandonEngineRestart, AbandonManual; empty when it named none).
+	AbandonCause string `json:"abandon_cause,omitempty"`
 	// Prompt is a preview (PreviewRunes runes, 2 × PreviewRunes bytes of
 	// JSON) of what started the turn
 	// (the whole prompt is in the turn.started at StartedSeq); Trigger is

@@ -420,6 +420,69 @@ func (s *Session) firstAnomaly() *ViewAnomaly {
 	return nil
 }
 
+// The outcomes Triage.Outcome adds to events.Outcomes.
+const (
+	// OutcomeParked: the command was parked (CommandRecord.Parked).
+	OutcomeParked = "parked"
+	// OutcomeRunning: the command has neither an outcome nor a park yet.
+	OutcomeRunning = "running"
+)
+
+// Triage returns the session's latest anomaly and latest recovery command
+// (see Triage): the anomaly with the highest sequence among the latest
+// violation the state keeps, the latest failed or abandoned turn, the
+// loops in progress and the latest flaky-suspected run, or, when there is
+// none of those, the latest parked or failed command; on a tie, a turn's
+// end wins over the violations it declared (a crash's abandon over its
+// orphans).
+func (s *Session) Triage() Triage {
+	var t Triage
+	consider := func(what string, seq uint64, state, cause string, rank int) {
+		// rank breaks ties: a turn's end (0) before a violation (1).
+		if t.Anomaly != "" && (seq < t.AnomalySeq || (seq == t.AnomalySeq && rank >= t.rank())) {
+			return
+		}
+		t = Triage{Anomaly: what, AnomalySeq: seq, AnomalyState: state, Cause: cause}
+	}
+	for i := len(s.Turns) - 1; i >= 0; i-- {
+		tn := &s.Turns[i]
+		if tn.Status == TurnFailed {
+			consider(AnomalyTurnFailed, tn.EndedSeq, "", string(tn.FailedStage), 0)
+			break
+		}
+		if tn.Status == TurnAbandoned {
+			consider(AnomalyTurnAbandoned, tn.EndedSeq, "", tn.AbandonCause, 0)
+			break
+		}
+	}
+	if n := len(s.Violations); n > 0 {
+		x := s.Violations[n-1]
+		consider(string(x.Rule), x.Seq, s.ViolationState(n-1), "", 1)
+	}
+	if s.Outputs.Count >= DefaultLoopLimit && len(s.Outputs.Seqs) > 0 {
+		consider(AnomalyOutputLoop, s.Outputs.Seqs[0], "", "", 1)
+	}
+	if st := s.Errors.Streak; st.Count >= DefaultLoopLimit {
+		consider(AnomalyErrorLoop, st.FirstSeq, "", "", 1)
+	}
+	if n := len(s.Flaky); n > 0 {
+		consider(AnomalyFlaky, s.Flaky[n-1].FailSeq, "", "", 1)
+	}
+	// A command that failed or was parked is the anomaly only when nothing
+	// else went wrong: otherwise it answered that, and its outcome says
+	// how it ended.
+	for i := len(s.Commands) - 1; i >= 0 && t.Anomaly == ""; i-- {
+		if c := &s.Commands[i]; c.Parked || c.Outcome == events.OutcomeFailed {
+			consider(AnomalyRecovery, c.LastSeq, "", "", 1)
+		}
+	}
+	if n := len(s.Commands); n > 0 {
+		c := s.Commands[n-1]
+		t.Recovery, t.Outcome = c.Kind, c.Result()
+	}
+	return t
+}
+
 // statusDetail says why the session has v.Status.
 func (s *Session) statusDetail(v View) string {
 	switch v.Status {

@@ -204,3 +204,44 @@ func TestInterruptedHistory(t *testing.T) {
 		t.Fatalf("the grown transcript: %s, %+v, want idle with no orphan", got, grown.Counts())
 	}
 }
+
+// TestTriage: the fleet list's few words name the latest anomaly (a
+// turn's end before the orphans it declared), how an abandoned turn was
+// abandoned, a violation's state, and the latest recovery with its
+// outcome; a session that counts a tool error counts it once.
+func TestTriage(t *testing.T) {
+	crash := []step{
+		in("t1", started("build it")),
+		in("t1", user(text("build it"))),
+		in("t1", asst(text("Building."), use("toolu_1", "Bash"))),
+		in("t1", &events.TurnAbandoned{Reason: "runtime crashed", Cause: events.AbandonManual, Stage: events.StageExecute}),
+	}
+	s := Fold(build(t, crash))
+	if got := s.Triage().Text(); got != "turn abandoned by hand" {
+		t.Errorf("crash: %q", got)
+	}
+	if m := s.Summary(0); !m.NeedsAttention() || m.Triage.Anomaly != AnomalyTurnAbandoned {
+		t.Errorf("crash summary: %+v", m)
+	}
+	repaired := append(crash,
+		at(&events.RecoveryAttempted{CommandID: "c1", Kind: "repair_orphans", Attempt: 1, Result: events.AttemptOK}),
+		at(synthetic(events.ContentBlock{Type: events.BlockToolResult, ToolUseID: "toolu_1", IsError: true, Content: json.RawMessage(`"interrupted"`)})),
+		at(&events.RecoveryCompleted{CommandID: "c1", Kind: "repair_orphans", Outcome: events.OutcomeRecovered, Attempts: 1}))
+	s = Fold(build(t, repaired))
+	if got := s.Triage().Text(); got != "turn abandoned by hand · repair_orphans recovered" {
+		t.Errorf("repaired crash: %q", got)
+	}
+	if m := s.Summary(0); m.NeedsAttention() || s.Totals.ToolErrors != 0 {
+		t.Errorf("a repaired crash needs attention (%+v) or counts the synthetic result as a tool error (%d)", m, s.Totals.ToolErrors)
+	}
+	// A tool error counts once, whatever reports it.
+	s = Fold(build(t, []step{
+		in("t1", started("go")), in("t1", user(text("go"))), in("t1", asst(use("toolu_1", "Bash"))),
+		in("t1", user(events.ContentBlock{Type: events.BlockToolResult, ToolUseID: "toolu_1", IsError: true, Content: json.RawMessage(`"exit 1"`)})),
+		in("t1", &events.ToolCallCompleted{ToolUseID: "toolu_1", Name: "Bash", IsError: true}),
+		in("t1", completed()),
+	}))
+	if s.Totals.ToolErrors != 1 || s.Triage().Text() != "" {
+		t.Errorf("tool errors %d, triage %q", s.Totals.ToolErrors, s.Triage().Text())
+	}
+}

@@ -112,6 +112,11 @@ type Params struct {
 	Strategy       string   `json:"strategy,omitempty"`
 	ErrorClass     Class    `json:"error_class,omitempty"`
 	Reissue        string   `json:"reissue,omitempty"`
+	// Cause is why the reconciler issued an abandon_turn
+	// (events.AbandonDeadline or events.AbandonEngineRestart); the worker
+	// writes it into the turn.abandoned (a command issued by anyone else
+	// is events.AbandonManual).
+	Cause string `json:"cause,omitempty"`
 }
 
 // Diagnostics travel with abort_session: what failed, what was tried, and

@@ -68,7 +68,12 @@ func List(ctx context.Context, js jetstream.JetStream) ([]Entry, error) {
 				return err
 			}
 			e := Entry{Seq: meta.Sequence.Stream, Status: Status{State: StatePending}}
-			if e.Command, err = DecodeCommand(msg.Data()); err != nil {
+			if e.Command, err = DecodeCommand(msg.Data()); err == nil {
+				// Pending until a worker reports: the command's identity,
+				// as of its issue.
+				c := e.Command
+				e.Status = Status{ID: c.ID, Kind: c.Kind, Tenant: c.Tenant, Session: c.Session, Seq: e.Seq, State: StatePending, UpdatedAt: c.IssuedAt}
+			} else {
 				e.Invalid = err.Error()
 				// agent.cmd.<partition>.<tenant>.<session>
 				if toks := strings.Split(msg.Subject(), "."); len(toks) == 5 {

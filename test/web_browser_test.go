@@ -15,7 +15,6 @@ import (
 	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/chromedp"
 	"github.com/turnstone-dev/turnstone/internal/claudecode"
-	"github.com/turnstone-dev/turnstone/internal/forensics"
 	"github.com/turnstone-dev/turnstone/internal/web"
 	"github.com/turnstone-dev/turnstone/projections"
 	"github.com/turnstone-dev/turnstone/recovery"
@@ -170,20 +169,8 @@ func TestWebViewInChromium(t *testing.T) {
 	// leaves the orphan to the repair issued by hand and keeps the shipped
 	// transcripts' repeated outputs from pausing their sessions.
 	eng := enginetest.Start(t, enginetest.Options{Policy: "orphans:\n  repair: false\nbudget:\n  implementation_attempts: 1000\n  same_error_limit: 1000\n  same_output_limit: 1000\n"})
-	fleet, err := forensics.OpenIndexMirror(ctx, eng.JS, eng.Log, eng.Engine.Store, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(fleet.Close)
-	ui, err := web.New(web.Config{Addr: "127.0.0.1:0", Log: eng.Log, Store: eng.Engine.Store, Index: fleet}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := ui.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = ui.Close(context.Background()) })
-	base := "http://" + ui.Addr()
+	fleet, addr := serveWebView(t, eng)
+	base := "http://" + addr
 	b := newBrowser(t, artifacts(t, "web-browser"))
 
 	// The shipped transcripts.
@@ -366,7 +353,7 @@ func TestWebViewInChromium(t *testing.T) {
 		}
 		switch {
 		case u.Scheme == "data" || u.Scheme == "about":
-		case u.Host == ui.Addr():
+		case u.Host == addr:
 			engineReqs++
 		default:
 			t.Errorf("the pages asked another host: %s", r)

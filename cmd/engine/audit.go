@@ -9,6 +9,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/spf13/cobra"
 	"github.com/turnstone-dev/turnstone/internal/audit"
+	"github.com/turnstone-dev/turnstone/internal/cli"
 )
 
 func newAuditCommand(g *globals) *cobra.Command {
@@ -25,7 +26,12 @@ purge), oldest first: erasures (erase_session, erase_tenant), retention
 sweeps (retention) and stream settings changed by engine setup
 (streams_updated), each with who, when, the scope, the reason, what it
 removed or changed, and its outcome. --json prints a JSON array of
-records; see README.`,
+records (docs/erasure.md, docs/cli.md).`,
+		Example: cli.Examples(
+			"every erasure of tenant acme",
+			"engine audit --tenant acme --action erase_session",
+			"the latest 10 records, as JSON",
+			"engine audit --limit 10 --json"),
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()

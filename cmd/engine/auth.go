@@ -8,13 +8,20 @@ import (
 
 	"github.com/spf13/cobra"
 	"github.com/turnstone-dev/turnstone/internal/auth"
+	"github.com/turnstone-dev/turnstone/internal/cli"
 )
 
 func newAuthCommand(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "auth",
 		Short: "Credentials and the nats-server configuration of an auth spec (docs/security.md)",
-		Args:  cobra.NoArgs,
+		Example: cli.Examples(
+			"a CA and a server certificate for the engine's TLS",
+			"engine auth certs certs --hosts 127.0.0.1,localhost",
+			"the seeds and the accounts block of an external nats-server",
+			"engine auth config auth.yaml -o accounts.conf"),
+		Args:        cobra.NoArgs,
+		Annotations: map[string]string{cli.NoConnection: "true"},
 	}
 	var out, data string
 	config := &cobra.Command{
@@ -29,7 +36,11 @@ key), then print the nats-server configuration of the
 accounts, users and permissions (or write it to --out). An external
 nats-server or cluster includes it in its configuration (include
 "accounts.conf"); engine serve --auth does the same on the embedded server.`,
-		Args: cobra.ExactArgs(1),
+		Example: cli.Examples(
+			"write the seeds beside auth.yaml and the configuration to accounts.conf",
+			"engine auth config auth.yaml -o accounts.conf"),
+		Annotations: map[string]string{cli.NoConnection: "true"},
+		Args:        cli.ArgsNamed("the auth spec, a YAML file; docs/security.md", "SPEC"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			spec, err := loadSpec(args[0], data)
 			if err != nil {
@@ -134,7 +145,11 @@ server certificate replace them. The CA's private key is never written.
 Use your own CA instead when you have one (docs/security.md). DIR
 defaults to $XDG_STATE_HOME/turnstone/certs, outside any working tree
 (the repository's .gitignore covers keys written inside it).`,
-		Args: cobra.MaximumNArgs(1),
+		Example: cli.Examples(
+			"a CA and a certificate for a server reached as 127.0.0.1 or localhost, in certs/",
+			"engine auth certs certs --hosts 127.0.0.1,localhost"),
+		Annotations: map[string]string{cli.NoConnection: "true"},
+		Args:        cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if len(args) == 0 {
 				d, err := auth.StateDir()

@@ -1,19 +1,23 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"strings"
 
 	"github.com/spf13/cobra"
+	"github.com/turnstone-dev/turnstone/events"
+	"github.com/turnstone-dev/turnstone/internal/cli"
 	"github.com/turnstone-dev/turnstone/internal/forensics"
 )
 
 func newDiffCommand(g *globals) *cobra.Command {
 	var (
-		tenant   string
-		from, to uint64
-		asJSON   bool
+		tenant string
+		from   int64
+		to     uint64
+		asJSON bool
 	)
 	cmd := &cobra.Command{
 		Use:   "diff SESSION --from SEQ --to SEQ",
@@ -23,14 +27,21 @@ of --from with its state as of --to: the status, the turns that started and
 ended, the tool calls added and answered, the messages added, the
 violations raised and resolved, the orphans declared and repaired, the
 recovery commands that moved, the distillations. --from 0 is before the
-first event; --to 0 (the default) is the last event. A sequence between
-two of the session's events means the state after the earlier one.
+first event; a negative --from counts events back from the last (-5: the
+state five events before the end); --to 0 (the default) is the last
+event. A sequence between two of the session's events means the state
+after the earlier one.
 
 Counts are exact; the lists come from what the later state keeps
 (docs/limits.md), and say "(more not listed)" when they hold fewer.
 
 SESSION is a session token, a unique prefix of one, or TENANT/SESSION.`,
-		Args: cobra.ExactArgs(1),
+		Example: cli.Examples(
+			"what changed since stream sequence 5376",
+			"engine diff crash/55604662 --from 5376",
+			"between two sequences, as JSON",
+			"engine diff demo/rt-01JGZ8Q0 --from 3 --to 12 --json"),
+		Args: cli.ArgsNamed("a session token, a unique prefix of one, or TENANT/SESSION", "SESSION"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
 			if !cmd.Flags().Changed("from") {
@@ -45,20 +56,26 @@ SESSION is a session token, a unique prefix of one, or TENANT/SESSION.`,
 			if err != nil {
 				return err
 			}
-			d, err := forensics.DiffLog(ctx, log, ref.Tenant, ref.Session, from, to)
+			fromSeq := uint64(max(from, 0))
+			if from < 0 {
+				if fromSeq, err = eventsBack(ctx, log, ref, int(-from)); err != nil {
+					return err
+				}
+			}
+			d, err := forensics.DiffLog(ctx, log, ref.Tenant, ref.Session, fromSeq, to)
 			if err != nil {
 				return err
 			}
 			if asJSON {
-				return writeJSON(g.stdout, d)
+				return writeJSON(g.stdout, diffJSON(d))
 			}
 			return printDiff(g.stdout, d)
 		},
 	}
 	cmd.Flags().StringVar(&tenant, "tenant", "", "tenant of the session (default: search every tenant)")
-	cmd.Flags().Uint64Var(&from, "from", 0, "the earlier stream sequence (0: before the first event)")
+	cmd.Flags().Int64Var(&from, "from", 0, "the earlier stream sequence (0: before the first event; -N: N events before the last)")
 	cmd.Flags().Uint64Var(&to, "to", 0, "the later stream sequence (0: the last event)")
-	cmd.Flags().BoolVar(&asJSON, "json", false, "print the diff as JSON")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the diff as JSON (docs/cli.md)")
 	return cmd
 }
 
@@ -66,8 +83,8 @@ SESSION is a session token, a unique prefix of one, or TENANT/SESSION.`,
 func printDiff(w io.Writer, d forensics.Diff) error {
 	p := func(format string, a ...any) { fmt.Fprintf(w, format, a...) }
 	p("session     %s/%s\n", d.Tenant, d.Session)
-	p("from        seq %d (state after seq %d)\n", d.From.Seq, d.From.LastSeq)
-	p("to          seq %d (state after seq %d)\n", d.To.Seq, d.To.LastSeq)
+	p("from        %s\n", diffPoint(d.From, "before the first event"))
+	p("to          %s\n", diffPoint(d.To, "the last event"))
 	status := d.From.Status + " -> " + d.To.Status
 	if !d.StatusChanged {
 		status = d.To.Status + " (unchanged)"
@@ -163,6 +180,50 @@ func printDiff(w io.Writer, d forensics.Diff) error {
 		p("\n(some lists hold fewer entries than their counts: the later state keeps only its latest entries)\n")
 	}
 	return nil
+}
+
+// eventsBack is the stream sequence of the session's event n events
+// before its last (0, before the first event, when it has n or fewer).
+func eventsBack(ctx context.Context, log *events.Log, ref events.SessionRef, n int) (uint64, error) {
+	ring := make([]uint64, n+1)
+	count := 0
+	err := log.ReadSession(ctx, ref.Tenant, ref.Session, events.ReadOptions{}, func(ev events.Event) error {
+		ring[count%(n+1)] = ev.Seq
+		count++
+		return nil
+	})
+	if err != nil {
+		return 0, err
+	}
+	if count <= n {
+		return 0, nil
+	}
+	return ring[(count-n-1)%(n+1)], nil
+}
+
+// diffJSON is d as `diff --json` prints it: every list an array, empty
+// rather than null (docs/cli.md, Stability).
+func diffJSON(d forensics.Diff) forensics.Diff {
+	d.TurnsStarted, d.TurnsEnded = nonNil(d.TurnsStarted), nonNil(d.TurnsEnded)
+	d.ToolCallsStarted, d.ToolCallsAnswered = nonNil(d.ToolCallsStarted), nonNil(d.ToolCallsAnswered)
+	d.Messages, d.Distillations, d.Commands, d.Orphans = nonNil(d.Messages), nonNil(d.Distillations), nonNil(d.Commands), nonNil(d.Orphans)
+	d.Raised, d.Resolved = nonNil(d.Raised), nonNil(d.Resolved)
+	return d
+}
+
+// diffPoint says where one side of a diff stands: the sequence asked for
+// and the event whose state it is ("seq 5376 (state after seq 5370)"), or,
+// for 0, what 0 means (zero: the word for it).
+func diffPoint(p forensics.Point, zero string) string {
+	switch {
+	case p.Seq == 0 && p.LastSeq == 0:
+		return "seq 0 (" + zero + ")"
+	case p.Seq == 0:
+		return fmt.Sprintf("seq %d (%s)", p.LastSeq, zero)
+	case p.Seq == p.LastSeq:
+		return fmt.Sprintf("seq %d", p.Seq)
+	}
+	return fmt.Sprintf("seq %d (state after seq %d)", p.Seq, p.LastSeq)
 }
 
 func first(xs []uint64) uint64 {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/spf13/cobra"
+	"github.com/turnstone-dev/turnstone/internal/cli"
 	"github.com/turnstone-dev/turnstone/internal/engine"
 	"github.com/turnstone-dev/turnstone/internal/erasure"
 	"github.com/turnstone-dev/turnstone/projections"
@@ -39,6 +40,11 @@ reason, and how many messages each store lost.
 
 Sessions forked from the erased one, or its sidechains, are sessions of
 their own: erase them too (the command names those the index knows).`,
+		Example: cli.Examples(
+			"erase one session, saying why",
+			"engine erase acme/chat-42 --reason \"GDPR request 2026-118\"",
+			"erase every session of a tenant",
+			"engine erase --tenant globex --reason \"contract ended\""),
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			var scope erasure.Scope

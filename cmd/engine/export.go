@@ -10,6 +10,8 @@ import (
 	"github.com/schollz/progressbar/v3"
 	"github.com/spf13/cobra"
 	"github.com/turnstone-dev/turnstone/events"
+	"github.com/turnstone-dev/turnstone/internal/cli"
+	"github.com/turnstone-dev/turnstone/internal/clock"
 	"github.com/turnstone-dev/turnstone/internal/console"
 	"github.com/turnstone-dev/turnstone/internal/otel"
 )
@@ -18,7 +20,10 @@ func newExportCommand(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "export",
 		Short: "Send the log's history to another system",
-		Args:  cobra.NoArgs,
+		Example: cli.Examples(
+			"a session's history to an OpenTelemetry backend (docs/otel.md)",
+			"OTEL_EXPORTER_OTLP_ENDPOINT=http://localhost:4318 engine export otel acme/chat-42"),
+		Args: cobra.NoArgs,
 	}
 	cmd.AddCommand(newExportOTelCommand(g))
 	return cmd
@@ -43,10 +48,13 @@ exporting a session twice, or one exported live, sends identical spans.
 Name sessions as TENANT/SESSION (or a unique prefix; a session's
 sidechains, <session>_agent-..., go with it), or every session of a tenant
 with --tenant. --since (a duration back from now, such as 24h, or an RFC
-3339 time) sends only the spans that ended since then; every session is
+3339 time; days too: 7d) sends only the spans that ended since then; every session is
 still replayed from its first event. A progress bar shows on a terminal.`,
-		Example: `  OTEL_EXPORTER_OTLP_ENDPOINT=http://localhost:4318 engine export otel acme/chat-42
-  OTEL_EXPORTER_OTLP_ENDPOINT=http://localhost:4318 engine export otel --tenant acme --since 24h`,
+		Example: cli.Examples(
+			"one session and its sidechains, to a local Jaeger or any OTLP/HTTP backend",
+			"OTEL_EXPORTER_OTLP_ENDPOINT=http://localhost:4318 engine export otel acme/chat-42",
+			"the spans of every session of tenant acme that ended in the last day",
+			"OTEL_EXPORTER_OTLP_ENDPOINT=http://localhost:4318 engine export otel --tenant acme --since 1d"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
 			if (len(args) == 0) == (tenant == "") {
@@ -123,13 +131,13 @@ func parseSince(s string, now time.Time) (time.Time, error) {
 	if s == "" {
 		return time.Time{}, nil
 	}
-	if d, err := time.ParseDuration(s); err == nil && d > 0 {
+	if d, err := clock.ParseDuration(s); err == nil && d > 0 {
 		return now.Add(-d), nil
 	}
 	if t, err := time.Parse(time.RFC3339, s); err == nil {
 		return t, nil
 	}
-	return time.Time{}, fmt.Errorf("--since %q: want a positive duration (24h) or an RFC 3339 time (2026-02-19T10:00:00Z)", s)
+	return time.Time{}, fmt.Errorf("--since %q: want a positive duration (24h, 7d) or an RFC 3339 time (2026-02-19T10:00:00Z)", s)
 }
 
 // exportRefs lists the sessions to export: each named one with its

@@ -17,6 +17,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/turnstone-dev/turnstone/events"
 	"github.com/turnstone-dev/turnstone/internal/claudecode"
+	"github.com/turnstone-dev/turnstone/internal/cli"
 	"github.com/turnstone-dev/turnstone/internal/codex"
 	"github.com/turnstone-dev/turnstone/internal/console"
 	"github.com/turnstone-dev/turnstone/internal/importer"
@@ -78,6 +79,13 @@ written, until Ctrl-C. A model response and the tool calls it wrote are
 recorded within a moment of being written, even while the response is
 still being written; a turn at the end of a file still being written
 stays in flight; a followed session is live.`,
+		Example: cli.Examples(
+			"import every Claude Code session of a project, as history",
+			"engine import --format claude-code ~/.claude/projects/my-project",
+			"record sessions live as Claude Code writes them, under tenant acme",
+			"engine import --format claude-code --tenant acme --follow ~/.claude/projects",
+			"record Codex sessions live, new day folders included",
+			"engine import --format codex --follow ~/.codex/sessions"),
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			fmtr, ok := importFormats[format]

@@ -9,6 +9,7 @@ import (
 
 	"github.com/spf13/cobra"
 	"github.com/turnstone-dev/turnstone/events"
+	"github.com/turnstone-dev/turnstone/internal/cli"
 	"github.com/turnstone-dev/turnstone/internal/console"
 	"github.com/turnstone-dev/turnstone/internal/correlate"
 	"github.com/turnstone-dev/turnstone/internal/forensics"
@@ -46,7 +47,13 @@ each: its status, its first anomaly (marked resolved when a repair fixed
 it) and its latest recovery command with its outcome; subjects that name
 no valid session are listed too; --json then prints the sessions' views
 (docs/cli.md). --since keeps the signals (and sessions) within that
-duration, by event time.`,
+duration, by event time: a Go duration or a number of days ("90m", "24h",
+"7d"). --json prints the incidents (docs/cli.md, docs/schema).`,
+		Example: cli.Examples(
+			"the incidents of the last day",
+			"engine incidents --since 1d",
+			"one line per anomalous session of tenant acme, as JSON",
+			"engine incidents --by session --tenant acme --json"),
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
@@ -89,9 +96,9 @@ duration, by event time.`,
 			return renderIncidents(g.stdout, forensics.Recent(views, cutoff), asJSON)
 		},
 	}
-	cmd.Flags().DurationVar(&since, "since", 0, "only signals and sessions with an event within this duration (e.g. 24h)")
+	cli.DurationVar(cmd.Flags(), &since, "since", 0, "only signals and sessions with an event within this duration: 90m, 24h, 7d")
 	cmd.Flags().StringVar(&tenant, "tenant", "", "only this tenant")
-	cmd.Flags().BoolVar(&asJSON, "json", false, "print a JSON array")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print a JSON array: the incidents, or with --by session the sessions' views (docs/cli.md)")
 	cmd.Flags().StringVar(&by, "by", "incident", "incident: correlated fleet incidents; session: one line per anomalous session")
 	cmd.Flags().DurationVar(&gap, "gap", correlate.DefaultGap, "a window of an incident ends when this long passes without a signal of its key")
 	cmd.Flags().IntVar(&limit, "sessions", 5, "how many affected sessions each incident lists (text output)")
@@ -117,7 +124,7 @@ func printIncidents(w io.Writer, incs []correlate.Incident, limit int) error {
 		if in.Recurring {
 			tags += " [recurring]"
 		}
-		fmt.Fprintf(w, "%s  %s%s\n", in.ID, in.Title, tags)
+		fmt.Fprintf(w, "%s  [%s] %s: %s%s\n", in.ID, in.Severity, in.Label, in.Title, tags)
 		fmt.Fprintf(w, "  seen      %s .. %s UTC, %d window(s)\n", in.FirstSeen.Format(time.DateTime), in.LastSeen.Format(time.DateTime), len(in.Windows))
 		fmt.Fprintf(w, "  affected  %d session(s) of %d tenant(s) (%s), %d signal(s)\n", len(in.Sessions), len(in.Tenants), strings.Join(in.Tenants, ", "), in.Signals)
 		fmt.Fprintf(w, "  evidence  %s\n", in.Hypothesis)

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/turnstone-dev/turnstone/internal/cli"
 	"github.com/turnstone-dev/turnstone/internal/console"
 	"github.com/turnstone-dev/turnstone/projections"
 )
@@ -32,7 +33,12 @@ SESSION is a session token, a unique prefix of one, or TENANT/SESSION.
 --json prints the whole state and its view (docs/cli.md); it always has
 the keys session, status, in_flight, turns, messages,
 orphaned_tool_use_ids, violations and view (arrays possibly empty).`,
-		Args: cobra.ExactArgs(1),
+		Example: cli.Examples(
+			"a session by a prefix of its token",
+			"engine inspect 258c7280",
+			"its whole state as JSON, by tenant and session",
+			"engine inspect demo/rt-01JGZ8Q0 --json"),
+		Args: cli.ArgsNamed("a session token, a unique prefix of one, or TENANT/SESSION; engine sessions lists them", "SESSION"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
 			nc, log, err := g.connect(ctx)

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/turnstone-dev/turnstone/internal/cli"
 	"github.com/turnstone-dev/turnstone/internal/engine"
 	"github.com/turnstone-dev/turnstone/internal/pgroup"
 	"github.com/turnstone-dev/turnstone/projections"
@@ -49,7 +50,13 @@ func newMembersCommand(g *globals) *cobra.Command {
 		Long: `List the engines and workers of the partition groups (their heartbeats
 in the turnstone_members bucket), the partitions each owns, and for every
 partition its engine, the events not yet folded (lag), its worker and the
-recovery commands waiting.`,
+recovery commands waiting. --json prints {members, partitions}
+(docs/cli.md).`,
+		Example: cli.Examples(
+			"who owns which partition, and how far behind each is",
+			"engine members",
+			"as JSON",
+			"engine members --json"),
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -11,7 +12,9 @@ import (
 
 	"github.com/spf13/cobra"
 	"github.com/turnstone-dev/turnstone/events"
+	"github.com/turnstone-dev/turnstone/internal/cli"
 	"github.com/turnstone-dev/turnstone/internal/console"
+	"github.com/turnstone-dev/turnstone/projections"
 	"github.com/turnstone-dev/turnstone/recovery"
 )
 
@@ -19,6 +22,11 @@ func newRecoveryCommand(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "recovery",
 		Short: "List, show and issue recovery commands",
+		Example: cli.Examples(
+			"every command with its state and outcome",
+			"engine recovery list",
+			"repair the orphans of a session by hand",
+			"engine recovery issue demo/rt-01JGZ8Q0 --kind repair_orphans --reason \"runtime crashed\""),
 	}
 	cmd.AddCommand(newRecoveryListCommand(g), newRecoveryShowCommand(g), newRecoveryIssueCommand(g))
 	return cmd
@@ -35,7 +43,14 @@ func newRecoveryListCommand(g *globals) *cobra.Command {
 		Short: "List recovery commands with their state (" + stateList() + ")",
 		Long: `List the recovery commands, newest first, each with its state (` + stateList() + `),
 outcome (` + outcomeList() + `), attempts, worker and reason. --json prints
-an array of {command, seq, status} (docs/cli.md).`,
+an array of {command, seq, status} (docs/cli.md). --session takes a
+session token, a prefix of one, or TENANT/SESSION (as the table prints
+it).`,
+		Example: cli.Examples(
+			"the commands that are still running",
+			"engine recovery list --state running",
+			"one session's commands, as JSON",
+			"engine recovery list --session demo/rt-01JGZ8Q0 --json"),
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if state != "" && !recovery.State(state).Valid() {
@@ -51,12 +66,16 @@ an array of {command, seq, status} (docs/cli.md).`,
 			if err != nil {
 				return err
 			}
+			tenant, prefix, byTenant := strings.Cut(session, "/")
+			if !byTenant {
+				prefix = session
+			}
 			kept := rows[:0]
 			for _, r := range rows {
 				if state != "" && r.Status.State != recovery.State(state) {
 					continue
 				}
-				if session != "" && !strings.HasPrefix(r.Command.Session, session) {
+				if (byTenant && r.Command.Tenant != tenant) || !strings.HasPrefix(r.Command.Session, prefix) {
 					continue
 				}
 				kept = append(kept, r)
@@ -66,7 +85,7 @@ an array of {command, seq, status} (docs/cli.md).`,
 		},
 	}
 	cmd.Flags().StringVar(&state, "state", "", "only commands in this state: "+stateList())
-	cmd.Flags().StringVar(&session, "session", "", "only commands of sessions starting with this")
+	cmd.Flags().StringVar(&session, "session", "", "only the commands of this session: a token, a prefix of one, or TENANT/SESSION")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print a JSON array (docs/cli.md)")
 	return cmd
 }
@@ -108,7 +127,10 @@ func newRecoveryShowCommand(g *globals) *cobra.Command {
 		Long: `Show one recovery command: what it asks, its state and outcome, and every
 event of its session's log that names it (attempts, outcome, park), in
 stream order. --json prints {command, seq, status, events} (docs/cli.md).`,
-		Args: cobra.ExactArgs(1),
+		Example: cli.Examples(
+			"a command and every attempt recorded in its session's log",
+			"engine recovery show repair_orphans-3f2a9c1d0b7e4a5f6c81"),
+		Args: cli.ArgsNamed("a command id; engine recovery list shows them", "ID"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
 			nc, log, err := g.connect(ctx)
@@ -203,8 +225,16 @@ func newRecoveryIssueCommand(g *globals) *cobra.Command {
 ` + kindList() + `.
 The command id derives from the kind, the session, the turn and the
 session's last sequence, so issuing the same command twice before the
-session changes stores it once.`,
-		Args: cobra.ExactArgs(1),
+session changes stores it once.
+
+Without --turn, abandon_turn takes the session's oldest turn in flight,
+and retry_turn its latest failed turn.`,
+		Example: cli.Examples(
+			"abandon a turn that will never end",
+			"engine recovery issue demo/rt-01JGZ8Q0 --kind abandon_turn --turn 01JGZ8Q1 --reason \"runtime crashed\"",
+			"repair a session's orphaned tool_use blocks",
+			"engine recovery issue demo/rt-01JGZ8Q0 --kind repair_orphans"),
+		Args: cli.ArgsNamed("a session token, a unique prefix of one, or TENANT/SESSION", "SESSION"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if !recovery.Kind(kind).Valid() {
 				return fmt.Errorf("--kind %q: not a command kind; one of: %s", kind, kindList())
@@ -225,6 +255,11 @@ session changes stores it once.`,
 			last, err := log.LastSeq(ctx, ref.Tenant, ref.Session)
 			if err != nil {
 				return err
+			}
+			if turn == "" && (recovery.Kind(kind) == recovery.KindAbandonTurn || recovery.Kind(kind) == recovery.KindRetryTurn) {
+				if turn, err = turnToRecover(ctx, log, ref, recovery.Kind(kind)); err != nil {
+					return err
+				}
 			}
 			c := recovery.NewCommand(recovery.Kind(kind), ref.Tenant, ref.Session, turn, reason, []uint64{last})
 			params.ToolUseIDs = toolUseIDs
@@ -248,7 +283,7 @@ session changes stores it once.`,
 	cmd.Flags().StringVar(&tenant, "tenant", "", "tenant of the session (default: search every tenant)")
 	cmd.Flags().StringVar(&kind, "kind", "", "command kind (required): "+kindList())
 	cmd.Flags().StringVar(&reason, "reason", "issued by hand", "why, for the log")
-	cmd.Flags().StringVar(&turn, "turn", "", "turn concerned (abandon_turn, retry_turn)")
+	cmd.Flags().StringVar(&turn, "turn", "", "turn concerned (abandon_turn: default the oldest in flight; retry_turn: default the latest failed)")
 	cmd.Flags().StringSliceVar(&toolUseIDs, "tool-use-id", nil, "repair_orphans: only these tool_use ids (default every orphan)")
 	cmd.Flags().Uint64Var(&params.ToSeq, "to-seq", 0, "rewind_session: the sequence to rewind to")
 	cmd.Flags().Uint64Var(&params.AtSeq, "at-seq", 0, "fork_session: the last sequence of the prefix to copy")
@@ -257,6 +292,32 @@ session changes stores it once.`,
 	cmd.Flags().StringVar(&params.Strategy, "strategy", "", "pivot_strategy: the strategy to pivot to")
 	_ = cmd.MarkFlagRequired("kind")
 	return cmd
+}
+
+// turnToRecover is the turn a command of kind names when --turn is not
+// given: for abandon_turn the session's oldest turn in flight, for
+// retry_turn its latest failed turn. Error: the session has none.
+func turnToRecover(ctx context.Context, log *events.Log, ref events.SessionRef, kind recovery.Kind) (string, error) {
+	store, err := projections.NewSnapshotStore(log.JetStream(), projections.SnapshotConfig{})
+	if err != nil {
+		return "", err
+	}
+	s, err := projections.Restore(ctx, log, store, ref.Tenant, ref.Session)
+	if err != nil {
+		return "", err
+	}
+	if kind == recovery.KindAbandonTurn {
+		if t := s.InFlightTurn(); t != nil {
+			return t.ID, nil
+		}
+		return "", fmt.Errorf("--kind abandon_turn: %s/%s has no turn in flight (engine inspect shows its turns); name one with --turn", ref.Tenant, ref.Session)
+	}
+	for i := len(s.Turns) - 1; i >= 0; i-- {
+		if s.Turns[i].Status == projections.TurnFailed {
+			return s.Turns[i].ID, nil
+		}
+	}
+	return "", fmt.Errorf("--kind retry_turn: %s/%s has no failed turn (engine inspect shows its turns); name one with --turn", ref.Tenant, ref.Session)
 }
 
 func stateList() string {

@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/spf13/cobra"
 	"github.com/turnstone-dev/turnstone/events"
+	"github.com/turnstone-dev/turnstone/internal/cli"
 	"github.com/turnstone-dev/turnstone/internal/ingestserver"
 )
 
@@ -45,7 +46,12 @@ func newRejectsCommand(g *globals) *cobra.Command {
 that the engine refused, oldest first, with when it came, the subject it
 came on, the publisher's identity (its NATS account and user when known),
 the reason and error code it was answered with, and its body, masked (as
-stored) and cut to --body-bytes. --json prints a JSON array; see README.`,
+stored) and cut to --body-bytes. --json prints a JSON array (docs/cli.md).`,
+		Example: cli.Examples(
+			"the latest events the ingest refused",
+			"engine rejects",
+			"tenant acme's, as JSON, with whole bodies",
+			"engine rejects --tenant acme --body-bytes 0 --json"),
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if limit < 0 || bodyBytes < 0 {

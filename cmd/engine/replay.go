@@ -1,13 +1,16 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"time"
 
 	"github.com/spf13/cobra"
 	"github.com/turnstone-dev/turnstone/events"
+	"github.com/turnstone-dev/turnstone/internal/cli"
 	"github.com/turnstone-dev/turnstone/internal/console"
 	"github.com/turnstone-dev/turnstone/projections"
 )
@@ -38,8 +41,16 @@ SESSION is a session token, a unique prefix of one, or TENANT/SESSION.
 first event whose time (RFC 3339) is after T. --json prints JSON Lines
 instead: one object per event, the whole event (envelope and data,
 masked) with its anomalies, then one object with the final view
-(docs/cli.md).`,
-		Args: cobra.ExactArgs(1),
+(docs/cli.md).
+
+A range that holds no event of the session (--until-seq or --until-time
+before its first event) is an error that says where the session starts.`,
+		Example: cli.Examples(
+			"the timeline of a session, anomalies flagged where they arise",
+			"engine replay 258c7280",
+			"the state as of stream sequence 120, as JSON Lines",
+			"engine replay demo/rt-01JGZ8Q0 --until-seq 120 --json"),
+		Args: cli.ArgsNamed("a session token, a unique prefix of one, or TENANT/SESSION; engine sessions lists them", "SESSION"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
 			var until time.Time
@@ -65,6 +76,9 @@ masked) with its anomalies, then one object with the final view
 			if err != nil {
 				return err
 			}
+			if r.n == 0 && (f.untilSeq > 0 || !until.IsZero()) {
+				return noEventsBefore(ctx, log, ref, f.untilSeq, until)
+			}
 			return r.end(state)
 		},
 	}
@@ -74,6 +88,31 @@ masked) with its anomalies, then one object with the final view
 	cmd.Flags().BoolVar(&f.json, "json", false, "print JSON Lines: one object per event, then the final view (docs/cli.md)")
 	return cmd
 }
+
+// noEventsBefore is the error of a replay whose range holds no event of
+// the session: it names the session's first event.
+func noEventsBefore(ctx context.Context, log *events.Log, ref events.SessionRef, untilSeq uint64, until time.Time) error {
+	var first events.Event
+	found := false
+	err := log.ReadSession(ctx, ref.Tenant, ref.Session, events.ReadOptions{}, func(ev events.Event) error {
+		first, found = ev, true
+		return errStopRead
+	})
+	if err != nil && !errors.Is(err, errStopRead) {
+		return err
+	}
+	where := "the session has no event"
+	if found {
+		where = fmt.Sprintf("%s/%s starts at seq %d (%s)", ref.Tenant, ref.Session, first.Seq, timelineTime(first.Time))
+	}
+	if untilSeq > 0 {
+		return fmt.Errorf("--until-seq %d: no event of the session up to it: %s", untilSeq, where)
+	}
+	return fmt.Errorf("--until-time %s: no event of the session up to it: %s", until.UTC().Format(time.RFC3339Nano), where)
+}
+
+// errStopRead ends a read early.
+var errStopRead = errors.New("stop reading")
 
 // replayer prints the steps of a replay (projections.Replay) as the
 // timeline. It holds no event, so a replay streams whatever the

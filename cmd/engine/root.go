@@ -31,10 +31,26 @@ an agent runtime as an append-only JetStream event, rebuilds each session
 from the log, and checks its invariants.
 
 Start the engine with 'engine serve'; the other commands connect to it
-(--nats-url, or TURNSTONE_NATS_URL, default ` + cli.DefaultURL + `).`,
+(--nats-url, or TURNSTONE_NATS_URL, or a saved context, default
+` + cli.DefaultURL + `; engine context --help).`,
+		Example: cli.Examples(
+			"run the engine on its embedded NATS server, with the web view",
+			"engine serve --ui-listen 127.0.0.1:9465",
+			"import Claude Code transcripts, then list the sessions",
+			"engine import --format claude-code ~/.claude/projects && engine sessions"),
+		Version:       cli.ReadBuildInfo("engine").Version,
 		SilenceUsage:  true,
 		SilenceErrors: true,
+		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
+			if cmd.Annotations[cli.NoConnection] == "true" || (cmd.Parent() != nil && cmd.Parent().Name() == "context") {
+				return nil // the context commands manage contexts: a broken one must not stop them
+			}
+			// engine serve runs the server the others reach: only a
+			// context named for it (--context, TURNSTONE_CONTEXT) applies.
+			return g.conn.Resolve(cmd.Flags(), cmd.Name() != "serve")
+		},
 	}
+	root.SetVersionTemplate(cli.ReadBuildInfo("engine").String())
 	root.SetOut(stdout)
 	root.SetErr(stderr)
 	g.conn.AddFlags(root.PersistentFlags(),
@@ -57,9 +73,11 @@ Start the engine with 'engine serve'; the other commands connect to it
 		newRejectsCommand(g),
 		newAuthCommand(g),
 		newWhatifCommand(g),
+		newContextCommand(g),
 		newExportCommand(g),
 	)
 	readDenials(g, root)
+	cli.SetUsage(root)
 	return root
 }
 

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/turnstone-dev/turnstone/internal/cli"
 	"github.com/turnstone-dev/turnstone/internal/presence"
 )
 
@@ -22,7 +23,13 @@ func newRuntimesCommand(g *globals) *cobra.Command {
 service "turnstone-runtime" (docs/control.md, "Presence"), each with its
 tenant and the sessions it serves, and whether it answered a control ping
 on its tenant's subjects (verified): only a verified runtime makes its
-sessions live and resumes the sessions that waited for it.`,
+sessions live and resumes the sessions that waited for it. --json prints
+an array of the runtimes (docs/cli.md).`,
+		Example: cli.Examples(
+			"the runtimes present, and whether each answered a control ping",
+			"engine runtimes",
+			"as JSON, waiting 3 s for the answers",
+			"engine runtimes --wait 3s --json"),
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
@@ -35,6 +42,7 @@ sessions live and resumes the sessions that waited for it.`,
 			if err != nil {
 				return err
 			}
+			answered := time.Now().UTC()
 			verified := map[string]bool{}
 			for i := range found {
 				t := found[i].Tenant
@@ -43,19 +51,40 @@ sessions live and resumes the sessions that waited for it.`,
 				}
 				found[i].Verified = verified[t]
 			}
-			return renderRuntimes(cmd.OutOrStdout(), found, asJSON)
+			lines := make([]runtimeLine, 0, len(found))
+			for _, r := range found {
+				lines = append(lines, runtimeLine{ID: r.ID, Version: r.Version, Metadata: r.Metadata, Tenant: r.Tenant,
+					Sessions: r.Sessions, Verified: r.Verified, AnsweredAt: answered})
+			}
+			return renderRuntimes(cmd.OutOrStdout(), lines, asJSON)
 		},
 	}
 	cmd.Flags().DurationVar(&wait, "wait", time.Second, "how long to wait for the runtimes' answers")
-	cmd.Flags().BoolVar(&asJSON, "json", false, "print a JSON array (fields as in docs/cli.md)")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print a JSON array (docs/cli.md)")
 	return cmd
 }
 
+// runtimeLine is one runtime of `engine runtimes --json` (docs/cli.md,
+// docs/schema/runtimes.json): the micro service's identity, its tenant
+// and sessions, whether it answered a control ping, and when the
+// discovery it answered was made.
+type runtimeLine struct {
+	ID         string            `json:"id"`
+	Version    string            `json:"version"`
+	Metadata   map[string]string `json:"metadata"`
+	Tenant     string            `json:"tenant"`
+	Sessions   string            `json:"sessions"`
+	Verified   bool              `json:"verified"`
+	AnsweredAt time.Time         `json:"answered_at"`
+}
+
 // renderRuntimes prints the runtimes as a table, or as a JSON array.
-func renderRuntimes(w io.Writer, rs []presence.Runtime, asJSON bool) error {
+func renderRuntimes(w io.Writer, rs []runtimeLine, asJSON bool) error {
 	if asJSON {
-		if rs == nil {
-			rs = []presence.Runtime{}
+		for i := range rs {
+			if rs[i].Metadata == nil {
+				rs[i].Metadata = map[string]string{}
+			}
 		}
 		return writeJSON(w, rs)
 	}

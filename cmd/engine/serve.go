@@ -17,6 +17,7 @@ import (
 	"github.com/turnstone-dev/turnstone/events"
 	"github.com/turnstone-dev/turnstone/ingest"
 	"github.com/turnstone-dev/turnstone/internal/auth"
+	"github.com/turnstone-dev/turnstone/internal/cli"
 	"github.com/turnstone-dev/turnstone/internal/embedded"
 	"github.com/turnstone-dev/turnstone/internal/engine"
 	"github.com/turnstone-dev/turnstone/internal/otel"
@@ -92,9 +93,14 @@ spans (docs/otel.md): OTEL_EXPORTER_OTLP_HEADERS, _PROTOCOL (http/protobuf
 or grpc), OTEL_SERVICE_NAME, OTEL_RESOURCE_ATTRIBUTES and the OTEL_BSP_*
 variables apply; OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true
 adds the messages' masked text.`,
+		Example: cli.Examples(
+			"the engine on its embedded NATS server, with the web view on http://127.0.0.1:9465/ui/",
+			"engine serve --ui-listen 127.0.0.1:9465",
+			"a second engine sharing the partitions of the first one's server",
+			"engine serve --nats-url nats://127.0.0.1:4222 --name engine-2 --telemetry-listen 127.0.0.1:9466"),
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			external := cmd.Flags().Changed("nats-url") || os.Getenv("TURNSTONE_NATS_URL") != ""
+			external := g.conn.URLGiven(cmd.Flags())
 			f.syncSet = cmd.Flags().Changed("sync")
 			f.dataSet = cmd.Flags().Changed("data") || os.Getenv("TURNSTONE_DATA") != ""
 			return runServe(cmd.Context(), g, f, external)
@@ -105,11 +111,15 @@ adds the messages' masked text.`,
 		data = "turnstone-data"
 	}
 	cmd.Flags().StringVar(&f.policy, "policy", "", "reconciler policy file (YAML; docs/policy.md); default: the built-in defaults")
-	cmd.Flags().StringVar(&f.telemetry, "telemetry-listen", "127.0.0.1:9464", "address of /metrics and /healthz (empty: off)")
+	cmd.Flags().StringVar(&f.telemetry, "telemetry-listen", cli.TelemetryDefault("127.0.0.1:9464"), "address of /metrics and /healthz (empty: off; env "+cli.EnvTelemetryListen+")")
 	cmd.Flags().StringVar(&f.ui, "ui-listen", "", "address of the read-only web view, HOST:PORT, served under /ui/ (empty: off); bind it where only the people who may read every tenant's sessions reach it")
 	cmd.Flags().DurationVar(&f.incidentsTick, "incidents-every", 30*time.Second, "how often the fleet's incidents are correlated for /metrics (incidents_open)")
 	cmd.Flags().StringVar(&f.data, "data", data, "directory of the embedded server's JetStream store (env TURNSTONE_DATA)")
-	cmd.Flags().StringVar(&f.listen, "listen", net.JoinHostPort(embedded.DefaultHost, strconv.Itoa(embedded.DefaultPort)), "client address of the embedded server, HOST:PORT")
+	listen := os.Getenv(cli.EnvListen)
+	if listen == "" {
+		listen = net.JoinHostPort(embedded.DefaultHost, strconv.Itoa(embedded.DefaultPort))
+	}
+	cmd.Flags().StringVar(&f.listen, "listen", listen, "client address of the embedded server, HOST:PORT (env "+cli.EnvListen+", which the clients connect to by default too)")
 	cmd.Flags().IntVar(&f.replicas, "replicas", 0, "stream replicas of new streams (3 on a 3-node JetStream cluster); existing streams keep theirs unless --update-streams")
 	cmd.Flags().BoolVar(&f.updateStreams, "update-streams", false, "embedded server: change existing streams whose settings differ from the flags given (without it such a difference is an error); with --nats-url only engine setup changes streams")
 	cmd.Flags().BoolVar(&f.useExisting, "use-existing", false, "embedded server: do not run engine setup first (the streams, consumers and buckets must exist); always so with --nats-url")
@@ -176,6 +186,11 @@ func runServe(ctx context.Context, g *globals, f serveFlags, external bool) erro
 			return err
 		}
 	}
+	if f.ui != "" {
+		if err := checkListen("--ui-listen", f.ui, `HOST:PORT (or "" for none)`); err != nil {
+			return err
+		}
+	}
 	var (
 		nc  *nats.Conn
 		srv *embedded.Server
@@ -202,7 +217,7 @@ func runServe(ctx context.Context, g *globals, f serveFlags, external bool) erro
 		}
 		nc, err = nats.Connect(g.conn.URL, append(opts, nats.Name("turnstone-engine"), nats.MaxReconnects(-1))...)
 		if err != nil {
-			return fmt.Errorf("connect to %s: %w", g.conn.URL, err)
+			return fmt.Errorf("connect to %s: %w", g.conn.URL, cli.ExplainConnectError(err, client))
 		}
 		logger.Info().Str("url", g.conn.URL).Msg("using NATS server")
 	} else {
@@ -262,7 +277,6 @@ func runServe(ctx context.Context, g *globals, f serveFlags, external bool) erro
 			defer cancel()
 			_ = ts.Close(cctx)
 		}()
-		logger.Info().Str("addr", ts.Addr()).Msg("serving /metrics and /healthz")
 	}
 	var mapIngest func(int) error
 	if srv != nil {
@@ -302,6 +316,8 @@ func runServe(ctx context.Context, g *globals, f serveFlags, external bool) erro
 		return err
 	}
 	defer stopForensics()
+	// Last: when this is logged, every listener (NATS, telemetry, the web
+	// view) is up.
 	announceReady(ctx, eng, logger)
 	<-ctx.Done()
 	logger.Info().Msg("engine stopping")

@@ -13,6 +13,7 @@ import (
 
 	"github.com/spf13/cobra"
 	"github.com/turnstone-dev/turnstone/events"
+	"github.com/turnstone-dev/turnstone/internal/cli"
 	"github.com/turnstone-dev/turnstone/internal/console"
 	"github.com/turnstone-dev/turnstone/projections"
 )
@@ -30,7 +31,9 @@ func newSessionsCommand(g *globals) *cobra.Command {
 		Long: `List every session in the log, one line each: tenant, session, turns,
 status (paused, broken, interrupted, in_turn or idle), open orphaned tool_use blocks
 (and how many were repaired), open violations (and how many were
-resolved), events and the time of the last event. The rows come from the
+resolved), what happened last (the latest anomaly and the latest
+recovery with its outcome, such as "turn abandoned by hand ·
+repair_orphans recovered"), events and the time of the last event. The rows come from the
 fleet index the engines keep (bucket turnstone_sessions: one summary per
 session, written within a second of its last event); inspect a session
 for its whole state.
@@ -53,6 +56,11 @@ contract forbids, such as a literal "*") are listed too, with status
 --broken lists only the sessions with an open orphan or an open violation
 (whatever their status shows first) and the invalid subjects. --json
 prints an array of the sessions' summaries (docs/cli.md).`,
+		Example: cli.Examples(
+			"every session, one line each",
+			"engine sessions",
+			"the sessions of tenant acme with an open orphan or violation, as JSON",
+			"engine sessions --tenant acme --broken --json"),
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if tenant != "" && !events.ValidToken(tenant) {
@@ -107,7 +115,7 @@ prints an array of the sessions' summaries (docs/cli.md).`,
 		},
 	}
 	cmd.Flags().StringVar(&tenant, "tenant", "", "list only this tenant's sessions")
-	cmd.Flags().BoolVar(&asJSON, "json", false, "print a JSON array of views (docs/cli.md)")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print a JSON array of summaries (docs/cli.md)")
 	cmd.Flags().BoolVar(&broken, "broken", false, "list only sessions with an open orphan or violation, and invalid subjects")
 	cmd.Flags().IntVar(&limit, "limit", -1, "rows per page (default 1000 for the table, every row for --json; 0: every row)")
 	cmd.Flags().IntVar(&page, "page", 1, "which page of --limit rows, from 1")
@@ -215,18 +223,18 @@ func renderSessions(w io.Writer, views []projections.Summary, asJSON bool) error
 	}
 	w = console.NewWriter(w)
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "TENANT\tSESSION\tTURNS\tSTATUS\tORPHANS\tVIOLATIONS\tEVENTS\tLAST EVENT")
+	fmt.Fprintln(tw, "TENANT\tSESSION\tTURNS\tSTATUS\tORPHANS\tVIOLATIONS\tWHAT HAPPENED\tEVENTS\tLAST EVENT")
 	var invalid []projections.Summary
 	for _, v := range views {
 		if v.Status == projections.StatusInvalid {
 			invalid = append(invalid, v)
-			fmt.Fprintf(tw, "%s\t%s\t-\t%s\t-\t-\t%d\t-\n", orDash(v.Tenant), orDash(v.Session), v.Status, v.Events)
+			fmt.Fprintf(tw, "%s\t%s\t-\t%s\t-\t-\t-\t%d\t-\n", orDash(v.Tenant), orDash(v.Session), v.Status, v.Events)
 			continue
 		}
 		c := v.Counts
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%d\t%s\n", v.Tenant, v.Session, c.TurnsTotal, v.Status,
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%s\t%d\t%s\n", v.Tenant, v.Session, c.TurnsTotal, v.Status,
 			countCell(c.OrphansOpen, c.OrphansRepaired, "repaired"), countCell(c.ViolationsOpen, c.ViolationsResolved, "resolved"),
-			v.Events, tableTime(v.LastTime))
+			orDash(cut(v.Triage.Text(), 60)), v.Events, tableTime(v.LastTime))
 	}
 	if err := tw.Flush(); err != nil {
 		return err

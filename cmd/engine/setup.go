@@ -5,6 +5,7 @@ import (
 
 	"github.com/spf13/cobra"
 	"github.com/turnstone-dev/turnstone/events"
+	"github.com/turnstone-dev/turnstone/internal/cli"
 	"github.com/turnstone-dev/turnstone/internal/engine"
 	"github.com/turnstone-dev/turnstone/internal/otel"
 	"github.com/turnstone-dev/turnstone/recovery"
@@ -42,6 +43,11 @@ With --otel (the default when OTEL_EXPORTER_OTLP_ENDPOINT or
 OTEL_EXPORTER_OTLP_TRACES_ENDPOINT is set) it also creates the live
 OpenTelemetry export's consumers (docs/otel.md), which deliver the events
 stored from then on.`,
+		Example: cli.Examples(
+			"set up a 3-node cluster's streams once, with 8 partitions",
+			"engine setup --replicas 3 --partitions 8",
+			"under auth, as the operator",
+			"engine setup --nkey credentials/operator.nk"),
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()

@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/rs/zerolog"
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/turnstone-dev/turnstone/events"
 	"github.com/turnstone-dev/turnstone/ingest"
@@ -28,8 +29,7 @@ type Main struct {
 	// exit ends the process; tests replace it.
 	exit func(code int)
 
-	natsURL     string
-	client      cli.ClientConfig
+	conn        cli.Connection
 	tenant      string
 	name        string
 	sessions    int
@@ -71,7 +71,17 @@ func (m *Main) command() *cobra.Command {
 		Long: `Record sessions of turns into the event log of a NATS server, with a fault
 injected into the last turn of each session, and print the session ids on
 stdout, one per line; with --serve, keep answering control requests until
-SIGINT or SIGTERM.`,
+SIGINT or SIGTERM.
+
+It connects as every Turnstone command does: --nats-url and the
+credentials and TLS flags, their environment variables, or a saved
+context (engine context --help).`,
+		Example: cli.Examples(
+			"a session of two turns whose last one crashes between a tool_use and its tool_result",
+			"refruntime --tenant demo --turns 2 --fault crash-mid-tool --exit-on-crash",
+			"three sessions whose turns hang, each with a 5 s deadline, answering control requests",
+			"refruntime --tenant demo --sessions 3 --fault hang --turn-deadline 5s --serve"),
+		Version: cli.ReadBuildInfo("refruntime").Version,
 		Args: func(_ *cobra.Command, args []string) error {
 			if len(args) > 0 {
 				return usageError{fmt.Errorf("unexpected arguments %q", args)}
@@ -80,8 +90,8 @@ SIGINT or SIGTERM.`,
 		},
 		SilenceUsage:  true,
 		SilenceErrors: true,
-		PreRunE: func(*cobra.Command, []string) error {
-			if err := m.check(); err != nil {
+		PreRunE: func(cmd *cobra.Command, _ []string) error {
+			if err := m.check(cmd.Flags()); err != nil {
 				return usageError{err}
 			}
 			return nil
@@ -91,13 +101,9 @@ SIGINT or SIGTERM.`,
 	cmd.SetOut(m.stdout)
 	cmd.SetErr(m.stderr)
 	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
+	cmd.SetVersionTemplate(cli.ReadBuildInfo("refruntime").String())
 	fs := cmd.Flags()
-	url := os.Getenv(cli.EnvURL)
-	if url == "" {
-		url = cli.DefaultURL
-	}
-	fs.StringVar(&m.natsURL, "nats-url", url, "NATS server URL (env "+cli.EnvURL+")")
-	m.client.AddFlags(fs, "", "")
+	m.conn.AddConnectionFlags(fs, "", "")
 	fs.StringVar(&m.tenant, "tenant", "demo", "tenant to record under (under auth, the tenant of --nkey's user)")
 	fs.StringVar(&m.name, "name", refruntime.DefaultName, "runtime name (session.started, event source)")
 	fs.IntVar(&m.sessions, "sessions", 1, "sessions to run")
@@ -113,6 +119,8 @@ SIGINT or SIGTERM.`,
 	fs.DurationVar(&m.stageDelay, "stage-delay", 0, "how long each stage and tool takes")
 	fs.DurationVar(&m.turnDeadline, "turn-deadline", 0, "each turn's own deadline (turn.started deadline_ms): how long it may go without a sign of life before the engine abandons it (0: the engine's policy)")
 	fs.BoolVar(&m.verbose, "verbose", false, "debug logs")
+	fs.DurationVar(&m.turnDeadline, "turn-deadline", 0, "each turn's own deadline (turn.started's deadline_ms): the reconciler abandons a turn with no outcome after it (default: the policy's turn_deadline)")
+	cli.SetUsage(cmd)
 	return cmd
 }
 
@@ -134,12 +142,19 @@ func (m *Main) ParseFlags(args []string) error {
 	if err := cmd.ValidateArgs(cmd.Flags().Args()); err != nil {
 		return err
 	}
-	return m.check()
+	return m.check(cmd.Flags())
 }
 
-// check validates the flags and sets the fields derived from them.
-func (m *Main) check() error {
+// check validates the flags (fs, as parsed) and sets the fields derived
+// from them, the context's connection settings among them.
+func (m *Main) check(fs *pflag.FlagSet) error {
 	var errs []error
+	if err := m.conn.Resolve(fs, true); err != nil {
+		errs = append(errs, err)
+	}
+	if m.turnDeadline < 0 {
+		errs = append(errs, errors.New("--turn-deadline must not be negative"))
+	}
 	f, err := refruntime.ParseFault(m.faultFlag)
 	if err != nil {
 		errs = append(errs, fmt.Errorf("--fault: %w", err))
@@ -173,13 +188,13 @@ func (m *Main) Run(ctx context.Context) error {
 	}
 	logger := zerolog.New(console.LogWriter(m.stderr)).Level(level).With().Timestamp().Logger()
 
-	opts, err := m.client.Options()
+	opts, err := m.conn.Options("refruntime " + m.tenant)
 	if err != nil {
 		return usageError{err}
 	}
-	nc, err := nats.Connect(m.natsURL, append(opts, nats.Name("refruntime "+m.tenant))...)
+	nc, err := nats.Connect(m.conn.URL, opts...)
 	if err != nil {
-		return fmt.Errorf("connect to %s: %w", m.natsURL, err)
+		return fmt.Errorf("connect to %s: %w", m.conn.URL, cli.ExplainConnectError(err, m.conn.Client))
 	}
 	m.nc = nc
 	// The runtime is a publisher like any other: it appends and reads

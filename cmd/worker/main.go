@@ -66,14 +66,26 @@ and buckets, and is the one writer of the recovery consumers' settings
 the worker waits. --ack-wait, --max-deliver and --pinned-ttl here are
 expectations: a worker given one that differs from what the consumers
 hold refuses to start, names the difference, and changes nothing.`,
+
+		Example: cli.Examples(
+			"join the group of the local engine",
+			"worker",
+			"join under auth, with the context saved for the worker's credentials",
+			"worker --context prod-worker --name worker-1"),
+		Version:       cli.ReadBuildInfo("worker").Version,
 		Args:          cobra.NoArgs,
 		SilenceUsage:  true,
 		SilenceErrors: true,
+		PreRunE: func(cmd *cobra.Command, _ []string) error {
+			return f.conn.Resolve(cmd.Flags(), true)
+		},
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return run(cmd.Context(), f, stderr)
 		},
 	}
 	cmd.SetErr(stderr)
+	cmd.SetOut(os.Stdout)
+	cmd.SetVersionTemplate(cli.ReadBuildInfo("worker").String())
 	cmd.Flags().StringVar(&f.name, "name", "", "worker name in events and statuses (default host-pid)")
 	cmd.Flags().DurationVar(&f.ackWait, "ack-wait", 0, "expect the recovery consumers' ack wait to be this (how long a dead worker's command waits before redelivery; default: whatever engine setup set, 10s unless changed)")
 	cmd.Flags().IntVar(&f.maxDeliver, "max-deliver", 0, "expect the recovery consumers' max deliver to be this (deliveries before a failing command is parked; default: whatever engine setup set, 5 unless changed)")
@@ -86,6 +98,7 @@ hold refuses to start, names the difference, and changes nothing.`,
 	cmd.Flags().BoolVar(&f.useExisting, "use-existing", true, "no effect: the worker never creates or changes a stream, consumer or bucket")
 	_ = cmd.Flags().MarkHidden("use-existing")
 	f.conn.AddFlags(cmd.Flags(), "", "")
+	cli.SetUsage(cmd)
 	return cmd
 }
 
@@ -98,7 +111,7 @@ func run(ctx context.Context, f flags, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	nc, log, err := connect(ctx, f.conn.URL, opts, logger)
+	nc, log, err := connect(ctx, f.conn, opts, logger)
 	if err != nil {
 		return err
 	}
@@ -211,7 +224,8 @@ func settingsRefused(e *recovery.SettingsError) error {
 // retrying with exponential back-off until it works or ctx ends, so a
 // worker started beside the engine (or before it, or before engine setup)
 // waits for it instead of exiting.
-func connect(ctx context.Context, url string, opts []nats.Option, logger zerolog.Logger) (*nats.Conn, *events.Log, error) {
+func connect(ctx context.Context, conn cli.Connection, opts []nats.Option, logger zerolog.Logger) (*nats.Conn, *events.Log, error) {
+	url := conn.URL
 	var (
 		nc  *nats.Conn
 		log *events.Log
@@ -219,7 +233,7 @@ func connect(ctx context.Context, url string, opts []nats.Option, logger zerolog
 	op := func() error {
 		c, err := nats.Connect(url, append(opts, nats.MaxReconnects(-1))...)
 		if err != nil {
-			return err
+			return cli.ExplainConnectError(err, conn.Client)
 		}
 		js, err := jetstream.New(c)
 		if err == nil {
@@ -240,7 +254,7 @@ func connect(ctx context.Context, url string, opts []nats.Option, logger zerolog
 		if errors.Is(err, events.ErrNoStream) {
 			msg = "waiting for the streams (engine setup, or engine serve on its embedded server, creates them)"
 		}
-		logger.Warn().Err(err).Str("url", url).Dur("retry_in", next).Msg(msg)
+		logger.Warn().Err(err).Str("url", url).Str("context", conn.Applied).Dur("retry_in", next).Msg(msg)
 	})
 	if err != nil {
 		return nil, nil, fmt.Errorf("connect to %s: %w", url, err)

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strings"
 
 	"github.com/nats-io/nats.go"
 	"github.com/spf13/pflag"
@@ -56,6 +57,9 @@ func (c *ClientConfig) AddFlags(fs *pflag.FlagSet, certUsage, caUsage string) {
 	fs.StringVar(&c.Nkey, "nkey", os.Getenv(EnvNkey), "file of the user nkey seed to authenticate with, such as credentials/<user>.nk written by engine serve --auth (env "+EnvNkey+")")
 	fs.StringVar(&c.TLSCert, "tls-cert", os.Getenv(EnvTLSCert), certUsage+" (env "+EnvTLSCert+")")
 	fs.StringVar(&c.TLSKey, "tls-key", os.Getenv(EnvTLSKey), "PEM file of the private key of --tls-cert (env "+EnvTLSKey+")")
+	if !strings.Contains(caUsage, EnvTLSCA) {
+		caUsage += " (env " + EnvTLSCA + ")"
+	}
 	fs.StringVar(&c.TLSCA, "tls-ca", os.Getenv(EnvTLSCA), caUsage)
 }
 

@@ -27,6 +27,9 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/turnstone-dev/turnstone/events"
+	"github.com/turnstone-dev/turnstone/projections"
 )
 
 // Kind says whether a Signal is an error a runtime recorded or an anomaly
@@ -60,6 +63,12 @@ const (
 	// command's kind.
 	ClassRecoveryFailed = "recovery_failed"
 	ClassRecoveryParked = "recovery_parked"
+	// ClassLogic: an error of kind logic that names no provider, error
+	// code or HTTP status: the runtime's own code threw (a stage of the
+	// turn failed), not the provider. recovery.Classify files it under
+	// invalid_request for the strategy chains; an incident keys it by
+	// runtime and stage instead, never by provider (KeyFields).
+	ClassLogic = "logic"
 )
 
 // Signal is one error or one anomaly of one session, at the event where
@@ -92,6 +101,14 @@ type Signal struct {
 	Stage string `json:"stage,omitempty"`
 	// Detail is the error message or the violation's detail (a preview).
 	Detail string `json:"detail,omitempty"`
+	// Cause is, for ClassTurnAbandoned, why the turn was abandoned
+	// (events.AbandonDeadline, AbandonEngineRestart, AbandonManual; empty
+	// when the event did not say).
+	Cause string `json:"cause,omitempty"`
+	// Orphans counts the tool_use blocks this signal left without a
+	// result: the orphans an abandoned turn declared are its consequence,
+	// one cause with it, not an incident of their own (FromSession).
+	Orphans int `json:"orphans,omitzero"`
 }
 
 // The recovery outcomes an Outcome can have: events.OutcomeRecovered,
@@ -199,6 +216,51 @@ type Incident struct {
 	Code string `json:"code,omitempty"`
 	// Example is the detail of its first signal.
 	Example string `json:"example,omitempty"`
+	// Severity ranks it for triage (see Severity).
+	Severity Severity `json:"severity"`
+	// Label says what happened in a few words, for a table:
+	// "turn abandoned by hand", "logic error in stage history",
+	// "authentication_error (401)".
+	Label string `json:"label"`
+	// Recovered counts the affected sessions whose recovery ended
+	// recovered or degraded.
+	Recovered int `json:"recovered"`
+	// Causes counts the affected sessions of a turn_abandoned incident by
+	// the cause of their first abandon (Signal.Cause; "unknown" when the
+	// event named none), most first.
+	Causes []Count `json:"causes,omitempty"`
+	// Orphans counts the tool_use blocks its signals left without a
+	// result (Signal.Orphans).
+	Orphans int `json:"orphans,omitzero"`
+}
+
+// Severity ranks an incident for triage.
+type Severity string
+
+// The severities, from the most urgent.
+const (
+	// SeverityHigh: it is open (recent, and a session has not recovered),
+	// a recovery gave up on a session (failed or parked), or the class
+	// needs a person (authentication).
+	SeverityHigh Severity = "high"
+	// SeverityMedium: a session has not recovered, but the incident is
+	// no longer open (older than Config.OpenFor), or its recovery still
+	// runs.
+	SeverityMedium Severity = "medium"
+	// SeverityLow: every affected session recovered (or degraded), or the
+	// class recovers by itself (flaky_tool: the re-run passed).
+	SeverityLow Severity = "low"
+)
+
+// Rank is the severity's order, 0 for the most urgent.
+func (s Severity) Rank() int {
+	switch s {
+	case SeverityHigh:
+		return 0
+	case SeverityMedium:
+		return 1
+	}
+	return 2
 }
 
 // Window is one run of an incident's signals.
@@ -313,6 +375,7 @@ func build(k Key, sigs []Signal, outcomes map[sessionRef][]Outcome, cfg Config) 
 	idx := map[sessionRef]int{}
 	tenants := map[string]bool{}
 	bd := newBreakdown()
+	causes := map[string]int{}
 	for _, s := range sigs {
 		r := sessionRef{s.Tenant, s.Session}
 		i, ok := idx[r]
@@ -322,9 +385,19 @@ func build(k Key, sigs []Signal, outcomes map[sessionRef][]Outcome, cfg Config) 
 			in.Sessions = append(in.Sessions, Affected{Tenant: s.Tenant, Session: s.Session, Seq: s.Seq, Time: s.Time.UTC()})
 			tenants[s.Tenant] = true
 			bd.add(r, s)
+			if k.Class == ClassTurnAbandoned {
+				causes[cmp.Or(s.Cause, "unknown")]++
+			}
 		}
 		in.Sessions[i].Signals++
+		in.Orphans += s.Orphans
 	}
+	for c, n := range causes {
+		in.Causes = append(in.Causes, Count{Value: c, Sessions: n})
+	}
+	slices.SortFunc(in.Causes, func(a, b Count) int {
+		return cmp.Or(cmp.Compare(b.Sessions, a.Sessions), cmp.Compare(a.Value, b.Value))
+	})
 	for t := range tenants {
 		in.Tenants = append(in.Tenants, t)
 	}
@@ -351,9 +424,74 @@ func build(k Key, sigs []Signal, outcomes map[sessionRef][]Outcome, cfg Config) 
 	slices.SortFunc(in.Outcomes, func(a, b OutcomeCount) int {
 		return cmp.Or(cmp.Compare(b.Sessions, a.Sessions), cmp.Compare(outcomeRank(a.Outcome), outcomeRank(b.Outcome)), cmp.Compare(a.By, b.By))
 	})
+	in.Recovered = recovered
 	in.Open = cfg.Now.Sub(in.LastSeen) < cfg.OpenFor && recovered < len(in.Sessions)
+	in.Severity = severity(&in)
+	in.Label = label(&in)
 	in.Hypothesis = hypothesis(&in)
 	return in
+}
+
+// severity ranks an incident (see Severity).
+func severity(in *Incident) Severity {
+	if in.Key.Class == ClassFlakyTool || in.Recovered == len(in.Sessions) {
+		return SeverityLow
+	}
+	if in.Open || in.Key.Class == "authentication" {
+		return SeverityHigh
+	}
+	for _, oc := range in.Outcomes {
+		if oc.Outcome == "failed" || oc.Outcome == OutcomeParked {
+			return SeverityHigh
+		}
+	}
+	return SeverityMedium
+}
+
+// causeWords says how a turn (or, plural, several) was abandoned, for
+// people (projections.AbandonedHow).
+func causeWords(cause string, plural bool) string {
+	if plural && cause == events.AbandonDeadline {
+		return "by their deadline"
+	}
+	return projections.AbandonedHow(cause)
+}
+
+// label says what happened in a few words (Incident.Label).
+func label(in *Incident) string {
+	k := in.Key
+	switch {
+	case k.Kind == KindError && k.Class == ClassLogic:
+		if k.Stage != "" {
+			return "logic error in stage " + k.Stage
+		}
+		return "logic error"
+	case k.Kind == KindError:
+		if in.Code != "" {
+			return k.Class + ": " + in.Code
+		}
+		return k.Class + " error"
+	case k.Class == ClassTurnAbandoned:
+		l := "turn abandoned"
+		if len(in.Causes) == 1 {
+			if w := causeWords(in.Causes[0].Value, false); w != "" {
+				l += " " + w
+			}
+		}
+		if in.Orphans > 0 {
+			l += ", " + plural(in.Orphans, "orphaned tool_use")
+		}
+		return l
+	case k.Class == ClassFlakyTool:
+		return "flaky tool " + k.Tool
+	case k.Class == ClassLoop:
+		return "loop"
+	case k.Class == ClassRecoveryFailed:
+		return "recovery " + k.Code + " failed"
+	case k.Class == ClassRecoveryParked:
+		return "recovery " + k.Code + " parked"
+	}
+	return strings.ReplaceAll(k.Class, "_", " ")
 }
 
 // outcomeAfter picks a session's outcome for a signal at seq: the latest
@@ -489,6 +627,13 @@ func hypothesis(in *Incident) string {
 // what says what the key's signals were.
 func what(k Key, in *Incident) string {
 	if k.Kind == KindError {
+		if k.Class == ClassLogic {
+			s := "failed"
+			if k.Stage != "" {
+				s += " in stage " + k.Stage
+			}
+			return s + " with a logic error of its own (not a provider's)"
+		}
 		code := in.Code
 		if code == "" {
 			return "failed with " + article(k.Class) + " " + k.Class + " error"
@@ -497,7 +642,25 @@ func what(k Key, in *Incident) string {
 	}
 	switch k.Class {
 	case ClassTurnAbandoned:
-		return "had a turn abandoned with no outcome by its deadline"
+		s := "had a turn abandoned"
+		switch {
+		case len(in.Causes) == 1 && causeWords(in.Causes[0].Value, false) != "":
+			s += " " + causeWords(in.Causes[0].Value, false)
+		case len(in.Causes) > 1:
+			var parts []string
+			for _, c := range in.Causes {
+				w := causeWords(c.Value, c.Sessions > 1)
+				if w == "" {
+					w = "for a reason not recorded"
+				}
+				parts = append(parts, strconv.Itoa(c.Sessions)+" "+w)
+			}
+			s += " (" + strings.Join(parts, ", ") + ")"
+		}
+		if in.Orphans > 0 {
+			s += ", leaving " + plural(in.Orphans, "orphaned tool_use")
+		}
+		return s
 	case ClassFlakyTool:
 		return "had a tool call fail and its identical re-run pass (flaky_tool)"
 	case ClassLoop:

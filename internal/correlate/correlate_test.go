@@ -212,8 +212,9 @@ func TestOutcomeAndOpen(t *testing.T) {
 }
 
 // TestFromSession folds a small session and reads its signals: the
-// error.recorded and the turn.failed of one 529 give one key, an orphan
-// gives an anomaly naming its tool, and the recovery command an outcome.
+// error.recorded and the turn.failed of one 529 give one key, the orphan
+// a failed turn declared is counted in that turn's signal (one cause),
+// and the recovery command gives an outcome.
 func TestFromSession(t *testing.T) {
 	var evs []events.Event
 	seq := uint64(0)
@@ -243,12 +244,15 @@ func TestFromSession(t *testing.T) {
 	sigs, outs := correlate.FromSession(s)
 	var got []string
 	for _, sg := range sigs {
-		got = append(got, fmt.Sprintf("%d %s %s tool=%s", sg.Seq, sg.Kind, correlate.KeyOf(sg), sg.Tool))
+		line := fmt.Sprintf("%d %s %s tool=%s", sg.Seq, sg.Kind, correlate.KeyOf(sg), sg.Tool)
+		if sg.Orphans > 0 {
+			line += fmt.Sprintf(" orphans=%d", sg.Orphans)
+		}
+		got = append(got, line)
 	}
 	want := []string{
 		"5 error kind=error class=overloaded code=529 provider=anthropic tool=",
-		"11 error kind=error class=unknown runtime=refruntime 1 tool=",
-		"11 anomaly kind=anomaly class=tool_use_without_result runtime=refruntime 1 tool=Bash",
+		"11 error kind=error class=unknown runtime=refruntime 1 tool= orphans=1",
 	}
 	if strings.Join(got, "\n") != strings.Join(want, "\n") {
 		t.Errorf("signals\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
@@ -261,4 +265,160 @@ func TestFromSession(t *testing.T) {
 	if len(outs) != 1 || outs[0].Outcome != string(events.OutcomeRecovered) || outs[0].By() != "switch_provider" || outs[0].Seq != 6 {
 		t.Errorf("outcomes %+v", outs)
 	}
+}
+
+// fold folds the payloads as events of session acme/<session>, one a
+// second from t0, and returns the state.
+func fold(t *testing.T, session string, steps ...struct {
+	turn string
+	p    events.Payload
+}) *projections.Session {
+	t.Helper()
+	var evs []events.Event
+	for i, st := range steps {
+		ev, err := events.NewAt(t0.Add(time.Duration(i)*time.Second), events.NewID(), "acme", session, st.turn, st.p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ev.Seq = uint64(i + 1)
+		evs = append(evs, ev)
+	}
+	return projections.Fold(evs)
+}
+
+type step = struct {
+	turn string
+	p    events.Payload
+}
+
+// incidentsOf correlates the sessions' signals.
+func incidentsOf(now time.Time, states ...*projections.Session) []correlate.Incident {
+	var sigs []correlate.Signal
+	var outs []correlate.Outcome
+	for _, s := range states {
+		sg, o := correlate.FromSession(s)
+		sigs, outs = append(sigs, sg...), append(outs, o...)
+	}
+	return correlate.Correlate(sigs, outs, correlate.Config{Now: now})
+}
+
+// crashed is a session whose runtime died between two parallel tool_use
+// blocks and their results; the turn is abandoned (cause), which
+// declares both orphans, and a repair answers them (repaired).
+func crashed(t *testing.T, session, cause string, repaired bool) *projections.Session {
+	t.Helper()
+	steps := []step{
+		{"", &events.SessionStarted{Runtime: "refruntime 1", Model: "m1", Provider: "anthropic"}},
+		{"t1", &events.TurnStarted{Prompt: "go"}},
+		{"t1", &events.MessageAppended{Role: events.RoleUser, Content: []events.ContentBlock{{Type: "text", Text: "go"}}}},
+		{"t1", &events.MessageAppended{Role: events.RoleAssistant, Content: []events.ContentBlock{
+			{Type: "tool_use", ID: "toolu_1", Name: "Bash", Input: []byte(`{}`)}, {Type: "tool_use", ID: "toolu_2", Name: "Read", Input: []byte(`{}`)}}}},
+		{"t1", &events.TurnAbandoned{Reason: "runtime crashed", Cause: cause, Stage: events.StageExecute, LastStageCompleted: events.StageHistory}},
+	}
+	if repaired {
+		steps = append(steps,
+			step{"", &events.RecoveryAttempted{CommandID: "c1", Kind: "repair_orphans", Attempt: 1, Result: "ok"}},
+			step{"", &events.MessageAppended{Role: events.RoleUser, Synthetic: true, Content: []events.ContentBlock{
+				{Type: "tool_result", ToolUseID: "toolu_1", Text: "interrupted", IsError: true}, {Type: "tool_result", ToolUseID: "toolu_2", Text: "interrupted", IsError: true}}}},
+			step{"", &events.RecoveryCompleted{CommandID: "c1", Kind: "repair_orphans", Outcome: events.OutcomeRecovered, Attempts: 1}})
+	}
+	s := fold(t, session, steps...)
+	if len(s.Orphans) != 2 || s.Turns[0].Status != projections.TurnAbandoned {
+		t.Fatalf("the crash folds to orphans %+v, turns %+v", s.Orphans, s.Turns)
+	}
+	return s
+}
+
+// TestOneCauseIsOneIncident: a crash's abandon and the orphans it declared
+// are one incident, labelled with how the turn was abandoned; a 401 and
+// the retry that paused the session for a person are one incident; a
+// logic error of the runtime is not a provider's.
+func TestOneCauseIsOneIncident(t *testing.T) {
+	now := t0.Add(time.Minute)
+	t.Run("crash", func(t *testing.T) {
+		incs := incidentsOf(now, crashed(t, "s1", events.AbandonManual, true))
+		if len(incs) != 1 {
+			t.Fatalf("a crash makes %d incidents: %+v", len(incs), incs)
+		}
+		in := incs[0]
+		if in.Key.Class != correlate.ClassTurnAbandoned || in.Orphans != 2 || in.Label != "turn abandoned by hand, 2 orphaned tool_uses" ||
+			!strings.Contains(in.Hypothesis, "had a turn abandoned by hand, leaving 2 orphaned tool_uses") ||
+			!strings.Contains(in.Hypothesis, "1 recovered by repair_orphans") || in.Severity != correlate.SeverityLow {
+			t.Errorf("crash incident: label %q, hypothesis %q, orphans %d, severity %s", in.Label, in.Hypothesis, in.Orphans, in.Severity)
+		}
+		if strings.Contains(in.Hypothesis, "deadline") {
+			t.Errorf("an abandon by hand reads as a deadline's: %q", in.Hypothesis)
+		}
+		// By deadline, unrepaired and recent: high; the words say so.
+		in = incidentsOf(now, crashed(t, "s2", events.AbandonDeadline, false))[0]
+		if in.Label != "turn abandoned by its deadline, 2 orphaned tool_uses" || in.Severity != correlate.SeverityHigh || !in.Open {
+			t.Errorf("deadline incident: label %q, severity %s, open %v", in.Label, in.Severity, in.Open)
+		}
+		// Mixed causes are counted.
+		in = incidentsOf(now, crashed(t, "s3", events.AbandonManual, true), crashed(t, "s4", events.AbandonDeadline, true), crashed(t, "s5", events.AbandonDeadline, true))[0]
+		if !strings.Contains(in.Hypothesis, "had a turn abandoned (2 by their deadline, 1 by hand), leaving 6 orphaned tool_uses") || in.Label != "turn abandoned, 6 orphaned tool_uses" {
+			t.Errorf("mixed causes: label %q, hypothesis %q", in.Label, in.Hypothesis)
+		}
+	})
+	t.Run("401", func(t *testing.T) {
+		e401 := events.ErrorInfo{Message: "invalid x-api-key", Kind: events.KindLogic, Provider: "anthropic", HTTPStatus: 401, Code: "authentication_error"}
+		s := fold(t, "auth",
+			step{"", &events.SessionStarted{Runtime: "refruntime 1", Model: "m1", Provider: "anthropic"}},
+			step{"t1", &events.TurnStarted{Prompt: "go"}},
+			step{"t1", &events.ErrorRecorded{ErrorInfo: e401, Consecutive: 1, Stage: events.StageExecute}},
+			step{"t1", &events.TurnFailed{Stage: events.StageExecute, Error: e401}},
+			step{"", &events.SessionPaused{Reason: "needs a person", Cause: events.CauseNeedsPerson, CommandID: "c1", Kind: "retry_turn"}},
+			step{"", &events.RecoveryAttempted{CommandID: "c1", Kind: "retry_turn", Attempt: 1, Strategy: "pause", Result: "ok"}},
+			step{"", &events.RecoveryCompleted{CommandID: "c1", Kind: "retry_turn", Outcome: events.OutcomeFailed, Strategy: "pause", Attempts: 1,
+				Detail: "retry_turn: not retried (authentication); session paused"}},
+		)
+		incs := incidentsOf(now, s)
+		if len(incs) != 1 {
+			for _, in := range incs {
+				t.Logf("%s: %s", in.Title, in.Hypothesis)
+			}
+			t.Fatalf("a 401 makes %d incidents", len(incs))
+		}
+		in := incs[0]
+		if in.Key.Class != "authentication" || in.Severity != correlate.SeverityHigh || in.Label != "authentication: authentication_error (401)" ||
+			!strings.Contains(in.Hypothesis, "1 failed to recover (pause)") {
+			t.Errorf("401 incident: %+v", in)
+		}
+		// A command that failed with nothing before it is an incident of
+		// its own.
+		lone := fold(t, "lone",
+			step{"", &events.SessionStarted{Runtime: "refruntime 1"}},
+			step{"", &events.RecoveryAttempted{CommandID: "c9", Kind: "distill", Attempt: 1, Result: "failed", Class: "runtime_unavailable"}},
+			step{"", &events.RecoveryCompleted{CommandID: "c9", Kind: "distill", Outcome: events.OutcomeFailed, Attempts: 1}},
+		)
+		if incs := incidentsOf(now, lone); len(incs) != 1 || incs[0].Key.Class != correlate.ClassRecoveryFailed || incs[0].Label != "recovery distill failed" {
+			t.Errorf("a lone failed command: %+v", incs)
+		}
+	})
+	t.Run("logic", func(t *testing.T) {
+		s := fold(t, "logic",
+			step{"", &events.SessionStarted{Runtime: "refruntime 1", Model: "m1", Provider: "anthropic"}},
+			step{"t1", &events.TurnStarted{Prompt: "go"}},
+			step{"t1", &events.TurnFailed{Stage: events.StageHistory, Error: events.ErrorInfo{Message: "refruntime: injected failure in the history stage", Kind: events.KindLogic}}},
+		)
+		incs := incidentsOf(now, s)
+		if len(incs) != 1 {
+			t.Fatalf("%d incidents", len(incs))
+		}
+		in := incs[0]
+		if in.Key.Class != correlate.ClassLogic || in.Key.Provider != "" || in.Key.Stage != "history" || in.Label != "logic error in stage history" ||
+			strings.Contains(in.Title, "provider") || strings.Contains(in.Hypothesis, "anthropic") ||
+			!strings.Contains(in.Hypothesis, "failed in stage history with a logic error of its own (not a provider's)") {
+			t.Errorf("logic incident: key %+v, title %q, label %q, hypothesis %q", in.Key, in.Title, in.Label, in.Hypothesis)
+		}
+		// A provider's 400 stays the provider's.
+		p := fold(t, "bad",
+			step{"", &events.SessionStarted{Runtime: "refruntime 1", Model: "m1", Provider: "anthropic"}},
+			step{"t1", &events.TurnStarted{Prompt: "go"}},
+			step{"t1", &events.TurnFailed{Stage: events.StageExecute, Error: events.ErrorInfo{Message: "bad", Kind: events.KindLogic, HTTPStatus: 400, Code: "invalid_request_error"}}},
+		)
+		if in := incidentsOf(now, p)[0]; in.Key.Class != "invalid_request" || in.Key.Provider != "anthropic" {
+			t.Errorf("a provider's 400: %+v", in.Key)
+		}
+	})
 }

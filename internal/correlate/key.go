@@ -20,6 +20,10 @@ type Key struct {
 	Model    string `json:"model,omitempty"`
 	Runtime  string `json:"runtime,omitempty"`
 	Tool     string `json:"tool,omitempty"`
+	// Stage is the turn's stage the error was thrown in (ClassLogic
+	// only): the runtime's own failure in "history" is one incident, in
+	// "execute" another.
+	Stage string `json:"stage,omitempty"`
 }
 
 // Field is one optional field of a Key.
@@ -32,6 +36,7 @@ const (
 	FieldModel
 	FieldRuntime
 	FieldTool
+	FieldStage
 )
 
 // KeyFields returns the fields of the key of a signal of kind and class,
@@ -44,6 +49,10 @@ const (
 //     parse_error): provider, model and code. A model that rejects a
 //     request shape is one incident per model.
 //   - tool_error: tool and runtime.
+//   - logic (ClassLogic: a runtime's own failure, which names no
+//     provider, code or status): runtime and stage. A runtime version
+//     whose history stage throws is one incident, whatever the provider
+//     its sessions use.
 //   - every other error class (resource, runtime_unavailable, unknown):
 //     runtime and code. A runtime version that crashes is one incident.
 //   - anomaly flaky_tool: tool. A flaky tool is one incident whatever
@@ -70,6 +79,8 @@ func KeyFields(kind Kind, class string) Field {
 		return FieldProvider | FieldModel | FieldCode
 	case "tool_error":
 		return FieldTool | FieldRuntime
+	case ClassLogic:
+		return FieldRuntime | FieldStage
 	}
 	return FieldRuntime | FieldCode
 }
@@ -95,6 +106,9 @@ func KeyOf(s Signal) Key {
 	}
 	if f&FieldTool != 0 {
 		k.Tool = s.Tool
+	}
+	if f&FieldStage != 0 {
+		k.Stage = s.Stage
 	}
 	return k
 }
@@ -122,7 +136,21 @@ func (k Key) String() string {
 	add("model", k.Model)
 	add("runtime", k.Runtime)
 	add("tool", k.Tool)
+	add("stage", k.Stage)
 	return b.String()
+}
+
+// Scope is the key's fields other than its kind and class, for people:
+// "provider anthropic · code 529", "runtime claude-code 2.1.38 · stage
+// history"; "" when the key has none.
+func (k Key) Scope() string {
+	var parts []string
+	for _, p := range [][2]string{{"provider", k.Provider}, {"model", k.Model}, {"runtime", k.Runtime}, {"tool", k.Tool}, {"stage", k.Stage}, {"code", k.Code}} {
+		if p[1] != "" {
+			parts = append(parts, p[0]+" "+p[1])
+		}
+	}
+	return strings.Join(parts, " · ")
 }
 
 // Title names the key for people: "overloaded 529 · provider anthropic",
@@ -133,7 +161,7 @@ func (k Key) Title() string {
 		head += " " + k.Code
 	}
 	parts := []string{head}
-	for _, p := range [][2]string{{"provider", k.Provider}, {"model", k.Model}, {"runtime", k.Runtime}, {"tool", k.Tool}} {
+	for _, p := range [][2]string{{"stage", k.Stage}, {"provider", k.Provider}, {"model", k.Model}, {"runtime", k.Runtime}, {"tool", k.Tool}} {
 		if p[1] != "" {
 			parts = append(parts, p[0]+" "+p[1])
 		}

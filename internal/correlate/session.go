@@ -20,9 +20,14 @@ import (
 //     the same turn already gave a signal of the same key: at the time of
 //     its turn's start when the state keeps the turn, else at the
 //     session's last event time (the state keeps no time for it);
-//   - each abandoned turn it keeps: an anomaly turn_abandoned;
+//   - each abandoned turn it keeps: an anomaly turn_abandoned, with its
+//     cause (Turn.AbandonCause);
 //   - each violation it keeps (the latest projections.KeepAnomalies): an
 //     anomaly of its rule, at its time, naming the tool of its tool_use;
+//     except the tool_use_without_result violations a failed or
+//     abandoned turn declared (at its turn.failed or turn.abandoned: a
+//     crash's abandon and its orphans): one cause, one signal, they are
+//     counted in that turn's Signal.Orphans;
 //   - each flaky-suspected tool run it keeps: an anomaly flaky_tool, at
 //     its turn's start time (skipped when the state no longer keeps the
 //     turn);
@@ -32,7 +37,16 @@ import (
 //     state keeps it, else at the session's last event time;
 //   - each recovery command it keeps that failed or was parked: an anomaly
 //     recovery_failed or recovery_parked, its code the command's kind, at
-//     the session's last event time (the state keeps no time for it).
+//     the session's last event time (the state keeps no time for it);
+//     unless another signal of the session came before the command: the
+//     command answered that signal, and its failure is the outcome of
+//     that signal's incident (a 401's retry that pauses the session for
+//     a person is one incident, authentication), not an incident of its
+//     own.
+//
+// An error of kind logic that names no provider, code or status, and
+// whose message says nothing recovery.Classify recognises, is the
+// runtime's own failure: class ClassLogic, with no provider.
 //
 // Outcomes are its recovery commands (the latest projections.KeepCommands
 // done ones and the open ones).
@@ -46,6 +60,7 @@ func FromSession(s *projections.Session) ([]Signal, []Outcome) {
 		return time.Time{}
 	}
 	failed := map[string]Key{} // turn -> key of its turn.failed signal
+	ended := map[string]int{}  // turn -> index of the signal of its turn.failed or turn.abandoned
 	for i := range s.Turns {
 		t := &s.Turns[i]
 		switch {
@@ -53,11 +68,13 @@ func FromSession(s *projections.Session) ([]Signal, []Outcome) {
 			sig := errorSignal(base, *t.Error)
 			sig.Seq, sig.Time, sig.Turn, sig.Stage = t.EndedSeq, firstSet(t.EndedAt, t.StartedAt), t.ID, string(t.FailedStage)
 			failed[t.ID] = KeyOf(sig)
+			ended[t.ID] = len(sigs)
 			sigs = append(sigs, sig)
 		case t.Status == projections.TurnAbandoned:
 			sig := base
-			sig.Kind, sig.Class, sig.Detail = KindAnomaly, ClassTurnAbandoned, t.Reason
+			sig.Kind, sig.Class, sig.Detail, sig.Cause = KindAnomaly, ClassTurnAbandoned, t.Reason, t.AbandonCause
 			sig.Seq, sig.Time, sig.Turn, sig.Stage = t.EndedSeq, firstSet(t.EndedAt, t.StartedAt), t.ID, string(t.LastStage)
+			ended[t.ID] = len(sigs)
 			sigs = append(sigs, sig)
 		}
 	}
@@ -71,6 +88,10 @@ func FromSession(s *projections.Session) ([]Signal, []Outcome) {
 	}
 	for i := range s.Violations {
 		v := &s.Violations[i]
+		if j, ok := ended[v.Turn]; ok && v.Rule == projections.RuleToolUseWithoutResult && v.Seq == sigs[j].Seq {
+			sigs[j].Orphans++ // declared by the turn's end: its consequence
+			continue
+		}
 		sig := base
 		sig.Kind, sig.Class, sig.Detail = KindAnomaly, string(v.Rule), v.Detail
 		sig.Seq, sig.Turn, sig.Time = v.Seq, v.Turn, firstSet(v.Time, turnTime(v.Turn), s.LastTime)
@@ -91,10 +112,19 @@ func FromSession(s *projections.Session) ([]Signal, []Outcome) {
 	if loop := loopSignal(s, base); loop != nil {
 		sigs = append(sigs, *loop)
 	}
+	// The earliest signal so far: a command that came after it answered
+	// it.
+	var earliest uint64
+	for _, sig := range sigs {
+		if sig.Seq != 0 && (earliest == 0 || sig.Seq < earliest) {
+			earliest = sig.Seq
+		}
+	}
 	outs := make([]Outcome, 0, len(s.Commands))
 	for i := range s.Commands {
 		c := &s.Commands[i]
-		if c.Parked || c.Outcome == events.OutcomeFailed {
+		answered := earliest != 0 && earliest < c.FirstSeq
+		if (c.Parked || c.Outcome == events.OutcomeFailed) && !answered {
 			sig := base
 			sig.Kind, sig.Class, sig.Code, sig.Seq, sig.Time = KindAnomaly, ClassRecoveryFailed, c.Kind, c.FirstSeq, s.LastTime
 			sig.Detail = c.Kind + " failed after " + strconv.Itoa(c.Attempts) + " attempt(s)"
@@ -105,16 +135,8 @@ func FromSession(s *projections.Session) ([]Signal, []Outcome) {
 			}
 			sigs = append(sigs, sig)
 		}
-		o := Outcome{Tenant: s.Tenant, Session: s.Session, CommandID: c.ID, Kind: c.Kind, Strategy: c.Strategy, Seq: c.FirstSeq, Attempts: c.Attempts}
-		switch {
-		case c.Parked:
-			o.Outcome = OutcomeParked
-		case c.Outcome != "":
-			o.Outcome = string(c.Outcome)
-		default:
-			o.Outcome = OutcomeRunning
-		}
-		outs = append(outs, o)
+		outs = append(outs, Outcome{Tenant: s.Tenant, Session: s.Session, CommandID: c.ID, Kind: c.Kind, Strategy: c.Strategy,
+			Seq: c.FirstSeq, Attempts: c.Attempts, Outcome: c.Result()})
 	}
 	return sigs, outs
 }
@@ -152,6 +174,10 @@ func errorSignal(base Signal, e events.ErrorInfo) Signal {
 	sig.Code, sig.Status, sig.Detail = e.Code, e.HTTPStatus, e.Message
 	if e.Provider != "" {
 		sig.Provider = e.Provider
+	}
+	if e.Kind == events.KindLogic && e.Provider == "" && e.Code == "" && e.HTTPStatus == 0 &&
+		(sig.Class == string(recovery.ClassInvalidRequest) || sig.Class == string(recovery.ClassUnknown)) {
+		sig.Class, sig.Provider = ClassLogic, ""
 	}
 	return sig
 }

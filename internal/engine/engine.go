@@ -443,7 +443,9 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config, logger *zerolog.Logger
 		e.wg.Add(1)
 		go e.retentionLoop()
 	}
-	e.l.Info().Str("name", e.member.Name()).Ints("partitions", e.member.Owned()).Int("of", e.Log.Partitions()).Msg("engine open: joined its group with its share of the partitions")
+	// Debug: the process says it is ready once everything around the
+	// engine listens too (engine serve's "engine ready").
+	e.l.Debug().Str("name", e.member.Name()).Ints("partitions", e.member.Owned()).Int("of", e.Log.Partitions()).Msg("engine open")
 	return e, nil
 }
 

@@ -201,13 +201,44 @@ type Query struct {
 	Since, Until time.Time
 	// Anomalous selects sessions with an anomaly (Summary.Anomalous).
 	Anomalous bool
+	// Order is the page order: OrderTriage (the default) or OrderRecent.
+	Order Order
 	// Offset and Limit page the result (Limit 0: 50).
 	Offset, Limit int
 }
 
+// Order is the order of a Query's result.
+type Order string
+
+// The orders of a Query.
+const (
+	// OrderTriage puts first the sessions that need attention
+	// (Summary.NeedsAttention: broken, paused, an open orphan, a
+	// recovery that failed or was parked), then those that had an
+	// anomaly since fixed (Summary.Anomalous), then the others; each
+	// group by last event time, latest first. The default.
+	OrderTriage Order = "triage"
+	// OrderRecent is by last event time alone, latest first.
+	OrderRecent Order = "recent"
+)
+
+// Orders lists the orders, the default first.
+var Orders = []Order{OrderTriage, OrderRecent}
+
+// triageRank is a summary's group in OrderTriage.
+func triageRank(s *projections.Summary) int {
+	switch {
+	case s.NeedsAttention():
+		return 0
+	case s.Anomalous:
+		return 1
+	}
+	return 2
+}
+
 // Page is one page of a Query's result.
 type Page struct {
-	// Rows are the page's sessions, latest last event first.
+	// Rows are the page's sessions, in the Query's Order.
 	Rows []projections.Summary
 	// Total is how many sessions matched; Fleet how many the index holds.
 	Total int
@@ -220,14 +251,27 @@ type Page struct {
 	Limit   int
 }
 
-// Query returns a page of the sessions q selects, ordered by last event
-// time (latest first), then tenant and session. It reads the copy only.
+// Query returns a page of the sessions q selects, in q.Order (see Order;
+// within a group by last event time, latest first, then tenant and
+// session). It reads the copy only.
 func (f *IndexMirror) Query(q Query) Page {
 	if q.Limit <= 0 {
 		q.Limit = 50
 	}
 	q.Offset = max(q.Offset, 0)
 	order, tenants, n := f.sorted()
+	if q.Order != OrderRecent {
+		// A stable partition of the time order: three passes, no sort.
+		byRank := make([]*projections.Summary, 0, len(order))
+		for rank := range 3 {
+			for _, s := range order {
+				if triageRank(s) == rank {
+					byRank = append(byRank, s)
+				}
+			}
+		}
+		order = byRank
+	}
 	p := Page{Fleet: n, Tenants: tenants, Offset: q.Offset, Limit: q.Limit, ByStatus: map[string]int{}}
 	runtime, model := strings.ToLower(q.Runtime), strings.ToLower(q.Model)
 	now := time.Now()

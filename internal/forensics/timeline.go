@@ -111,13 +111,15 @@ type Item struct {
 // TurnBand is one turn with its stages and tool calls.
 type TurnBand struct {
 	ID, Status, Reason, Prompt, Error, FailedStage string
-	Index                                          int
-	StartSeq, EndSeq                               uint64
-	Start, End                                     time.Time
-	DurationMS                                     int64
-	Stages                                         []StageMark
-	Tools                                          []ToolSpan
-	ToolsDropped                                   int
+	// Cause is an abandoned turn's cause (events.TurnAbandoned.Cause).
+	Cause            string
+	Index            int
+	StartSeq, EndSeq uint64
+	Start, End       time.Time
+	DurationMS       int64
+	Stages           []StageMark
+	Tools            []ToolSpan
+	ToolsDropped     int
 	// Lanes is how many rows the tool spans need: calls that overlap in
 	// time run side by side, one lane each.
 	Lanes     int
@@ -338,7 +340,7 @@ func (b *TimelineBuilder) payload(ev events.Event, p events.Payload, it *Item, b
 			case *events.TurnFailed:
 				bd.Status, bd.FailedStage, bd.Error = string(projections.TurnFailed), string(p.Stage), p.Error.Message
 			case *events.TurnAbandoned:
-				bd.Status, bd.Reason = string(projections.TurnAbandoned), p.Reason
+				bd.Status, bd.Reason, bd.Cause = string(projections.TurnAbandoned), p.Reason, p.Cause
 			}
 		}
 	case *events.MessageAppended:

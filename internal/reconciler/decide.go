@@ -177,10 +177,10 @@ func Decide(in Input) []Action {
 		}
 		switch {
 		case in.RestartAbandon:
-			cmd(recovery.KindAbandonTurn, t.ID, "in flight when the engine restarted; "+stagesOf(t), []uint64{t.StartedSeq}, recovery.Params{})
+			cmd(recovery.KindAbandonTurn, t.ID, "in flight when the engine restarted; "+stagesOf(t), []uint64{t.StartedSeq}, recovery.Params{Cause: events.AbandonEngineRestart})
 		default:
 			if due, why := TurnDue(s, &t, in); !in.Now.Before(due) {
-				cmd(recovery.KindAbandonTurn, t.ID, why+"; "+stagesOf(t), []uint64{t.StartedSeq}, recovery.Params{})
+				cmd(recovery.KindAbandonTurn, t.ID, why+"; "+stagesOf(t), []uint64{t.StartedSeq}, recovery.Params{Cause: events.AbandonDeadline})
 			}
 		}
 	}

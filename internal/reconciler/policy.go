@@ -7,17 +7,17 @@ import (
 	"io"
 	"os"
 	"sort"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/turnstone-dev/turnstone/events"
+	"github.com/turnstone-dev/turnstone/internal/clock"
 	"github.com/turnstone-dev/turnstone/recovery"
 	"gopkg.in/yaml.v3"
 )
 
 // Duration is a time.Duration written in YAML as a Go duration string
-// ("120s", "2m"), or a whole number of days ("30d").
+// ("120s", "2m"), or a whole number of days ("30d"): clock.ParseDuration,
+// which the commands' duration flags (--since) share.
 type Duration time.Duration
 
 // UnmarshalYAML implements yaml.Unmarshaler.
@@ -26,13 +26,7 @@ func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
 	if err := n.Decode(&s); err != nil {
 		return fmt.Errorf("line %d: want a duration such as \"120s\"", n.Line)
 	}
-	if days, ok := strings.CutSuffix(s, "d"); ok {
-		if v, err := strconv.Atoi(days); err == nil && v >= 0 && v <= 36500 {
-			*d = Duration(time.Duration(v) * 24 * time.Hour)
-			return nil
-		}
-	}
-	v, err := time.ParseDuration(s)
+	v, err := clock.ParseDuration(s)
 	if err != nil {
 		return fmt.Errorf("line %d: %q is not a duration such as \"120s\" or \"30d\"", n.Line, s)
 	}

@@ -2,16 +2,19 @@ package web
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/turnstone-dev/turnstone/events"
+	"github.com/turnstone-dev/turnstone/internal/clock"
 	"github.com/turnstone-dev/turnstone/internal/correlate"
 	"github.com/turnstone-dev/turnstone/internal/forensics"
 	"github.com/turnstone-dev/turnstone/projections"
@@ -31,6 +34,8 @@ type sessionsPage struct {
 	Statuses  []facet
 	Took      time.Duration
 	Filtering bool
+	// Order is the page's order (forensics.Order).
+	Order string
 }
 
 type facet struct {
@@ -50,9 +55,16 @@ func (s *Server) sessions(_ http.ResponseWriter, r *http.Request) (string, any, 
 	query := forensics.Query{
 		Tenant: q.Get("tenant"), Status: q.Get("status"), Runtime: q.Get("runtime"), Model: q.Get("model"),
 		Session: q.Get("session"), Anomalous: q.Get("anomalous") != "", Limit: s.cfg.PageSize,
+		Order: forensics.Order(q.Get("order")),
 	}
 	if query.Status != "" && !contains(statuses, query.Status) {
 		return "", nil, badRequest("status %q: want one of %s", query.Status, strings.Join(statuses, ", "))
+	}
+	if query.Order == "" {
+		query.Order = forensics.OrderTriage
+	}
+	if !slices.Contains(forensics.Orders, query.Order) {
+		return "", nil, badRequest("order %q: want triage or recent", query.Order)
 	}
 	var err error
 	if query.Since, err = parseWhen(q.Get("since"), time.Now()); err != nil {
@@ -69,7 +81,7 @@ func (s *Server) sessions(_ http.ResponseWriter, r *http.Request) (string, any, 
 	}
 	query.Offset = (pageNum - 1) * query.Limit
 	page := s.cfg.Index.Query(query)
-	v := sessionsPage{Form: q, Page: page, PageNum: pageNum, Pages: max(1, (page.Total+query.Limit-1)/query.Limit)}
+	v := sessionsPage{Form: q, Page: page, PageNum: pageNum, Pages: max(1, (page.Total+query.Limit-1)/query.Limit), Order: string(query.Order)}
 	link := func(set map[string]string) string {
 		u := url.Values{}
 		for k, vs := range q {
@@ -108,20 +120,24 @@ type sessionPage struct {
 	S *projections.Session
 	// V is the state's View now (its Status says interrupted for a
 	// history session that ends mid-turn; its pending tool_use ids).
-	V        projections.View
-	Base     string // the session page's path
-	First    uint64
-	Last     uint64
-	Until    uint64 // the sequence the state is as of
-	Latest   bool
-	Next     uint64 // the next event after Until, 0 at the end
-	Prev     uint64 // the event before Until, 0 at the start
-	Summary  projections.Summary
-	Indexed  bool
-	Related  []projections.Summary
-	Bands    []bandView
-	Orphans  []projections.Orphan
-	Took     time.Duration
+	V       projections.View
+	Base    string // the session page's path
+	First   uint64
+	Last    uint64
+	Until   uint64 // the sequence the state is as of
+	Latest  bool
+	Next    uint64 // the next event after Until, 0 at the end
+	Prev    uint64 // the event before Until, 0 at the start
+	Summary projections.Summary
+	Indexed bool
+	Related []projections.Summary
+	Bands   []bandView
+	Orphans []projections.Orphan
+	Took    time.Duration
+	// C are the state's counts by state (Session.Counts); Errors counts
+	// the runtime's errors and the tool calls that failed.
+	C        projections.Counts
+	Errors   int
 	Position int // events folded
 	Total    int // events in the session (from the index, when known)
 }
@@ -179,6 +195,8 @@ func (s *Server) session(_ http.ResponseWriter, r *http.Request) (string, any, e
 		}
 	}
 	v.Bands = bands(t.Turns)
+	v.C = t.State.Counts()
+	v.Errors = t.State.Errors.Total + t.State.Totals.ToolErrors
 	v.Orphans = t.State.Orphans
 	v.Took = time.Since(start)
 	return "session", v, nil
@@ -296,6 +314,11 @@ func (s *Server) incidents(_ http.ResponseWriter, r *http.Request) (string, any,
 	if err != nil {
 		return "", nil, err
 	}
+	// Most urgent first, then newest: the table is read top down.
+	incs = slices.Clone(incs)
+	slices.SortStableFunc(incs, func(a, b correlate.Incident) int {
+		return cmp.Or(cmp.Compare(a.Severity.Rank(), b.Severity.Rank()), b.LastSeen.Compare(a.LastSeen))
+	})
 	v := incidentsPage{Form: q, Incidents: incs, Since: q.Get("since")}
 	for _, in := range incs {
 		if in.Open {
@@ -383,14 +406,14 @@ func sessionPath(tenant, session string) string {
 }
 
 // parseWhen reads a time filter: empty (none), a duration before now
-// ("24h", "90m"), RFC 3339, a datetime-local value ("2026-11-22T16:07")
+// ("24h", "90m", "7d": clock.ParseDuration), RFC 3339, a datetime-local value ("2026-11-22T16:07")
 // or a date (UTC).
 func parseWhen(s string, now time.Time) (time.Time, error) {
 	s = strings.TrimSpace(s)
 	if s == "" {
 		return time.Time{}, nil
 	}
-	if d, err := time.ParseDuration(s); err == nil && d > 0 {
+	if d, err := clock.ParseDuration(s); err == nil && d > 0 {
 		return now.Add(-d), nil
 	}
 	for _, layout := range []string{time.RFC3339Nano, "2006-01-02T15:04:05", "2006-01-02T15:04", "2006-01-02 15:04", time.DateOnly} {
@@ -398,7 +421,7 @@ func parseWhen(s string, now time.Time) (time.Time, error) {
 			return t, nil
 		}
 	}
-	return time.Time{}, fmt.Errorf("%q: want a duration (24h), RFC 3339, YYYY-MM-DDTHH:MM or a date", s)
+	return time.Time{}, fmt.Errorf("%q: want a duration (24h, 7d), RFC 3339, YYYY-MM-DDTHH:MM or a date", s)
 }
 
 func contains(xs []string, x string) bool {

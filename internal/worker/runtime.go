@@ -274,7 +274,8 @@ func (w *Worker) logThenNotice(ctx context.Context, cmd recovery.Command, state 
 			if in == "" {
 				in = t.LastStage.Next()
 			}
-			evs = append(evs, w.event(cmd, cmd.Session, cmd.Turn, "abandon", &events.TurnAbandoned{LastStageCompleted: t.LastStage, Stage: in, Reason: cmd.Reason}))
+			evs = append(evs, w.event(cmd, cmd.Session, cmd.Turn, "abandon", &events.TurnAbandoned{LastStageCompleted: t.LastStage, Stage: in, Reason: cmd.Reason,
+				Cause: abandonCause(cmd), CommandID: cmd.ID}))
 			last := string(t.LastStage)
 			if last == "" {
 				last = "none"
@@ -391,4 +392,17 @@ func reasonKey(s string) string {
 		}
 		return '_'
 	}, strings.ToLower(s))
+}
+
+// abandonCause is the cause a turn.abandoned written for cmd names: the
+// reconciler's (Params.Cause; its deadline when it named none), or
+// events.AbandonManual for a command anyone else issued.
+func abandonCause(cmd recovery.Command) string {
+	if cmd.IssuedBy != recovery.IssuerReconciler {
+		return events.AbandonManual
+	}
+	if cmd.Params.Cause != "" {
+		return cmd.Params.Cause
+	}
+	return events.AbandonDeadline
 }
