@@ -226,3 +226,15 @@ func TestExitOnCrash(t *testing.T) {
 		t.Errorf("adopted notice: %+v", reply)
 	}
 }
+
+// TestHelp: the command builds and prints its help (a flag defined twice
+// panics when the command is built, before any test of a run).
+func TestHelp(t *testing.T) {
+	var out, errOut bytes.Buffer
+	if code := run(context.Background(), []string{"--help"}, &out, &errOut); code != 0 {
+		t.Fatalf("--help: exit %d: %s", code, errOut.String())
+	}
+	if !strings.Contains(out.String(), "--turn-deadline") {
+		t.Fatalf("--help does not name --turn-deadline:\n%s", out.String())
+	}
+}

@@ -119,7 +119,6 @@ context (engine context --help).`,
 	fs.DurationVar(&m.stageDelay, "stage-delay", 0, "how long each stage and tool takes")
 	fs.DurationVar(&m.turnDeadline, "turn-deadline", 0, "each turn's own deadline (turn.started deadline_ms): how long it may go without a sign of life before the engine abandons it (0: the engine's policy)")
 	fs.BoolVar(&m.verbose, "verbose", false, "debug logs")
-	fs.DurationVar(&m.turnDeadline, "turn-deadline", 0, "each turn's own deadline (turn.started's deadline_ms): the reconciler abandons a turn with no outcome after it (default: the policy's turn_deadline)")
 	cli.SetUsage(cmd)
 	return cmd
 }
