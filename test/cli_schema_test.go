@@ -233,6 +233,14 @@ func TestJSONOutputsMatchTheirSchemas(t *testing.T) {
 	for _, r := range rows {
 		check("recovery-show.json", engine("recovery", "show", r.Command.ID, "--json", ctx), "recovery", "show", r.Command.ID, "--json")
 	}
+	wi := engine("whatif", "demo/"+crash, "--json", ctx)
+	check("whatif.json", wi, "whatif", "demo/"+crash, "--json")
+	var replays []struct {
+		Decisions []json.RawMessage `json:"decisions"`
+	}
+	if err := json.Unmarshal(wi, &replays); err != nil || len(replays) != 1 || len(replays[0].Decisions) == 0 {
+		t.Errorf("whatif demo/%s --json: %d sessions, no decisions (%v): the crash's commands are missing", crash, len(replays), err)
+	}
 	nonEmpty("incidents.json", "incidents", "--json", ctx)
 	nonEmpty("incidents.json", "incidents", "--since", "1d", "--json", ctx)
 	nonEmpty("incidents-by-session.json", "incidents", "--by", "session", "--json", ctx)

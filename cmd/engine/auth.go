@@ -103,7 +103,11 @@ send it as "Authorization: Bearer <token>". It lives in the spec's
 credentials directory (web.token, mode 0600), readable by whoever may read
 the operator's seed. --rotate makes a new one (restart the engines to
 use it; every browser signed in must sign in again). docs/security.md.`,
-		Args: cobra.ExactArgs(1),
+		Example: cli.Examples(
+			"the token of the engine started with --auth auth.yaml --data auth-data",
+			"engine auth token auth.yaml --data auth-data"),
+		Annotations: map[string]string{cli.NoConnection: "true"},
+		Args:        cli.ArgsNamed("the auth spec the engine was started with", "SPEC"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			spec, err := loadSpec(args[0], data)
 			if err != nil {

@@ -82,10 +82,8 @@ stays in flight; a followed session is live.`,
 		Example: cli.Examples(
 			"import every Claude Code session of a project, as history",
 			"engine import --format claude-code ~/.claude/projects/my-project",
-			"record sessions live as Claude Code writes them, under tenant acme",
-			"engine import --format claude-code --tenant acme --follow ~/.claude/projects",
-			"record Codex sessions live, new day folders included",
-			"engine import --format codex --follow ~/.codex/sessions"),
+			"record Codex sessions live, under tenant acme, new day folders included",
+			"engine import --format codex --tenant acme --follow ~/.codex/sessions"),
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			fmtr, ok := importFormats[format]

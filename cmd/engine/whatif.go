@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/turnstone-dev/turnstone/events"
 	"github.com/turnstone-dev/turnstone/internal/audit"
+	"github.com/turnstone-dev/turnstone/internal/cli"
 	"github.com/turnstone-dev/turnstone/internal/console"
 	"github.com/turnstone-dev/turnstone/internal/reconciler"
 	"github.com/turnstone-dev/turnstone/internal/whatif"
@@ -51,6 +52,11 @@ recorded: the replay assumes no runtime present and never resumes a
 session. It writes nothing and publishes nothing; the same log gives the
 same output on every run. --json prints an array of objects with tenant,
 session, events, decisions and first_divergence (docs/cli.md).`,
+		Example: cli.Examples(
+			"what the engine would have decided for tenant demo's sessions with a 5-minute turn deadline",
+			"engine whatif --tenant demo --policy short-deadline.yaml",
+			"an imported transcript judged as if it had been followed live, on its own clock",
+			"engine whatif grow/55604662 --assume-live --clock event"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if (len(args) == 0) == (tenant == "") {
 				return errors.New("name sessions (TENANT/SESSION...) or one tenant (--tenant T), not both")
