@@ -54,10 +54,18 @@ func TestNoDecisionOnStaleState(t *testing.T) {
 	if testing.Short() {
 		t.Skip("the lag test appends 500,000 events: run without -short")
 	}
+	// The load: 100,000 sessions, then 50,000 turns of one session (4
+	// events each), with a 10 s deadline. Under the race detector, where
+	// the fold is some ten times slower, a twentieth of the load with a 3 s
+	// deadline makes the same lag: longer than the deadline.
+	sessions, turns, deadlineCfg := 100_000, 50_000, "turn_deadline: 10s\n"
+	if raceEnabled {
+		sessions, turns, deadlineCfg = 5_000, 2_500, "turn_deadline: 3s\n"
+	}
 	ctx := context.Background()
 	srv := embeddedtest.Start(t)
 	nc, js := embeddedtest.Connect(t, srv)
-	policy, err := reconciler.ParsePolicy([]byte("turn_deadline: 10s\n"))
+	policy, err := reconciler.ParsePolicy([]byte(deadlineCfg))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -106,10 +114,9 @@ func TestNoDecisionOnStaleState(t *testing.T) {
 	}
 
 	start := time.Now()
-	const sessions = 100_000
 	for lo := 0; lo < sessions; lo += 10_000 {
 		var evs []events.Event
-		for i := lo; i < lo+10_000; i++ {
+		for i := lo; i < min(lo+10_000, sessions); i++ {
 			s := fmt.Sprintf("s%06d", i)
 			evs = append(evs, mk(s, "", &events.SessionStarted{Runtime: "lag"}))
 		}
@@ -117,13 +124,12 @@ func TestNoDecisionOnStaleState(t *testing.T) {
 	}
 	t.Logf("%d sessions appended in %s", sessions, time.Since(start).Round(time.Millisecond))
 	start = time.Now()
-	const turns = 50_000 // 4 events each: 200,000
 	for lo := 0; lo < turns; lo += 5_000 {
 		var evs []events.Event
 		if lo == 0 {
 			evs = append(evs, mk(big, "", &events.SessionStarted{Runtime: "lag"}))
 		}
-		for i := lo; i < lo+5_000; i++ {
+		for i := lo; i < min(lo+5_000, turns); i++ {
 			turn := fmt.Sprintf("t%06d", i)
 			evs = append(evs,
 				mk(big, turn, &events.TurnStarted{Prompt: "go"}),
@@ -151,7 +157,7 @@ func TestNoDecisionOnStaleState(t *testing.T) {
 		time.Sleep(100 * time.Millisecond)
 	}
 	t.Logf("folded %s after the last append (the lag), %d actions dropped as stale", lag.Round(time.Millisecond), e.Reconciler.Stale())
-	if lag < 10*time.Second {
+	if lag < time.Duration(policy.TurnDeadline) {
 		t.Logf("the projector lagged less than the deadline: the test shows less than it can")
 	}
 	// Let ticks pass: nothing is in flight, nothing more may come.
