@@ -99,7 +99,7 @@ func startLeaderCluster(t *testing.T) *leaderCluster {
 	t.Helper()
 	dir := t.TempDir()
 	c := &leaderCluster{spec: filepath.Join(dir, "auth.yaml"), creds: filepath.Join(dir, "credentials"), policy: filepath.Join(dir, "policy.yaml")}
-	if err := os.WriteFile(c.spec, fmt.Appendf(nil, "tenants: [acme]\npartitions: %d\n", leaderPartitions), 0o600); err != nil {
+	if err := os.WriteFile(c.spec, fmt.Appendf(nil, "tenants: [acme]\npartitions: %d\ncredentials: ./credentials\n", leaderPartitions), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.WriteFile(c.policy, fmt.Appendf(nil, "turn_deadline: %s\n", leaderTurnDeadline), 0o600); err != nil {

@@ -172,7 +172,9 @@ func TestCodexImportInspectAndWebView(t *testing.T) {
 // ends on, left unanswered past the turn's deadline, is abandoned by the
 // reconciler and becomes an orphan.
 func TestFollowCodexRolloutLive(t *testing.T) {
-	eng := enginetest.Start(t, enginetest.Options{Policy: "turn_deadline: 30s\n"})
+	// The call pending makes the turn's deadline tool_deadline's (2 hours
+	// by default: a call may wait that long for a person).
+	eng := enginetest.Start(t, enginetest.Options{Policy: "turn_deadline: 30s\ntool_deadline: 30s\n"})
 	sessions := t.TempDir()
 	fl, err := importer.NewFollower(importer.LogStore(eng.Log), codex.Format, importer.FollowConfig{Options: importer.Options{Tenant: "acme"}})
 	if err != nil {

@@ -84,7 +84,7 @@ func (s *Server) refuse(m *nats.Msg, tenant, session string, code int, reason st
 	}
 	s.count(outcome)
 	desc := events.MaskString(reason)
-	if s.q != nil && s.q.add(qrecord{subject: m.Subject, header: m.Header, body: m.Data, tenant: tenant, session: session, code: code, reason: desc, at: time.Now().UTC()}) {
+	if s.q != nil && s.q.add(qrecord{subject: publishedSubject(m.Subject), header: m.Header, body: m.Data, tenant: tenant, session: session, code: code, reason: desc, at: time.Now().UTC()}) {
 		desc += " (quarantined: engine rejects lists it)"
 	} else {
 		desc += " (not quarantined: the engine's quarantine queue is full; the engine counts it on /metrics)"
@@ -351,4 +351,19 @@ func Rejects(ctx context.Context, js jetstream.JetStream, f RejectFilter) ([]Rej
 		out = out[len(out)-f.Limit:]
 	}
 	return out, nil
+}
+
+// publishedSubject is the subject a publisher sent a request on: the
+// server's ingest mapping delivers agent.evt.<tenant>.<session> to the
+// engines as agent.in.<partition>.<tenant>.<session> (docs/scaling.md),
+// and a quarantine record names what the publisher sent.
+func publishedSubject(subject string) string {
+	rest, ok := strings.CutPrefix(subject, ingest.IngestSubjectPrefix+".")
+	if !ok {
+		return subject
+	}
+	if _, after, ok := strings.Cut(rest, "."); ok {
+		return events.EventSubjectPrefix + "." + after
+	}
+	return subject
 }
