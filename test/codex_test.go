@@ -133,24 +133,58 @@ func TestCodexImportInspectAndWebView(t *testing.T) {
 		t.Fatalf("second import appended events:\n%s", again)
 	}
 
-	const pending = "019c8a70-dda7-7f33-98ea-f30553347322"
+	// 019c8a70 ends on a call with no output, months ago: as history it
+	// reads interrupted in `inspect` and `sessions`, naming the call.
+	const pending, call = "019c8a70-dda7-7f33-98ea-f30553347322", "call_UtYwHmwWekzvq83m8Rb9K8jJ"
 	inspect := run(t, eng.url, "inspect", "default/"+pending)
-	for _, want := range []string{"codex 0.104.0-alpha.1", "in stage execute", "1 pending"} {
+	for _, want := range []string{"codex 0.104.0-alpha.1", "in stage execute", "1 pending: " + call,
+		"status      interrupted: the history ends mid-turn"} {
 		if !strings.Contains(inspect, want) {
 			t.Errorf("inspect does not show %q:\n%s", want, inspect)
 		}
 	}
 	var st struct {
 		Runtime  string   `json:"runtime"`
+		Status   string   `json:"status"`
 		InFlight []string `json:"in_flight"`
 		Pending  []string `json:"pending"`
 		History  bool     `json:"history"`
+		View     struct {
+			PendingToolUseIDs []string `json:"pending_tool_use_ids"`
+		} `json:"view"`
 	}
 	if err := json.Unmarshal([]byte(run(t, eng.url, "inspect", "default/"+pending, "--json")), &st); err != nil {
 		t.Fatal(err)
 	}
-	if st.Runtime != "codex 0.104.0-alpha.1" || len(st.InFlight) != 1 || len(st.Pending) != 1 || st.Pending[0] != "call_UtYwHmwWekzvq83m8Rb9K8jJ" || !st.History {
+	if st.Runtime != "codex 0.104.0-alpha.1" || st.Status != "interrupted" || len(st.InFlight) != 1 || len(st.Pending) != 1 || st.Pending[0] != call ||
+		!st.History || len(st.View.PendingToolUseIDs) != 1 || st.View.PendingToolUseIDs[0] != call {
 		t.Errorf("inspect --json: %+v", st)
+	}
+	// The fleet index is written within --sync of the last event.
+	waitFor(t, "sessions lists the Codex session that ends mid-turn as interrupted, with its call", func() bool {
+		out := run(t, eng.url, "sessions", "--tenant", "default")
+		return strings.Contains(out, "interrupted: default/"+pending+" ends mid-turn") &&
+			strings.Contains(out, "tool_use without its result: "+call)
+	})
+	var rows []struct {
+		Session           string   `json:"session"`
+		Status            string   `json:"status"`
+		PendingToolUseIDs []string `json:"pending_tool_use_ids"`
+	}
+	if err := json.Unmarshal([]byte(run(t, eng.url, "sessions", "--tenant", "default", "--json")), &rows); err != nil {
+		t.Fatal(err)
+	}
+	// The three rollouts that end inside a turn (wantCodexDetected's
+	// inFlight) are interrupted; only 019c8a70 left a call unanswered.
+	got := map[string]string{}
+	for _, r := range rows {
+		if r.Status == "interrupted" {
+			got[r.Session] = strings.Join(r.PendingToolUseIDs, ",")
+		}
+	}
+	want := map[string]string{pending: call, "019b7f94-51b4-7593-922e-ba12b5b73b52": "", "019fc8be-3658-7ca3-9e29-000000000000": ""}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("sessions --json: interrupted sessions and their pending calls %v, want %v", got, want)
 	}
 
 	get := httpGet

@@ -16,7 +16,9 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/turnstone-dev/turnstone/events"
 	"github.com/turnstone-dev/turnstone/internal/claudecode"
+	"github.com/turnstone-dev/turnstone/internal/codex"
 	"github.com/turnstone-dev/turnstone/internal/embedded/embeddedtest"
+	"github.com/turnstone-dev/turnstone/internal/importer"
 	"github.com/turnstone-dev/turnstone/internal/whatif"
 )
 
@@ -25,15 +27,19 @@ import (
 const (
 	shippedDir = "../../../shared/data/transcripts/claude-code"
 	wildCCDir  = "../../../shared/data/wild/claude-code"
+	wildCXDir  = "../../../shared/data/wild/codex"
 )
 
 // calibrated is what `engine whatif --assume-live --clock event` decides
 // on one real transcript: under the default policy (decisions, the kinds
 // in order, space-separated), and under the policy before calibration,
 // which counted turn_deadline from a turn's last sign of life at 120 s
-// with no tool_deadline (before, the same). why says what set the default
-// thresholds apart for the files where the two differ, from the
-// transcript's own times; every such file has one, and no other.
+// with no tool_deadline (before, the same). why says, from the
+// transcript's own times, what set the default thresholds apart for the
+// files where the two differ, and why the defaults' decisions are right
+// for the files on which they decide anything (a file that ends mid-turn:
+// followed live, its runtime went silent); every such file has one, and
+// no other.
 type calibrated struct {
 	decisions, before string
 	why               string
@@ -53,7 +59,7 @@ const beforeCalibration = "turn_deadline: 120s\ntool_deadline: 120s\n"
 // imported alone), and a reason for each file the defaults had to be
 // changed for. TURNSTONE_PRINT_CALIBRATION=1 prints the rows found.
 func TestCalibrationWithTime(t *testing.T) {
-	for _, d := range []string{shippedDir, wildCCDir} {
+	for _, d := range []string{shippedDir, wildCCDir, wildCXDir} {
 		if _, err := os.Stat(d); err != nil {
 			t.Fatalf("the real transcripts are missing at %s (shared/data beside the repository): %v", d, err)
 		}
@@ -69,24 +75,22 @@ func TestCalibrationWithTime(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The race detector makes decoding and masking JSON about twenty times
-	// slower: under it, the files of at most 256 KiB (most of the wild
-	// ones, the shipped short ones and the real orphan's) are replayed,
-	// and their rows checked; without it, every file.
-	var files []string
-	for _, f := range all {
-		if fi, err := os.Stat(f); err == nil && (!raceEnabled || fi.Size() <= 256<<10) {
-			files = append(files, f)
-		}
-	}
+	files := replayable(all)
 	// Every file into one tenant, as a projects directory holds them (a
 	// subagent's file beside its parent's); the snapshots a later file
 	// continues (incremental-*/turn-1) also alone, each in a tenant of
 	// its own: imported alone, such a file ends mid-turn.
 	owner := map[string]string{} // session -> the file that last writes it
-	for _, fs := range bulkImport(t, js, log, "real", files) {
+	for _, fs := range bulkImport(t, js, log, "real", files, claudeCodeConvert(t, "real")) {
 		for _, s := range fs.sessions {
 			owner["real/"+s] = calRel(fs.file)
+		}
+	}
+	// Every Codex rollout, as `engine import --format codex` records it,
+	// into a tenant of its own (a rollout holds its whole session).
+	for _, fs := range bulkImport(t, js, log, "codex", codexRollouts(t), codexConvert(t, "codex")) {
+		for _, s := range fs.sessions {
+			owner["codex/"+s] = calRel(fs.file)
 		}
 	}
 	var snapshots []string
@@ -101,7 +105,7 @@ func TestCalibrationWithTime(t *testing.T) {
 		if sub, err := filepath.Glob(filepath.Join(strings.TrimSuffix(f, ".jsonl"), "subagents", "*.jsonl")); err == nil {
 			group = append(group, sub...)
 		}
-		for _, fs := range bulkImport(t, js, log, tenant, group) {
+		for _, fs := range bulkImport(t, js, log, tenant, group, claudeCodeConvert(t, tenant)) {
 			for _, s := range fs.sessions {
 				owner[tenant+"/"+s] = calRel(fs.file) + " (alone)"
 			}
@@ -112,7 +116,7 @@ func TestCalibrationWithTime(t *testing.T) {
 	if err := os.WriteFile(policy, []byte(beforeCalibration), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	tenants := []string{"real"}
+	tenants := []string{"real", "codex"}
 	for i := range snapshots {
 		tenants = append(tenants, fmt.Sprintf("cut%d", i))
 	}
@@ -170,8 +174,8 @@ func TestCalibrationWithTime(t *testing.T) {
 		if now[f] != w.decisions || before[f] != w.before {
 			t.Errorf("%s: decides %q (before calibration %q), want %q (%q)", f, now[f], before[f], w.decisions, w.before)
 		}
-		if (now[f] != before[f]) != (w.why != "") {
-			t.Errorf("%s: the defaults changed its decisions (%q -> %q) and the table says why only for those: %q", f, before[f], now[f], w.why)
+		if (now[f] != before[f] || now[f] != "") != (w.why != "") {
+			t.Errorf("%s: decides %q (before calibration %q); the table says why exactly for the files the defaults decide on or changed: %q", f, now[f], before[f], w.why)
 		}
 	}
 	if raceEnabled {
@@ -191,24 +195,23 @@ func TestCalibrationWithTime(t *testing.T) {
 }
 
 // bulkImport records files as `engine import` does (history, events as
-// the Claude Code importer converts them, masked by the log), published
-// asynchronously so that ~10,000 events take a moment even under the race
-// detector: each session's events in order on one connection, an event
-// converted twice (a snapshot a later file continues) stored once (its id
-// is its Nats-Msg-Id).
+// convert gives them, masked by the log), published asynchronously so
+// that ~10,000 events take a moment even under the race detector: each
+// session's events in order on one connection, an event converted twice
+// (a snapshot a later file continues) stored once (its id is its
+// Nats-Msg-Id).
 // It returns the sessions each file gave, in the files' order.
-func bulkImport(t *testing.T, js jetstream.JetStream, log *events.Log, tenant string, files []string) []fileSessions {
+func bulkImport(t *testing.T, js jetstream.JetStream, log *events.Log, tenant string, files []string, convert func(string) (*importer.Result, error)) []fileSessions {
 	t.Helper()
-	conv, err := claudecode.NewConverter(claudecode.Options{Tenant: tenant})
-	if err != nil {
-		t.Fatal(err)
-	}
 	var out []fileSessions
 	n := 0
 	for _, f := range files {
-		res, err := conv.ConvertFile(f)
+		res, err := convert(f)
 		if err != nil {
 			t.Fatal(err)
+		}
+		if len(res.Diagnostics) > 0 {
+			t.Fatalf("%s: %v", f, res.Diagnostics)
 		}
 		out = append(out, fileSessions{file: f})
 		for _, s := range res.Sessions {
@@ -235,6 +238,68 @@ func bulkImport(t *testing.T, js jetstream.JetStream, log *events.Log, tenant st
 	return out
 }
 
+// claudeCodeConvert converts Claude Code transcripts for tenant, as
+// `engine import --format claude-code` does: the converter keeps the
+// links from subagents to their parents' calls between files.
+func claudeCodeConvert(t *testing.T, tenant string) func(string) (*importer.Result, error) {
+	t.Helper()
+	conv, err := claudecode.NewConverter(claudecode.Options{Tenant: tenant})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return conv.ConvertFile
+}
+
+// codexConvert converts Codex rollouts for tenant, as `engine import
+// --format codex` does (history).
+func codexConvert(t *testing.T, tenant string) func(string) (*importer.Result, error) {
+	t.Helper()
+	conv, err := codex.NewConverter(importer.Options{Tenant: tenant})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return func(f string) (*importer.Result, error) {
+		fh, err := os.Open(f)
+		if err != nil {
+			return nil, err
+		}
+		defer fh.Close()
+		return conv.Convert(fh, f, importer.Input{})
+	}
+}
+
+// codexRollouts are the wild Codex rollouts (every .jsonl under
+// wild/codex: one fixture is not named rollout-*), the ones replayable
+// under the race detector (see replayable).
+func codexRollouts(t *testing.T) []string {
+	t.Helper()
+	var files []string
+	err := filepath.WalkDir(wildCXDir, func(p string, d os.DirEntry, err error) error {
+		if err == nil && !d.IsDir() && strings.HasSuffix(p, ".jsonl") {
+			files = append(files, p)
+		}
+		return err
+	})
+	if err != nil || len(files) < 7 {
+		t.Fatalf("the Codex rollouts are missing at %s: %d files, %v", wildCXDir, len(files), err)
+	}
+	return replayable(files)
+}
+
+// replayable are the files the calibration replays: every one, or under
+// the race detector, which makes decoding and masking JSON about twenty
+// times slower, the files of at most 256 KiB (most of the wild ones, the
+// shipped short ones and the real orphans').
+func replayable(all []string) []string {
+	var files []string
+	for _, f := range all {
+		if fi, err := os.Stat(f); err == nil && (!raceEnabled || fi.Size() <= 256<<10) {
+			files = append(files, f)
+		}
+	}
+	return files
+}
+
 // fileSessions are the sessions one transcript file gave.
 type fileSessions struct {
 	file     string
@@ -243,8 +308,11 @@ type fileSessions struct {
 
 // calRel is a transcript's path under shared/data, with slashes.
 func calRel(f string) string {
-	for _, dir := range []string{shippedDir, wildCCDir} {
+	for _, dir := range []string{shippedDir, wildCCDir, wildCXDir} {
 		if r, err := filepath.Rel(dir, f); err == nil && !strings.HasPrefix(r, "..") {
+			if dir == wildCXDir {
+				return "wild/codex/" + filepath.ToSlash(r)
+			}
 			return filepath.Base(filepath.Dir(dir)) + "/" + filepath.ToSlash(r)
 		}
 	}
@@ -253,13 +321,14 @@ func calRel(f string) string {
 
 // wantCalibrated holds the files on which the default policy, or the one
 // before calibration, decides anything; every other file is healthy and
-// nothing is decided on it either way.
-// wantCalibrated holds the files on which the default policy, or the one
-// before calibration, decides anything; every other file is healthy and
-// nothing is decided on it either way. The one real orphan: the
+// nothing is decided on it either way. The real orphans: the
 // incremental-subagents snapshot turn-1, imported alone, ends with a Bash
-// tool_use whose result only turn-2 holds; followed live, its turn is
-// abandoned tool_deadline after its last event and the orphan repaired.
+// tool_use whose result only turn-2 holds, and the Codex rollout 019c8a70
+// ends on an exec_command call with no output; followed live, each turn
+// is abandoned tool_deadline after its last event and the orphan
+// repaired. Two Codex fixtures end inside a turn with no call pending:
+// followed live, the turn is abandoned turn_deadline after its last sign
+// of life, and there is nothing to repair.
 var wantCalibrated = map[string]calibrated{
 	"transcripts/spotter/258c7280-ae70-4798-800f-63464d01a85d.jsonl": {decisions: "", before: "abandon_turn repair_orphans",
 		why: "a Bash call pending 3m2s (a person's permission, then the command): tool_deadline; its TaskOutput wait of 2m0s declared timeout 300000 ms"},
@@ -276,7 +345,7 @@ var wantCalibrated = map[string]calibrated{
 	"wild/codemie-ai__codemie-code/claude/incremental-simple/turn-2.jsonl": {decisions: "", before: "abandon_turn repair_orphans",
 		why: "a Task call pending 2m11s while its subagent worked (its file is not in the data): tool_deadline"},
 	"wild/codemie-ai__codemie-code/claude/incremental-subagents/turn-1.jsonl (alone)": {decisions: "abandon_turn repair_orphans", before: "abandon_turn repair_orphans",
-		why: ""},
+		why: "a real orphan: a snapshot taken mid-turn, imported alone, ends with a Bash tool_use whose result only turn-2 holds"},
 	"wild/codemie-ai__codemie-code/claude/incremental-subagents/turn-2.jsonl": {decisions: "", before: "abandon_turn repair_orphans",
 		why: "a Task call pending 5m50s; its subagent (agent-a485154) went quiet 2 min inside it: tool_deadline"},
 	"wild/codemie-ai__codemie-code/session-9eda1058.jsonl": {decisions: "", before: "abandon_turn repair_orphans abandon_turn repair_orphans",
@@ -307,4 +376,14 @@ var wantCalibrated = map[string]calibrated{
 		why: "a subagent's Bash call pending 2m42s: tool_deadline"},
 	"wild/daaain__claude-code-log/real_projects/-src-deep-manifest/a7da6a22-facc-4fcd-8bab-f83c87862004.jsonl": {decisions: "", before: "abandon_turn repair_orphans abandon_turn repair_orphans",
 		why: "AskUserQuestion pending 4m49s and a Bash call 2m33s; later a Bash call pending 69m (lines 133-134, a permission prompt over a break): the longest wait in the data, inside tool_deadline"},
+
+	// Codex rollouts (wild/codex, imported as `engine import --format codex` does).
+	"wild/codex/codemie-ai__codemie-code/codex/rollout-2026-01-02T18-39-45-019b7f94-51b4-7593-922e-ba12b5b73b52.jsonl": {decisions: "abandon_turn", before: "abandon_turn",
+		why: "a fixture cut 13 s into a `codex exec` run: it ends on a shell output and the turn_context of the next model request, in its implicit turn (no task events in 0.77); no call pending, so turn_deadline, and nothing to repair"},
+	"wild/codex/jazzyalex__agent-sessions/codex_small_0.146.0.jsonl": {decisions: "abandon_turn", before: "abandon_turn",
+		why: "a synthetic fixture whose last task (task_started, line 97) never ends; its calls all have outputs (the one written after turn_aborted answers its call), so turn_deadline, and nothing to repair"},
+	"wild/codex/madshn__localpush/sessions/rollout-2026-02-23T12-54-34-019c8a59-e9dd-71f0-9ae3-4079fe9726a9.jsonl": {decisions: "", before: strings.TrimSpace(strings.Repeat("abandon_turn repair_orphans ", 8)),
+		why: "eight waits of exec_command calls, 4m8s to 1h16m57s, in a session under approval_policy on-request (Codex asks the person before an escalated command runs): 22m56s (lines 55-58), 25m35s (300-303), 4m8s (952-955), 26m42s (1123-1126), 26m19s (1281-1286, two calls), 25m56s (1697-1702, with an MCP call), each output right after a developer message written at the end of the wait, and 17m52s (2532-2534) and 1h16m57s (395-398) with none: tool_deadline"},
+	"wild/codex/madshn__localpush/sessions/rollout-2026-02-23T13-19-38-019c8a70-dda7-7f33-98ea-f30553347322.jsonl": {decisions: "abandon_turn repair_orphans", before: "abandon_turn repair_orphans",
+		why: "a real orphan: the session ends on an exec_command call (call_UtYwHmwWekzvq83m8Rb9K8jJ, line 18) with no output; tool_deadline after it"},
 }

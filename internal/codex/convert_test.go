@@ -124,7 +124,9 @@ func TestEveryRolloutImports(t *testing.T) {
 
 // TestRolloutEndingOnACall: 019c8a70 ends on a function_call with no
 // output. Imported, its one turn is in flight with the call pending and
-// no orphan; a second import adds nothing.
+// no orphan, and it reads interrupted once its last event is older than
+// the live horizon, naming the call (followed live, it stays in_turn); a
+// second import adds nothing.
 func TestRolloutEndingOnACall(t *testing.T) {
 	log := importertest.NewMemLog()
 	path := wild(t, rolloutPending)
@@ -143,6 +145,37 @@ func TestRolloutEndingOnACall(t *testing.T) {
 	}
 	if tn := st.Turn(st.InFlight[0]); tn == nil || tn.Stage != events.StageExecute {
 		t.Errorf("the turn running its call: %+v", tn)
+	}
+	// As history, the turn reads interrupted once its last event is older
+	// than the live horizon (computed when read: nothing is written), and
+	// in_turn before; the view names the call.
+	last := st.LastTime
+	if got := st.StatusAt(last.Add(projections.DefaultLiveHorizon+time.Second), 0); got != projections.StatusInterrupted {
+		t.Errorf("past the horizon: status %s, want interrupted", got)
+	}
+	if got := st.StatusAt(last.Add(time.Minute), 0); got != projections.StatusInTurn {
+		t.Errorf("within the horizon: status %s, want in_turn", got)
+	}
+	if v := st.ViewAt(last.Add(time.Hour), 0); v.Status != projections.StatusInterrupted || !slices.Equal(v.PendingToolUseIDs, []string{"call_UtYwHmwWekzvq83m8Rb9K8jJ"}) ||
+		!strings.Contains(v.StatusDetail, "tool_use without its result: call_UtYwHmwWekzvq83m8Rb9K8jJ") {
+		t.Errorf("the view now: status %s, pending %v, detail %q", v.Status, v.PendingToolUseIDs, v.StatusDetail)
+	}
+	// Followed live, the same file is a runtime at work, never interrupted.
+	c, err := NewConverter(importer.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fh, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := c.Convert(fh, path, importer.Input{Live: true})
+	fh.Close()
+	if err != nil || len(res.Sessions) != 1 {
+		t.Fatalf("live conversion: %v, %d sessions", err, len(res.Sessions))
+	}
+	if live := importertest.Fold(res.Sessions[0].Events); live.History || live.StatusAt(last.Add(24*time.Hour), 0) != projections.StatusInTurn {
+		t.Errorf("followed live: history %v, status a day later %s, want in_turn", live.History, live.StatusAt(last.Add(24*time.Hour), 0))
 	}
 	again, err := importer.Import(context.Background(), log, Format, []string{path}, importer.Options{}, nil)
 	if err != nil || again.Appended != 0 || again.Existing != rep.Appended {
