@@ -715,7 +715,11 @@ func (cv *conv) event(l *line) {
 		cv.skip("event_msg/" + ev.Type)
 	case "agent_message", "agent_reasoning", "agent_reasoning_raw_content", "agent_message_delta", "agent_reasoning_delta":
 		cv.skip("event_msg/" + ev.Type + " (a copy)")
-	case "thread_goal_updated", "entered_review_mode", "exited_review_mode", "thread_rolled_back", "sub_agent_activity",
+	case "thread_rolled_back":
+		// Not mapped (see the package documentation): the rewind of the
+		// event model is Turnstone's own and names a log sequence.
+		cv.skip("event_msg/" + ev.Type)
+	case "thread_goal_updated", "entered_review_mode", "exited_review_mode", "sub_agent_activity",
 		"item_completed", "guardian_assessment", "dynamic_tool_call_request", "warning", "thread_settings_applied",
 		"thread_name_updated", "undo_completed", "undo_started", "plan_update", "turn_diff", "stream_error",
 		"session_configured", "background_event", "mcp_tool_call_begin", "exec_command_begin", "patch_apply_begin",

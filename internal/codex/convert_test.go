@@ -458,3 +458,43 @@ func TestOutputErrorFlags(t *testing.T) {
 		}
 	}
 }
+
+// TestThreadRolledBack: Codex's rollback of the last turns
+// (thread_rolled_back, num_turns) records nothing: the event model's
+// rewind is Turnstone's own and names a log sequence a conversion cannot
+// know (docs/importers.md, "Known limits"). The rolled-back turn stays in
+// the history, completed; the event is counted; the next task is a turn
+// of its own.
+func TestThreadRolledBack(t *testing.T) {
+	r := newRollout("sess-rollback")
+	r.task("turn-a", "rename the package")
+	r.call("call_a", "sed -i s/foo/bar/ a.go", 100)
+	r.output("call_a", "Process exited with code 0")
+	r.add("event_msg", `{"type":"task_complete","turn_id":"turn-a","last_agent_message":"Done."}`)
+	r.add("event_msg", `{"type":"thread_rolled_back","num_turns":1}`)
+	r.task("turn-b", "no, keep the old name")
+	r.add("response_item", `{"type":"message","role":"assistant","content":[{"type":"output_text","text":"OK."}]}`)
+	r.add("event_msg", `{"type":"token_count","info":{"total_token_usage":{"input_tokens":300,"output_tokens":10,"total_tokens":310},"last_token_usage":{"input_tokens":190,"output_tokens":10,"total_tokens":200}}}`)
+	r.add("event_msg", `{"type":"task_complete","turn_id":"turn-b","last_agent_message":"OK."}`)
+
+	c, _ := NewConverter(importer.Options{})
+	res, err := c.Convert(strings.NewReader(r.String()), "rollout-built.jsonl", importer.Input{})
+	if err != nil || len(res.Diagnostics) > 0 || len(res.Unknown) > 0 {
+		t.Fatalf("convert: %v %v, unknown %v", err, res.Diagnostics, res.Unknown)
+	}
+	if res.Skipped["event_msg/thread_rolled_back"] != 1 {
+		t.Errorf("skipped %v: the rollback is not counted", res.Skipped)
+	}
+	evs := res.Sessions[0].Events
+	for i := range evs {
+		evs[i].Seq = uint64(i + 1)
+		if evs[i].Type == events.TypeSessionRewound {
+			t.Errorf("an import wrote %s", evs[i].Type)
+		}
+	}
+	st := importertest.Fold(evs)
+	if st.Totals.Turns != 2 || st.Turn("turn-a").Status != projections.TurnCompleted || st.Turn("turn-b").Status != projections.TurnCompleted ||
+		st.Totals.Violations != 0 || st.Totals.Orphans != 0 {
+		t.Fatalf("%d turns %+v, violations %+v, orphans %d", st.Totals.Turns, st.Turns, st.Violations, st.Totals.Orphans)
+	}
+}

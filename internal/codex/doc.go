@@ -110,6 +110,17 @@
 // before the next event of the history, once the calls that ran through
 // it have their outputs.
 //
+// # What is not mapped
+//
+// thread_rolled_back (num_turns: the last user turns a client rolled
+// back out of the model's context) records nothing and is counted in
+// Result.Skipped: the event model's rewind, session.rewound, is written
+// by Turnstone alone and names a log sequence that a conversion cannot
+// know, so the rolled-back turns stay in the recorded history. A response
+// recorded live before its token_count was written (a followed file read
+// between the two) keeps no usage: no later event can carry it without
+// content. docs/importers.md ("Known limits") says how often each occurs.
+//
 // # Identity, cuts and live files
 //
 // Event ids are events.DeterministicID(time, "<tenant>/<session>/<key>")
