@@ -102,7 +102,7 @@ func startLeaderCluster(t *testing.T) *leaderCluster {
 	if err := os.WriteFile(c.spec, fmt.Appendf(nil, "tenants: [acme]\npartitions: %d\ncredentials: ./credentials\n", leaderPartitions), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(c.policy, fmt.Appendf(nil, "turn_deadline: %s\n", leaderTurnDeadline), 0o600); err != nil {
+	if err := os.WriteFile(c.policy, fmt.Appendf(nil, "turn_deadline: %s\ntool_deadline: %s\n", leaderTurnDeadline, leaderTurnDeadline), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	accounts := filepath.Join(dir, "accounts.conf")
