@@ -25,7 +25,14 @@ func TestFleetIndexHoldsEverySession(t *testing.T) {
 		t.Skip("100,000 sessions: not in -short")
 	}
 	t.Parallel()
-	const sessions = 100_000
+	// 100,000 new sessions at the ingest's full rate is what lost rows
+	// (issue 16). Under the race detector this process appends and reads
+	// ten times slower: a fifth of the sessions still outruns the
+	// projector's outstanding-write window (rowWindow, 512) many times.
+	sessions := 100_000
+	if raceEnabled {
+		sessions = 20_000
+	}
 	dir := t.TempDir()
 	port := freePort(t)
 	eng := startEngineAt(t, dir, port, "--sync", "1m")
