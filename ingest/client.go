@@ -75,7 +75,8 @@ func NewClient(nc *nats.Conn, cfg ClientConfig) (*Client, error) {
 // stored as one atomic batch or not at all. Errors: events.ErrInvalid
 // (refused here or by the engine, which quarantines it),
 // events.ErrTooLarge, events.ErrConflict, events.ErrLogUnavailable (no
-// engine answers: try again; the ids make a retry safe).
+// engine answers: try again; the ids make a retry safe), ctx's error when
+// ctx ended before anything was sent (nothing is).
 func (c *Client) Append(ctx context.Context, evs []events.Event, opts ...events.AppendOption) ([]events.Ack, error) {
 	if len(evs) == 0 {
 		return nil, nil
@@ -103,6 +104,11 @@ func (c *Client) Append(ctx context.Context, evs []events.Event, opts ...events.
 	}
 	if len(errs) > 0 {
 		return nil, fmt.Errorf("append events: %w", errors.Join(errs...))
+	}
+	if err := ctx.Err(); err != nil {
+		// Nothing is sent: an async publish would go out whatever ctx
+		// says, and its ack could race ctx's end.
+		return nil, fmt.Errorf("append events: %w", err)
 	}
 	seq, conditional := events.ExpectedLastSeq(opts...)
 	acks := make([]events.Ack, len(evs))
