@@ -28,7 +28,20 @@ var testDelivery = []string{"--ack-wait", "3s", "--pinned-ttl", "2s"}
 // at test end if it still runs.
 func startWorker(t *testing.T, url, name string) (*exec.Cmd, *syncBuffer) {
 	t.Helper()
-	runOK(t, url, append([]string{"setup"}, testDelivery...)...)
+	// The workers' delivery settings are written by setup, as an operator
+	// does; setup is asked again while it times out (a cluster electing a
+	// consumer's leader after a node was lost).
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		_, errOut, err := runErr(url, append([]string{"setup"}, testDelivery...)...)
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("engine setup: %v\n%s", err, errOut)
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
 	args := append([]string{"--nats-url", url, "--name", name}, testDelivery...)
 	cmd := exec.Command(filepath.Join(binDir, "worker"), append(args, "--control-timeout", "2s", "--log-level", "warn")...)
 	out := &syncBuffer{}
