@@ -825,6 +825,14 @@ func (p *Projector) apply(ctx context.Context, part int, ev events.Event) (jetst
 			return nil, false
 		}
 		t = &tracked{key: key, tenant: ev.Tenant, session: ev.Session, partition: int32(part), state: state, touched: time.Since(p.started)}
+		if state.LastSnapshotSeq == 0 && state.Events > 0 {
+			// Read from the log alone, never snapshotted: the events it
+			// folded (this one among them, so its Apply below is a no-op)
+			// count toward the next snapshot as if they had come one by
+			// one; else a session written faster than it was first read
+			// would never be snapshotted.
+			t.sinceSnap = int32(min(state.Events, p.cfg.SnapshotEvery))
+		}
 		p.mu.Lock()
 		p.sessions[key] = t
 		p.lru.pushFront(t)

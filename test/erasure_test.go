@@ -362,6 +362,13 @@ tenants:
 			break
 		}
 		if time.Now().After(deadline) {
+			_ = eng.Log.ReadSession(ctx, "shortlived", "young", events.ReadOptions{}, func(ev events.Event) error {
+				t.Logf("  young: seq %d %s turn %s", ev.Seq, ev.Type, ev.Turn)
+				return nil
+			})
+			if s, ok := eng.Projector.Session("shortlived", "young"); ok {
+				t.Logf("young held: %d events, last snapshot.taken covers seq %d", s.Events, s.LastSnapshotSeq)
+			}
 			t.Fatal("shortlived/young: no snapshot.taken folded")
 		}
 	}
