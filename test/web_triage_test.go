@@ -68,9 +68,11 @@ func TestWebViewTriageInChromium(t *testing.T) {
 	for i := range 12 {
 		run(fmt.Sprintf("healthy-%02d", i), refruntime.TurnSpec{Tools: tools})
 	}
-	waitFor(t, "the index holds every session, the crash repaired", func() bool {
+	waitFor(t, "the index holds every session, the crash repaired, the 401's retry ended", func() bool {
 		s, ok := fleet.Get("acme", "crash")
-		return fleet.Len() == 16 && ok && s.Triage.Outcome == "recovered"
+		a, aok := fleet.Get("acme", "auth")
+		return fleet.Len() == 16 && ok && s.Triage.Outcome == "recovered" &&
+			aok && a.Triage.Recovery == "retry_turn" && a.Triage.Outcome != "" && a.Triage.Outcome != "running"
 	})
 
 	// Sessions: the ones that need attention first, what happened said.
