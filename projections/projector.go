@@ -1021,11 +1021,11 @@ func (p *Projector) writeRows(ctx context.Context, part *int) {
 		if part != nil && int(t.partition) != *part {
 			continue
 		}
-		// A state held in compressed form is never dirty (compressIdle
-		// leaves dirty states whole).
 		if part == nil && !leased(int(t.partition)) {
 			continue
 		}
+		// A state held in compressed form is never dirty (compressIdle
+		// leaves dirty states whole).
 		if t.dirty && t.state != nil {
 			due = append(due, t.summary(t.state))
 			keys = append(keys, key)

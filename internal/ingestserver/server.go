@@ -307,17 +307,23 @@ func (s *Server) Release(ctx context.Context, p int) {
 // Owned reports whether the server answers partition p's appends now:
 // it acquired p, has not released it, and p's lease has not ended.
 func (s *Server) Owned(p int) bool {
-	if p < 0 || p >= s.partitions || !s.owned[p].Load() {
+	return p >= 0 && p < s.partitions && s.owned[p].Load() && !s.leaseEnded(p)
+}
+
+// leaseEnded reports whether the lease partition p was acquired under
+// has ended (false when p was acquired with no lease).
+func (s *Server) leaseEnded(p int) bool {
+	if p < 0 || p >= s.partitions {
 		return false
 	}
 	if done := s.leases[p].Load(); done != nil {
 		select {
 		case <-*done:
-			return false
+			return true
 		default:
 		}
 	}
-	return true
+	return false
 }
 
 // waitFor polls cond every few milliseconds until it holds or ctx ends.
@@ -400,9 +406,10 @@ func (s *Server) receiveMapped(ln *lane, m *nats.Msg) {
 		}
 		return
 	}
-	if !s.Owned(ln.p) {
-		// The lease ended: another engine takes the partition's appends
-		// within its handover; the publisher sends again.
+	if s.leaseEnded(ln.p) {
+		// The lease ended (a fenced owner): another engine takes the
+		// partition's appends within its handover; the publisher sends
+		// again. A graceful Release still answers what its drain delivers.
 		s.count("unavailable")
 		s.reply(m, ingest.PubAck{Error: &ingest.APIError{Code: 503, ErrCode: ingest.CodeUnavailable,
 			Description: "the partition is changing engines; send again in a moment"}})
