@@ -115,6 +115,7 @@ func startAuthEnvWith(t *testing.T, extra string, policy *reconciler.Policy) *au
 // runtime crashed mid-tool is abandoned and repaired by the reconciler
 // and the worker, and no role needed a subject its permissions deny.
 func TestAuthRolesRepairACrashedSession(t *testing.T) {
+	t.Parallel()
 	e := startAuthEnv(t)
 	ctx := context.Background()
 	session := "crash-1"
@@ -155,6 +156,7 @@ func TestAuthRolesRepairACrashedSession(t *testing.T) {
 // globex's session is kept. Without `retention: true` the engine may not
 // purge (TestAuthDenialTable).
 func TestAuthEraseAndRetention(t *testing.T) {
+	t.Parallel()
 	policy, err := reconciler.ParsePolicy([]byte("tenants:\n  acme:\n    retention:\n      max_age: 1s\n"))
 	if err != nil {
 		t.Fatal(err)

@@ -40,6 +40,7 @@ const clusterPartitions = 12
 // R3 recovery stream from every live node; and that every session's
 // projection equals a fresh fold of its log.
 func TestScaleOutOnAThreeNodeCluster(t *testing.T) {
+	t.Parallel()
 	start := time.Now()
 	nodes := startNATSCluster(t, 3)
 	url := clusterURL(nodes...)

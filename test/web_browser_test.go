@@ -163,6 +163,7 @@ func (b *browser) requests() []string {
 // a raw event; a sidechain opened from its parent; the incidents. The
 // pages ask no host but the engine for anything.
 func TestWebViewInChromium(t *testing.T) {
+	t.Parallel()
 	started := time.Now()
 	ctx := context.Background()
 	// The reconciler of this branch acts on imported sessions; this policy
