@@ -56,6 +56,7 @@ func wantFail(t *testing.T, url string, says []string, args ...string) string {
 // values, recovery show --json, subjects that name no session, and text
 // output that prints stored terminal escape sequences escaped.
 func TestCLICanBeScripted(t *testing.T) {
+	skipShort(t, "runs engine processes")
 	t.Parallel()
 	eng := startEngine(t, t.TempDir(), "--sync", "1s")
 	dir := t.TempDir()

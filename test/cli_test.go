@@ -55,6 +55,16 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
+// skipShort skips a test under -short (go test -short: the developer's
+// loop, under a minute for the whole module), saying why it is slow; the
+// full run (scripts/test, CI) runs it.
+func skipShort(t *testing.T, why string) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("-short: " + why)
+	}
+}
+
 func freePort(t testing.TB) int {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
@@ -194,6 +204,7 @@ func runErr(url string, args ...string) (string, string, error) {
 }
 
 func TestCLIImportSessionsInspectReplay(t *testing.T) {
+	skipShort(t, "runs the CLI over a transcript import")
 	t.Parallel()
 	data := t.TempDir()
 	eng := startEngine(t, data, "--snapshot-every", "50", "--sync", "1s")

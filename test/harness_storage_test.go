@@ -120,6 +120,7 @@ func padded(t testing.TB, tenant, session string, i, size int) events.Event {
 // (events.Open updates the stream) the engine is healthy again, appends
 // succeed and every acknowledged event is readable.
 func TestStreamFullFailsClosedAndLosesNothing(t *testing.T) {
+	skipShort(t, "fills a stream")
 	t.Parallel()
 	dir, port := t.TempDir(), freePort(t)
 	srv := startServerAt(t, dir, port, 0)
@@ -259,6 +260,7 @@ func TestJetStreamStorageFullFailsClearlyAndRecovers(t *testing.T) {
 // data, the writer's client reconnects, appends succeed (a retried event
 // is stored once) and every acknowledged event is in the log.
 func TestStreamUnavailableMidAppend(t *testing.T) {
+	skipShort(t, "stops and restarts a server")
 	t.Parallel()
 	dir, port := t.TempDir(), freePort(t)
 	srv := startServerAt(t, dir, port, 0)

@@ -115,6 +115,7 @@ func (e *env) restore(t *testing.T, tenant, session string) *projections.Session
 // over a clean history. Under the race detector it reads the files of at
 // most 256 KiB (corpusSample); .ci/run's full-size pass reads them all.
 func TestEveryShippedTranscriptImportsClean(t *testing.T) {
+	skipShort(t, "reads the whole transcript corpus")
 	t.Parallel()
 	e := newEnv(t)
 	files := transcripts(t)
@@ -213,6 +214,7 @@ var errStopFold = errors.New("stop the fold")
 // detector it reads the files of at most 256 KiB (corpusSample); .ci/run's
 // full-size pass reads them all.
 func TestSecondImportAddsNothing(t *testing.T) {
+	skipShort(t, "reads the whole transcript corpus twice")
 	t.Parallel()
 	e := newEnv(t)
 	files := corpusSample(t, transcripts(t))
@@ -331,6 +333,7 @@ func nextPrompt(t *testing.T, file string) string {
 }
 
 func TestCutTranscriptReportsExactlyTheOrphan(t *testing.T) {
+	skipShort(t, "cuts and imports long transcripts")
 	t.Parallel()
 	e := newEnv(t)
 	cases := []struct {
