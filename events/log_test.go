@@ -48,6 +48,7 @@ func readAll(t *testing.T, l *events.Log, tenant, session string, opts events.Re
 }
 
 func TestOpenIsIdempotentAndKeepsPartitions(t *testing.T) {
+	t.Parallel()
 	s := embeddedtest.Start(t)
 	_, js := embeddedtest.Connect(t, s)
 	ctx := context.Background()
@@ -90,6 +91,7 @@ func TestOpenIsIdempotentAndKeepsPartitions(t *testing.T) {
 }
 
 func TestAppendStoresUnderPartitionedSubject(t *testing.T) {
+	t.Parallel()
 	l, js := openLog(t, events.Config{Partitions: 16})
 	ctx := context.Background()
 	for i := 0; i < 20; i++ {
@@ -110,6 +112,7 @@ func TestAppendStoresUnderPartitionedSubject(t *testing.T) {
 }
 
 func TestAppendDedupsRepeatedID(t *testing.T) {
+	t.Parallel()
 	l, _ := openLog(t, events.Config{})
 	ctx := context.Background()
 	e := ev(t, "acme", "s1", "", &events.SessionStarted{Runtime: "r"})
@@ -130,6 +133,7 @@ func TestAppendDedupsRepeatedID(t *testing.T) {
 }
 
 func TestAppendConflictOnStaleExpectedSequence(t *testing.T) {
+	t.Parallel()
 	l, _ := openLog(t, events.Config{})
 	ctx := context.Background()
 	acks, err := l.Append(ctx, []events.Event{ev(t, "acme", "s1", "", &events.SessionStarted{})}, events.ExpectLastSeq(0))
@@ -163,6 +167,7 @@ func TestAppendConflictOnStaleExpectedSequence(t *testing.T) {
 }
 
 func TestAppendRejectsInvalidAndOversizedBeforeSending(t *testing.T) {
+	t.Parallel()
 	l, _ := openLog(t, events.Config{MaxEventBytes: 4096})
 	ctx := context.Background()
 	good := ev(t, "acme", "s1", "", &events.SessionStarted{})
@@ -188,6 +193,7 @@ func TestAppendRejectsInvalidAndOversizedBeforeSending(t *testing.T) {
 // in a tool_result, a tool_use input, an error's message and stack, and the
 // envelope's source, and reads the stored bytes back raw: none is there.
 func TestAppendMasksSecrets(t *testing.T) {
+	t.Parallel()
 	l, js := openLog(t, events.Config{})
 	ctx := context.Background()
 	// Each secret is a distinct marker, in one of the forms.
@@ -259,6 +265,7 @@ func TestAppendMasksSecrets(t *testing.T) {
 }
 
 func TestReadBySequenceAndTime(t *testing.T) {
+	t.Parallel()
 	l, _ := openLog(t, events.Config{})
 	ctx := context.Background()
 	var seqs []uint64
@@ -310,6 +317,7 @@ func TestReadBySequenceAndTime(t *testing.T) {
 }
 
 func TestReadReportsInvalidStoredEventsAndKeepsTheRest(t *testing.T) {
+	t.Parallel()
 	l, js := openLog(t, events.Config{})
 	ctx := context.Background()
 	if _, err := l.Append(ctx, []events.Event{ev(t, "acme", "s1", "", &events.SessionStarted{})}); err != nil {
@@ -340,6 +348,7 @@ func TestReadReportsInvalidStoredEventsAndKeepsTheRest(t *testing.T) {
 }
 
 func TestSessionsAndReadAll(t *testing.T) {
+	t.Parallel()
 	l, _ := openLog(t, events.Config{})
 	ctx := context.Background()
 	for _, s := range []string{"b", "a", "c"} {
@@ -385,6 +394,7 @@ func TestSessionsAndReadAll(t *testing.T) {
 }
 
 func TestFollowDeliversStoredThenNewEvents(t *testing.T) {
+	t.Parallel()
 	l, _ := openLog(t, events.Config{})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -421,6 +431,7 @@ func TestFollowDeliversStoredThenNewEvents(t *testing.T) {
 }
 
 func TestReadSpansManyBatches(t *testing.T) {
+	t.Parallel()
 	l, _ := openLog(t, events.Config{})
 	ctx := context.Background()
 	var batch []events.Event
@@ -454,6 +465,7 @@ func TestReadSpansManyBatches(t *testing.T) {
 // stream's last sequence), across several batches; a read from after a
 // session's last event delivers nothing and is no error.
 func TestReadDeliversWhatWasStoredWhenItStarted(t *testing.T) {
+	t.Parallel()
 	l, _ := openLog(t, events.Config{})
 	ctx := context.Background()
 	var batch []events.Event
@@ -505,6 +517,7 @@ func TestReadDeliversWhatWasStoredWhenItStarted(t *testing.T) {
 }
 
 func TestOpenWithoutSettingsKeepsTheStreams(t *testing.T) {
+	t.Parallel()
 	s := embeddedtest.Start(t)
 	_, js := embeddedtest.Connect(t, s)
 	ctx := context.Background()
@@ -524,6 +537,7 @@ func TestOpenWithoutSettingsKeepsTheStreams(t *testing.T) {
 }
 
 func TestAppendRefusesAnEventMaskingWouldBreak(t *testing.T) {
+	t.Parallel()
 	l, _ := openLog(t, events.Config{})
 	e := ev(t, "acme", "chat-1", "", &events.SessionStarted{Kind: "subagent", ParentSession: "sk-proj-abcdefghijklmnop"})
 	if _, err := l.Append(context.Background(), []events.Event{e}); !errors.Is(err, events.ErrInvalid) {
@@ -536,6 +550,7 @@ func TestAppendRefusesAnEventMaskingWouldBreak(t *testing.T) {
 // source, a member the contract does not know) is masked and re-encoded,
 // and an invalid one is refused.
 func TestPrepareBodyStoresCleanBodiesAsSent(t *testing.T) {
+	t.Parallel()
 	l, _ := openLog(t, events.Config{})
 	const head = `{"specversion":"1.0","id":"01JGZ8Q0000000000000000000","type":"turn.started","time":"2026-02-19T10:00:00Z","tenant":"acme","session":"s1","turn":"t1",`
 	for _, tt := range []struct {

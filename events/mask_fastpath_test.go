@@ -127,6 +127,7 @@ func fpMaskJSON(b []byte) []byte { return maskJSONWith(b, fpMaskString) }
 // the Unicode folds of k and s (the Kelvin sign, the long s), which no
 // ASCII needle sees, match no rule.
 func TestMaskNeedlesHoldForEveryMatch(t *testing.T) {
+	t.Parallel()
 	texts := []string{
 		"Authorization: BeArEr abcdefgh12345678", "bearer\tabcdefgh12345678", "PROXY-AUTHORIZATION: x",
 		"postgres://app:s3cr3t@db", "HTTPS://u:p@h",

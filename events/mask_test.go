@@ -202,6 +202,7 @@ var maskUntouchedCases = []maskCase{
 }
 
 func TestMaskString(t *testing.T) {
+	t.Parallel()
 	for _, tt := range maskStringCases {
 		t.Run(tt.name, func(t *testing.T) {
 			got := MaskString(tt.in)
@@ -216,6 +217,7 @@ func TestMaskString(t *testing.T) {
 }
 
 func TestMaskStringLeavesTextAlone(t *testing.T) {
+	t.Parallel()
 	for _, tt := range maskUntouchedCases {
 		t.Run(tt.name, func(t *testing.T) {
 			if got := MaskString(tt.in); got != tt.in {
@@ -229,6 +231,7 @@ func TestMaskStringLeavesTextAlone(t *testing.T) {
 // inside a JSON string: MaskJSON masks the decoded string, and the result
 // is the masked text, as JSON.
 func TestMaskStringInJSONStrings(t *testing.T) {
+	t.Parallel()
 	for _, tt := range maskStringCases {
 		in, _ := json.Marshal(map[string]string{"text": tt.in})
 		want, _ := json.Marshal(map[string]string{"text": tt.want})
@@ -259,6 +262,7 @@ func marshalNoEscape(t *testing.T, b []byte) []byte {
 }
 
 func TestMaskJSON(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name, in, want string
 	}{
@@ -370,6 +374,7 @@ func duplicateKey(t *testing.T, b []byte) string {
 // TestSecretKeyWordsPassThePrefilter checks that MaskJSON's prefilter
 // lets through every object key whose value it masks.
 func TestSecretKeyWordsPassThePrefilter(t *testing.T) {
+	t.Parallel()
 	keys := []string{"Authorization", "Proxy-Authorization", "cookie", "Set-Cookie"}
 	for _, w := range secretWords {
 		keys = append(keys, w, strings.ToUpper(w), "MY_"+w, strings.ReplaceAll(w, "_", ""), strings.ReplaceAll(w, "_", "-"))
@@ -390,6 +395,7 @@ func TestSecretKeyWordsPassThePrefilter(t *testing.T) {
 }
 
 func TestMaskJSONWithoutSecretsReturnsInputUnchanged(t *testing.T) {
+	t.Parallel()
 	in := []byte(`{"role":"user","content":[{"type":"text","text":"hello <world> & friends"}]}`)
 	out := MaskJSON(in)
 	if string(out) != string(in) {
@@ -398,6 +404,7 @@ func TestMaskJSONWithoutSecretsReturnsInputUnchanged(t *testing.T) {
 }
 
 func TestMaskEventReportsChange(t *testing.T) {
+	t.Parallel()
 	ev := Event{Data: []byte(`{"message":"dial https://u:p4ssw0rd@h failed"}`)}
 	if !Mask(&ev) {
 		t.Fatal("Mask reported no change")
@@ -414,6 +421,7 @@ func TestMaskEventReportsChange(t *testing.T) {
 // publisher sets, is masked, that the event stays valid, and that the ids
 // and tokens are not touched.
 func TestMaskEventSource(t *testing.T) {
+	t.Parallel()
 	ev, err := NewAt(time.Date(2026, 2, 19, 10, 0, 0, 0, time.UTC), "01JB8XZ2Y4K3M5N6P7Q8R9S0T1", "acme", "chat-1", "t1",
 		&TurnStarted{Prompt: "hi", Trigger: "user"})
 	if err != nil {
@@ -441,6 +449,7 @@ func TestMaskEventSource(t *testing.T) {
 // TestMaskKeepsEveryPayloadValid masks a secret into every string field
 // of every payload shape and checks that the event still validates.
 func TestMaskKeepsEveryPayloadValid(t *testing.T) {
+	t.Parallel()
 	secret := "password=hunter2 Bearer abcdefgh12345678 " + testJWT
 	seededN := 0
 	for _, c := range fpSeeds(t) {

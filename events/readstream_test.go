@@ -19,6 +19,7 @@ import (
 // client of each node: every message once, in order. A callback's error
 // stops the read and comes back as it is.
 func TestReadStreamOnAReplicatedStream(t *testing.T) {
+	t.Parallel()
 	servers := embeddedtest.StartCluster(t, 3)
 	// Generous: under a loaded CI machine (the race detector, other
 	// packages' clusters) the three servers' elections and consumer

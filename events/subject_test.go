@@ -6,6 +6,7 @@ import (
 )
 
 func TestParseStoredSubject(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		subject         string
 		ok              bool

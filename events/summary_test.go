@@ -8,6 +8,7 @@ import (
 )
 
 func TestSummary(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name string
 		turn string

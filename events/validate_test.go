@@ -18,6 +18,7 @@ func mustEvent(t *testing.T, turn string, p Payload) Event {
 }
 
 func TestValidate(t *testing.T) {
+	t.Parallel()
 	ok := func(ev Event) Event { return ev }
 	tests := []struct {
 		name   string
@@ -110,6 +111,7 @@ func fieldsOf(err error) map[string]bool {
 }
 
 func TestDecodeAndPayload(t *testing.T) {
+	t.Parallel()
 	ev := mustEvent(t, "t1", &TurnFailed{Stage: StageHistory, Error: ErrorInfo{Message: "boom", Kind: KindLogic}})
 	b, err := ev.Encode()
 	if err != nil {
@@ -144,6 +146,7 @@ func TestDecodeAndPayload(t *testing.T) {
 }
 
 func TestDeterministicID(t *testing.T) {
+	t.Parallel()
 	at := time.Date(2026, 2, 10, 21, 11, 56, 846_000_000, time.UTC)
 	a := DeterministicID(at, "uuid-1/message")
 	if a != DeterministicID(at, "uuid-1/message") {
@@ -159,6 +162,7 @@ func TestDeterministicID(t *testing.T) {
 }
 
 func TestValidToken(t *testing.T) {
+	t.Parallel()
 	for s, want := range map[string]bool{
 		"acme": true, "a_b-C9": true, "": false, "a.b": false, "a*": false, "a>": false, "a b": false,
 		strings.Repeat("x", 128): true, strings.Repeat("x", 129): false, "é": false,
@@ -170,6 +174,7 @@ func TestValidToken(t *testing.T) {
 }
 
 func TestEncodeKeepsHTMLCharacters(t *testing.T) {
+	t.Parallel()
 	ev := mustEvent(t, "", &MessageAppended{Role: RoleAssistant, Content: []ContentBlock{
 		{Type: BlockToolUse, ID: "toolu_1", Name: "Bash", Input: json.RawMessage(`{"command":"a 2>&1 | b <x"}`)},
 	}})
@@ -183,6 +188,7 @@ func TestEncodeKeepsHTMLCharacters(t *testing.T) {
 }
 
 func TestValidateRefusesInvalidOrTrailingData(t *testing.T) {
+	t.Parallel()
 	for _, data := range []string{`{"prompt":`, `{"prompt":"x"} {"y":1}`} {
 		ev := mustEvent(t, "t1", &TurnStarted{})
 		ev.Data = json.RawMessage(data)
@@ -196,6 +202,7 @@ func TestValidateRefusesInvalidOrTrailingData(t *testing.T) {
 // ones are validated, and the old last_stage is still read as the last
 // stage completed.
 func TestTurnAbandonedStages(t *testing.T) {
+	t.Parallel()
 	for _, tt := range []struct {
 		data          string
 		ok            bool

@@ -11,6 +11,7 @@ import (
 )
 
 func TestConfigValidate(t *testing.T) {
+	t.Parallel()
 	for name, tc := range map[string]struct {
 		cfg  refruntime.Config
 		want []string // substrings of the error; none: valid
@@ -50,6 +51,7 @@ func TestConfigValidate(t *testing.T) {
 }
 
 func TestConfigDefaults(t *testing.T) {
+	t.Parallel()
 	e := setup(t, func(c *refruntime.Config) { c.Providers = []string{"vertex", "bedrock"} })
 	cfg := e.rt.Config()
 	if cfg.Provider != "vertex" || cfg.Name != refruntime.DefaultName || cfg.Model != refruntime.DefaultModel ||
@@ -59,6 +61,7 @@ func TestConfigDefaults(t *testing.T) {
 }
 
 func TestParseFault(t *testing.T) {
+	t.Parallel()
 	for in, want := range map[string]refruntime.Fault{
 		"":                      nil,
 		"crash-mid-tool":        refruntime.FaultCrashMidTool{},
@@ -85,6 +88,7 @@ func TestParseFault(t *testing.T) {
 }
 
 func TestProviderError(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		status int
 		code   string

@@ -26,6 +26,7 @@ func opened(t *testing.T, mod ...func(*refruntime.Config)) *env {
 }
 
 func TestControlDefaults(t *testing.T) {
+	t.Parallel()
 	e := opened(t)
 	first := e.run(t, "s1", refruntime.TurnSpec{Prompt: "build it", Tools: twoTools[:1], Fault: refruntime.FaultProvider{Status: 529}})
 
@@ -166,6 +167,7 @@ func TestControlDefaults(t *testing.T) {
 }
 
 func TestScriptedReplies(t *testing.T) {
+	t.Parallel()
 	e := opened(t)
 	e.run(t, "s1", refruntime.TurnSpec{})
 	err := e.rt.ScriptReplies("s1", recovery.ActionRetryTurn, []refruntime.ScriptedReply{
@@ -217,6 +219,7 @@ func TestScriptedReplies(t *testing.T) {
 }
 
 func TestScriptedHangAndDelay(t *testing.T) {
+	t.Parallel()
 	e := opened(t)
 	e.run(t, "s1", refruntime.TurnSpec{})
 	err := e.rt.ScriptReplies("s1", recovery.ActionResumeSession, []refruntime.ScriptedReply{
@@ -239,6 +242,7 @@ func TestScriptedHangAndDelay(t *testing.T) {
 }
 
 func TestModes(t *testing.T) {
+	t.Parallel()
 	e := opened(t)
 	e.run(t, "s1", refruntime.TurnSpec{})
 
@@ -274,6 +278,7 @@ func TestModes(t *testing.T) {
 }
 
 func TestProviderOutageDrivesChain(t *testing.T) {
+	t.Parallel()
 	// The chain a worker runs for a 529: retry fails while the provider
 	// is down, switching provider works, the retry on it completes.
 	e := opened(t)
@@ -309,6 +314,7 @@ func TestProviderOutageDrivesChain(t *testing.T) {
 }
 
 func TestSwitchProviderWithoutAlternative(t *testing.T) {
+	t.Parallel()
 	e := opened(t, func(c *refruntime.Config) { c.Providers = nil; c.Provider = "anthropic" })
 	e.run(t, "s1", refruntime.TurnSpec{})
 	r := e.ask(t, "s1", recovery.ActionSwitchProvider, recovery.Params{})
@@ -318,6 +324,7 @@ func TestSwitchProviderWithoutAlternative(t *testing.T) {
 }
 
 func TestDistillRefusesDirtyHistory(t *testing.T) {
+	t.Parallel()
 	e := opened(t)
 	crash := e.run(t, "s1", refruntime.TurnSpec{Fault: refruntime.FaultCrashMidTool{}})
 	before := len(e.read(t, "s1"))
@@ -358,6 +365,7 @@ func TestDistillRefusesDirtyHistory(t *testing.T) {
 }
 
 func TestAdoptAndSharedQueueGroup(t *testing.T) {
+	t.Parallel()
 	// A second instance of the tenant that adopts unknown sessions
 	// answers for the first when it goes down (a restart after a crash).
 	e := opened(t)
@@ -387,6 +395,7 @@ func TestAdoptAndSharedQueueGroup(t *testing.T) {
 }
 
 func TestRepeatedRequestRunsOnce(t *testing.T) {
+	t.Parallel()
 	e := opened(t)
 	e.run(t, "s1", refruntime.TurnSpec{})
 	req := recovery.ControlRequest{CommandID: "retry_turn-0123456789abcdef0123", Attempt: 1, Action: recovery.ActionRetryTurn}
@@ -411,6 +420,7 @@ func TestRepeatedRequestRunsOnce(t *testing.T) {
 }
 
 func TestMalformedRequest(t *testing.T) {
+	t.Parallel()
 	e := opened(t)
 	e.run(t, "s1", refruntime.TurnSpec{})
 	for name, body := range map[string]string{
@@ -436,6 +446,7 @@ func TestMalformedRequest(t *testing.T) {
 // the turns the runtime is running (a sign of life of each); a turn that
 // hangs has returned and is not named, nor one that ended.
 func TestPresenceClaimsTheTurnsRunning(t *testing.T) {
+	t.Parallel()
 	e := opened(t, func(c *refruntime.Config) { c.StageDelay = 500 * time.Millisecond })
 	ping := func() recovery.PresenceReply {
 		t.Helper()

@@ -19,6 +19,7 @@ var twoTools = []refruntime.ToolSpec{
 }
 
 func TestNormalTurn(t *testing.T) {
+	t.Parallel()
 	e := setup(t)
 	res := e.run(t, "s1", refruntime.TurnSpec{Prompt: "fix the tests", Tools: twoTools, Reply: "Fixed."})
 	if res.Outcome != refruntime.OutcomeCompleted || len(res.ToolUseIDs) != 2 || res.Provider != "anthropic" {
@@ -120,6 +121,7 @@ func TestNormalTurn(t *testing.T) {
 }
 
 func TestTurnSpecDefaultsAndErrors(t *testing.T) {
+	t.Parallel()
 	e := setup(t)
 	res := e.run(t, "s1", refruntime.TurnSpec{TurnID: "turn-1"})
 	if res.Turn != "turn-1" || res.Outcome != refruntime.OutcomeCompleted || len(res.ToolUseIDs) != 0 {
@@ -154,6 +156,7 @@ func TestTurnSpecDefaultsAndErrors(t *testing.T) {
 }
 
 func TestFaultCrashMidTool(t *testing.T) {
+	t.Parallel()
 	var crashed []string
 	var mu sync.Mutex
 	e := setup(t, func(c *refruntime.Config) {
@@ -213,6 +216,7 @@ func TestFaultCrashMidTool(t *testing.T) {
 }
 
 func TestFaultStageThrows(t *testing.T) {
+	t.Parallel()
 	e := setup(t)
 	stages := []events.Stage{events.StageContext, events.StageHistory, events.StageExecute, events.StageFinalize}
 	for i, stage := range stages {
@@ -247,6 +251,7 @@ func TestFaultStageThrows(t *testing.T) {
 }
 
 func TestFaultProvider(t *testing.T) {
+	t.Parallel()
 	e := setup(t)
 	for _, tc := range []struct {
 		status int
@@ -292,6 +297,7 @@ func TestFaultProvider(t *testing.T) {
 }
 
 func TestFaultHang(t *testing.T) {
+	t.Parallel()
 	e := setup(t)
 	res := e.run(t, "s1", refruntime.TurnSpec{Fault: refruntime.FaultHang{}})
 	if res.Outcome != refruntime.OutcomeHung {
@@ -309,6 +315,7 @@ func TestFaultHang(t *testing.T) {
 }
 
 func TestSecondTurnMidTurn(t *testing.T) {
+	t.Parallel()
 	e := setup(t, func(c *refruntime.Config) { c.StageDelay = 40 * time.Millisecond })
 	first, err := e.rt.StartTurnAsync(ctx(t), "s1", refruntime.TurnSpec{Prompt: "first", Tools: twoTools})
 	if err != nil {
@@ -332,6 +339,7 @@ func TestSecondTurnMidTurn(t *testing.T) {
 }
 
 func TestConcurrentFirstTurns(t *testing.T) {
+	t.Parallel()
 	// Several instances start the first turn of one new session at once:
 	// the conditional appends conflict, and exactly one session.started
 	// is stored.
@@ -362,6 +370,7 @@ func TestConcurrentFirstTurns(t *testing.T) {
 }
 
 func TestClose(t *testing.T) {
+	t.Parallel()
 	e := setup(t, func(c *refruntime.Config) { c.StageDelay = time.Hour })
 	a, err := e.rt.StartTurnAsync(ctx(t), "s1", refruntime.TurnSpec{})
 	if err != nil {

@@ -178,9 +178,9 @@ func TestCalibrationWithTime(t *testing.T) {
 			t.Errorf("%s: decides %q (before calibration %q); the table says why exactly for the files the defaults decide on or changed: %q", f, now[f], before[f], w.why)
 		}
 	}
-	if raceEnabled {
+	if calibrationSample() {
 		if len(names) < 60 {
-			t.Errorf("%d files replayed under the race detector, want the ~80 small ones", len(names))
+			t.Errorf("%d files replayed under the race detector or -short, want the ~80 small ones", len(names))
 		}
 		return
 	}
@@ -288,17 +288,24 @@ func codexRollouts(t *testing.T) []string {
 
 // replayable are the files the calibration replays: every one, or under
 // the race detector, which makes decoding and masking JSON about twenty
-// times slower, the files of at most 256 KiB (most of the wild ones, the
-// shipped short ones and the real orphans').
+// times slower, and under -short (see calibrationSample), the files of at
+// most 256 KiB (most of the wild ones, the shipped short ones and the
+// real orphans').
 func replayable(all []string) []string {
 	var files []string
 	for _, f := range all {
-		if fi, err := os.Stat(f); err == nil && (!raceEnabled || fi.Size() <= 256<<10) {
+		if fi, err := os.Stat(f); err == nil && (!calibrationSample() || fi.Size() <= 256<<10) {
 			files = append(files, f)
 		}
 	}
 	return files
 }
+
+// calibrationSample reports whether the calibration replays the files of
+// at most 256 KiB only: under the race detector, and under -short (every
+// file takes some 6 s without race; the sample about 1). The full set runs
+// without either in CI's full-size pass.
+func calibrationSample() bool { return raceEnabled || testing.Short() }
 
 // fileSessions are the sessions one transcript file gave.
 type fileSessions struct {

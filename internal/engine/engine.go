@@ -74,6 +74,9 @@ type Config struct {
 	MaxCommandBytes int
 	// Metrics, when set, observes every event, violation and command.
 	Metrics *telemetry.Metrics
+	// MetricsEvery is how often the engine reads its partitions' lags
+	// (and its OpenTelemetry export's) into Metrics. Default 5 s.
+	MetricsEvery time.Duration
 	// OnApply and OnIssue, when set, observe each event folded (see
 	// projections.ProjectorConfig.OnApply) and each command issued.
 	OnApply func(s *projections.Session, ev events.Event, applied bool, vs []projections.Violation)
@@ -122,8 +125,8 @@ func (c *Config) Validate() error {
 	if err := c.Log.Validate(); err != nil {
 		errs = append(errs, fmt.Errorf("log: %w", err))
 	}
-	if c.SnapshotEvery < 0 || c.MaxSessions < 0 || c.IdleEvict < 0 || c.Heartbeat < 0 || c.TTL < 0 || c.Tick < 0 {
-		errs = append(errs, errors.New("snapshot every, max sessions, idle evict, heartbeat, ttl, tick: must not be negative"))
+	if c.SnapshotEvery < 0 || c.MaxSessions < 0 || c.IdleEvict < 0 || c.Heartbeat < 0 || c.TTL < 0 || c.Tick < 0 || c.MetricsEvery < 0 {
+		errs = append(errs, errors.New("snapshot every, max sessions, idle evict, heartbeat, ttl, tick, metrics every: must not be negative"))
 	}
 	if err := c.Presence.Validate(); err != nil {
 		errs = append(errs, fmt.Errorf("presence: %w", err))
@@ -295,6 +298,9 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config, logger *zerolog.Logger
 	}
 	if cfg.RetentionEvery == 0 {
 		cfg.RetentionEvery = time.Minute
+	}
+	if cfg.MetricsEvery == 0 {
+		cfg.MetricsEvery = 5 * time.Second
 	}
 	e := &Engine{nc: nc, js: js, cfg: cfg, l: zerolog.Nop(), Gate: erasure.NewGate(erasure.Config{}), leases: map[int]context.Context{}}
 	if logger != nil {
@@ -574,10 +580,10 @@ func (e *Engine) release(ctx context.Context, p int, fenced bool) {
 	e.Reconciler.Release(p)
 }
 
-// observeLoop feeds the partition metrics every 5 seconds.
+// observeLoop feeds the partition metrics every MetricsEvery.
 func (e *Engine) observeLoop(m *telemetry.Metrics) {
 	defer e.wg.Done()
-	tick := time.NewTicker(5 * time.Second)
+	tick := time.NewTicker(e.cfg.MetricsEvery)
 	defer tick.Stop()
 	for {
 		owned := e.member.Owned()

@@ -43,6 +43,7 @@ func eventually(t *testing.T, what string, within time.Duration, cond func() boo
 // one engine dies, the other owns every partition within the group's
 // bound and goes on from where the dead one stopped.
 func TestEnginesShareThePartitionsAndTakeOver(t *testing.T) {
+	t.Parallel()
 	srv := embeddedtest.Start(t)
 	ncA, _ := embeddedtest.Connect(t, srv)
 	ncB, _ := embeddedtest.Connect(t, srv)
@@ -147,6 +148,7 @@ func TestEnginesShareThePartitionsAndTakeOver(t *testing.T) {
 // engine restarted without --replicas keeps the stream's, and one asking
 // for another value is refused unless it says --update-streams.
 func TestRestartKeepsTheStreamsSettings(t *testing.T) {
+	t.Parallel()
 	srv := embeddedtest.Start(t)
 	nc, js := embeddedtest.Connect(t, srv)
 	ctx := context.Background()

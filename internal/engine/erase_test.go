@@ -21,6 +21,7 @@ import (
 // notice (here a heartbeat with no process behind it) stops the erase
 // before anything is purged, naming it; once it is gone, the erase runs.
 func TestEraseNeedsEveryMember(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	srv := embeddedtest.Start(t)
 	nc, js := embeddedtest.Connect(t, srv)
@@ -65,6 +66,7 @@ func TestEraseNeedsEveryMember(t *testing.T) {
 // stream; a setup that changes nothing records nothing; the audit stream
 // denies delete and purge.
 func TestSetupRecordsStreamChanges(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	srv := embeddedtest.Start(t)
 	_, js := embeddedtest.Connect(t, srv)

@@ -40,7 +40,7 @@ func TestOTelBackendDown(t *testing.T) {
 		t.Fatal(err)
 	}
 	m := telemetry.NewMetrics(telemetry.Namespace)
-	e, err := engine.Open(ctx, nc, engine.Config{Name: "otel", Metrics: m, OTel: &engine.OTelConfig{Exporter: exp,
+	e, err := engine.Open(ctx, nc, engine.Config{Name: "otel", Metrics: m, MetricsEvery: 100 * time.Millisecond, OTel: &engine.OTelConfig{Exporter: exp,
 		Export: otel.ExporterConfig{Map: xc.Map, Batch: xc.Batch, RetryMax: 200 * time.Millisecond}}}, nil)
 	if err != nil {
 		t.Fatal(err)

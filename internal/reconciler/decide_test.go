@@ -34,6 +34,7 @@ func ev(turn string, p events.Payload) func() (string, events.Payload) {
 }
 
 func TestDecideActsOnLiveSessionsOnly(t *testing.T) {
+	t.Parallel()
 	now := time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC)
 	policy := reconciler.DefaultPolicy()
 	orphan := []func() (string, events.Payload){
@@ -70,6 +71,7 @@ func TestDecideActsOnLiveSessionsOnly(t *testing.T) {
 // A turn stamped in year 9999 is abandoned by the log's clock: its
 // deadline counts from when the log stored it.
 func TestDeadlineCountsFromTheLogsClock(t *testing.T) {
+	t.Parallel()
 	stored := time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC)
 	future := time.Date(9999, 12, 31, 0, 0, 0, 0, time.UTC)
 	s := fold(t, stored, future, ev("t1", &events.TurnStarted{}))
@@ -97,6 +99,7 @@ func TestDeadlineCountsFromTheLogsClock(t *testing.T) {
 // resumed with the paused command to issue again (the worker issues its
 // next issue after the resume); once resumed, nothing more is decided.
 func TestDecideResumesAndReissuesWhenTheRuntimeReturns(t *testing.T) {
+	t.Parallel()
 	now := time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC)
 	policy := reconciler.DefaultPolicy()
 	distill := recovery.CommandID(recovery.KindDistill, "acme", "s1", "", []uint64{1}, 1)

@@ -66,15 +66,28 @@ func userMsg(blocks ...events.ContentBlock) *events.MessageAppended {
 // repaired as fast as ever; the huge one is repaired in several records
 // under the event limit; the unrepairable one is parked, with its reason,
 // and paused; and the reconciler is not failed closed.
+//
+// Under the race detector, where encoding and decoding its 13 MB of JSON
+// takes most of a minute, and under -short, every size is an eighth: an event limit of
+// 128 KiB instead of 1 MiB, ids of 12.5 KiB, outputs of 112 KiB, the
+// unrepairable id of 125,000 bytes. The same records, in the same
+// proportion to the limit, take the same paths (a repair split into
+// several records, a tool_result that no event can hold); the full size
+// runs without race or -short in CI's full-size pass.
 func TestHeadOfLineSessionDoesNotHoldTheOthers(t *testing.T) {
-	e := newEnv(t, "", events.Config{})
+	t.Parallel()
+	k := 1 // every size is divided by k
+	if raceEnabled || testing.Short() {
+		k = 8
+	}
+	e := newEnv(t, "", events.Config{MaxEventBytes: events.DefaultMaxEventBytes / k})
 	ctx := context.Background()
 	died := func() st { return st{"t1", &events.TurnAbandoned{Reason: "the process died"}} }
 
 	// The huge session: two tool calls answered with 900 KB outputs, then
 	// one assistant message of 12 records of 9 tool_use blocks, each id
 	// 100 KB, and the turn ends without their results.
-	output, _ := json.Marshal(strings.Repeat("build output line\n", 900<<10/18))
+	output, _ := json.Marshal(strings.Repeat("build output line\n", 900<<10/18/k))
 	e.appendAll("huge", st{"t1", &events.TurnStarted{Prompt: "build everything"}}, st{"t1", userMsg(events.ContentBlock{Type: events.BlockText, Text: "go"})})
 	for i := range 2 {
 		id := fmt.Sprintf("toolu_small_%d", i)
@@ -84,7 +97,7 @@ func TestHeadOfLineSessionDoesNotHoldTheOthers(t *testing.T) {
 	for r := range 12 {
 		var blocks []events.ContentBlock
 		for i := range 9 {
-			blocks = append(blocks, toolUse(fmt.Sprintf("toolu_%03d_%s", r*9+i, strings.Repeat("x", 100<<10))))
+			blocks = append(blocks, toolUse(fmt.Sprintf("toolu_%03d_%s", r*9+i, strings.Repeat("x", 100<<10/k))))
 		}
 		e.appendAll("huge", st{"t1", asstMsg(blocks...)})
 	}
@@ -93,7 +106,7 @@ func TestHeadOfLineSessionDoesNotHoldTheOthers(t *testing.T) {
 	// The unrepairable session: one orphan whose id leaves room in its
 	// own event but not in a tool_result's.
 	e.appendAll("toobig", st{"t1", &events.TurnStarted{Prompt: "go"}}, st{"t1", userMsg(events.ContentBlock{Type: events.BlockText, Text: "go"})},
-		st{"t1", asstMsg(toolUse("toolu_big_" + strings.Repeat("y", 1_000_000)))}, died())
+		st{"t1", asstMsg(toolUse("toolu_big_" + strings.Repeat("y", 1_000_000/k)))}, died())
 
 	// The ordinary sessions, on other partitions than the two large ones:
 	// a worker runs a partition's commands one at a time, in order, so a
@@ -182,6 +195,7 @@ func TestHeadOfLineSessionDoesNotHoldTheOthers(t *testing.T) {
 // cause parked, the reason), does not fail closed, does not issue it
 // again, and goes on deciding for the other sessions.
 func TestRefusedCommandIsParkedForItsSessionOnly(t *testing.T) {
+	t.Parallel()
 	e := &env{t: t}
 	eng := enginetest.Start(t, enginetest.Options{MaxCommandBytes: 700})
 	e.Engine, e.js, e.log, e.rec, e.clock, e.rt = eng, eng.JS, eng.Log, eng.Reconciler, eng.Clock, eng.Runtime

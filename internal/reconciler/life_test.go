@@ -61,6 +61,7 @@ func abandons(s *projections.Session, p *reconciler.Policy, start time.Time, aft
 // abandoned with a deadline of 120 s: the deadline counts from its latest
 // event. Silent for the deadline after its last event, it is.
 func TestDeadlineCountsFromTheLatestSignOfLife(t *testing.T) {
+	t.Parallel()
 	start := time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC)
 	p, err := reconciler.ParsePolicy([]byte("turn_deadline: 120s\n"))
 	if err != nil {
@@ -97,6 +98,7 @@ func TestDeadlineCountsFromTheLatestSignOfLife(t *testing.T) {
 // A pending Bash call that declared a timeout longer than the deadline is
 // given its timeout plus tool_timeout_grace; one without is not.
 func TestDeclaredToolTimeoutExtendsTheDeadline(t *testing.T) {
+	t.Parallel()
 	start := time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC)
 	p, err := reconciler.ParsePolicy([]byte("turn_deadline: 10s\ntool_deadline: 10s\ntool_timeout_grace: 5s\n"))
 	if err != nil {
@@ -144,6 +146,7 @@ func TestDeclaredToolTimeoutExtendsTheDeadline(t *testing.T) {
 // keeps a turn alive; turn_max_duration bounds a turn whatever its signs
 // of life.
 func TestActivityAndMaxDuration(t *testing.T) {
+	t.Parallel()
 	start := time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC)
 	p, err := reconciler.ParsePolicy([]byte("turn_deadline: 10s\ntool_deadline: 10s\nturn_max_duration: 1m\n"))
 	if err != nil {
@@ -169,6 +172,7 @@ func TestActivityAndMaxDuration(t *testing.T) {
 }
 
 func TestPolicyYAMLRoundTrips(t *testing.T) {
+	t.Parallel()
 	src := "turn_deadline: 30s\nturn_max_duration: 2h\ntool_timeout_grace: 0s\ntenants:\n  acme:\n    turn_deadline: 5m\n    orphans:\n      repair: false\n"
 	p, err := reconciler.ParsePolicy([]byte(src))
 	if err != nil {
@@ -198,6 +202,7 @@ func TestPolicyYAMLRoundTrips(t *testing.T) {
 // the runtime waits for a person); without one, turn_deadline. A session
 // stays live until its turn's deadline has passed, whatever the horizon.
 func TestToolDeadlineWhileACallIsPending(t *testing.T) {
+	t.Parallel()
 	start := time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC)
 	p := reconciler.DefaultPolicy()
 	waiting := foldTimed(t, start, timed{0, "t1", &events.TurnStarted{}}, timed{time.Second, "t1", callTool("toolu_1", "WebFetch", `{"url":"https://example.com"}`)})

@@ -7,6 +7,7 @@ import (
 )
 
 func TestParsePolicyDefaultsAndOverrides(t *testing.T) {
+	t.Parallel()
 	p, err := ParsePolicy([]byte(`
 turn_deadline: 90s
 budget:
@@ -38,6 +39,7 @@ tenants:
 }
 
 func TestParsePolicyNamesTheBadKey(t *testing.T) {
+	t.Parallel()
 	tests := []struct{ yaml, want string }{
 		{"turn_deadline: soon", "soon"},
 		{"turn_deadline: -5s", "turn_deadline: must be positive"},
@@ -63,6 +65,7 @@ func TestParsePolicyNamesTheBadKey(t *testing.T) {
 // TestParsePolicyRetention: no retention by default; a base max age, a
 // tenant's override (in days), and which tenants keep forever.
 func TestParsePolicyRetention(t *testing.T) {
+	t.Parallel()
 	for _, tt := range []struct {
 		yaml    string
 		retains bool

@@ -97,6 +97,7 @@ func commandOutcome(s *projections.Session, kind string) events.Outcome {
 }
 
 func TestDeadlineAbandonsASilentTurn(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, "turn_deadline: 120s", events.Config{})
 	res, err := e.rt.RunTurn(context.Background(), "hang", refruntime.TurnSpec{Fault: refruntime.FaultHang{}})
 	if err != nil {
@@ -126,6 +127,7 @@ func TestDeadlineAbandonsASilentTurn(t *testing.T) {
 }
 
 func TestOrphanIsRepairedOnce(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, "", events.Config{})
 	ctx := context.Background()
 	res, err := e.rt.RunTurn(ctx, "crash", refruntime.TurnSpec{Fault: refruntime.FaultCrashMidTool{}})
@@ -147,6 +149,7 @@ func TestOrphanIsRepairedOnce(t *testing.T) {
 }
 
 func TestDistillationIsGuardedThenRunsWhenClean(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, "turn_deadline: 30s", events.Config{})
 	ctx := context.Background()
 	if _, err := e.rt.RunTurn(ctx, "d", refruntime.TurnSpec{}); err != nil {
@@ -172,6 +175,7 @@ func TestDistillationIsGuardedThenRunsWhenClean(t *testing.T) {
 }
 
 func TestTransientErrorRetriesThenPausesRecommendingASwitch(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, "", events.Config{})
 	if err := e.rt.SetProviderOutage("anthropic", 529, 0); err != nil {
 		t.Fatal(err)
@@ -197,6 +201,7 @@ func TestTransientErrorRetriesThenPausesRecommendingASwitch(t *testing.T) {
 }
 
 func TestAuthenticationErrorBlocksTheSession(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, "", events.Config{})
 	if _, err := e.rt.RunTurn(context.Background(), "t401", refruntime.TurnSpec{Fault: refruntime.FaultProvider{Status: 401}}); err != nil {
 		t.Fatal(err)
@@ -213,6 +218,7 @@ func TestAuthenticationErrorBlocksTheSession(t *testing.T) {
 }
 
 func TestParseFailureDegradesToRawOutput(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, "", events.Config{})
 	if _, err := e.rt.RunTurn(context.Background(), "parse", refruntime.TurnSpec{}); err != nil {
 		t.Fatal(err)
@@ -226,6 +232,7 @@ func TestParseFailureDegradesToRawOutput(t *testing.T) {
 }
 
 func TestLoopsAndBudgets(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, "", events.Config{})
 	text := func(s string) []events.ContentBlock { return []events.ContentBlock{{Type: "text", Text: s}} }
 
@@ -277,6 +284,7 @@ func TestLoopsAndBudgets(t *testing.T) {
 }
 
 func TestFailsClosedWhileTheLogIsFullAndCarriesOn(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, "turn_deadline: 10s", events.Config{MaxBytes: 256 << 10, MaxEventBytes: 64 << 10})
 	ctx := context.Background()
 	res, err := e.rt.RunTurn(ctx, "full", refruntime.TurnSpec{Fault: refruntime.FaultHang{}})
@@ -323,6 +331,7 @@ func TestFailsClosedWhileTheLogIsFullAndCarriesOn(t *testing.T) {
 // the runtime announces itself again, the engine resumes the session and
 // the distillation runs, exactly once.
 func TestSessionPausedForAnAbsentRuntimeResumesWhenItReturns(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, "", events.Config{})
 	ctx := context.Background()
 	if _, err := e.rt.RunTurn(ctx, "away", refruntime.TurnSpec{}); err != nil {
@@ -378,6 +387,7 @@ func TestSessionPausedForAnAbsentRuntimeResumesWhenItReturns(t *testing.T) {
 // A session marked history (an import) gets no command, whatever it
 // breaks; a person can still issue one by hand.
 func TestHistorySessionsGetNoCommand(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, "turn_deadline: 1s", events.Config{})
 	e.append("old", "", &events.SessionStarted{History: true})
 	e.append("old", "t1", &events.TurnStarted{Prompt: "hello"})

@@ -11,6 +11,7 @@ import (
 )
 
 func TestRetryBackOffBoundedByAttempts(t *testing.T) {
+	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		p := recovery.RetryPolicy{InitialInterval: 100 * time.Millisecond, MaxInterval: 10 * time.Second, MaxAttempts: 5, MaxElapsed: time.Hour}
 		for range 50 {
@@ -30,6 +31,7 @@ func TestRetryBackOffBoundedByAttempts(t *testing.T) {
 }
 
 func TestRetryBackOffBoundedByElapsed(t *testing.T) {
+	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		p := recovery.RetryPolicy{InitialInterval: time.Second, MaxInterval: time.Second, Multiplier: 1, Jitter: 0.01, MaxAttempts: 100, MaxElapsed: 5 * time.Second}
 		ws := waits(p)
@@ -44,6 +46,7 @@ func TestRetryBackOffBoundedByElapsed(t *testing.T) {
 }
 
 func TestRetryBackOffSingleAttempt(t *testing.T) {
+	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		if ws := waits(recovery.RetryPolicy{MaxAttempts: 1}); len(ws) != 0 {
 			t.Fatalf("one attempt gave waits %v", ws)
@@ -52,6 +55,7 @@ func TestRetryBackOffSingleAttempt(t *testing.T) {
 }
 
 func TestRetryBackOffRetryAfter(t *testing.T) {
+	t.Parallel()
 	p := recovery.RetryPolicy{InitialInterval: 100 * time.Millisecond, MaxInterval: 20 * time.Second, MaxAttempts: 5, MaxElapsed: time.Minute}
 	tests := []struct {
 		name string

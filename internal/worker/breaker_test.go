@@ -24,6 +24,7 @@ type step struct {
 }
 
 func TestBreakerStateMachine(t *testing.T) {
+	t.Parallel()
 	cfg := BreakerConfig{Failures: 3, Window: 10 * time.Second, Cooldown: 30 * time.Second, HalfOpenProbes: 2}
 	tests := []struct {
 		name    string
@@ -133,6 +134,7 @@ func TestBreakerStateMachine(t *testing.T) {
 }
 
 func TestBreakerOpenChangeCountsFailures(t *testing.T) {
+	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		var got BreakerChange
 		b, _ := NewBreaker("acme", "openai", BreakerConfig{Failures: 2, Clock: clock.SystemClock, OnChange: func(c BreakerChange) { got = c }})
@@ -152,6 +154,7 @@ func TestBreakerOpenChangeCountsFailures(t *testing.T) {
 }
 
 func TestBreakerOnChangeMayCallTheBreaker(t *testing.T) {
+	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		var b *Breaker
 		var seen []string
@@ -173,6 +176,7 @@ func TestBreakerOnChangeMayCallTheBreaker(t *testing.T) {
 }
 
 func TestBreakerApplyMirrorsWithoutEmitting(t *testing.T) {
+	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		var emitted []BreakerChange
 		b, _ := NewBreaker("acme", "anthropic", BreakerConfig{Cooldown: 30 * time.Second, Clock: clock.SystemClock, OnChange: func(c BreakerChange) { emitted = append(emitted, c) }})
@@ -218,6 +222,7 @@ func TestBreakerApplyMirrorsWithoutEmitting(t *testing.T) {
 }
 
 func TestBreakerConfigValidate(t *testing.T) {
+	t.Parallel()
 	if err := (BreakerConfig{}).Validate(); err != nil {
 		t.Fatalf("zero config (defaults) invalid: %v", err)
 	}
@@ -237,6 +242,7 @@ func TestBreakerConfigValidate(t *testing.T) {
 }
 
 func TestBreakersRegistry(t *testing.T) {
+	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		var mu sync.Mutex
 		var changes []BreakerChange

@@ -81,6 +81,7 @@ func (c *sleepClock) Sleeps() []time.Duration {
 func autoClock() *sleepClock { return &sleepClock{} }
 
 func TestRunOutcomes(t *testing.T) {
+	t.Parallel()
 	chain := recovery.DefaultChains()[recovery.ClassOverloaded] // retry×2 → switch_provider → resume_from_snapshot → degrade → abort
 	fail := []AttemptResult{overloaded}
 	tests := []struct {
@@ -163,6 +164,7 @@ func TestRunOutcomes(t *testing.T) {
 }
 
 func TestRunRecords(t *testing.T) {
+	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		chain := []recovery.Strategy{
 			{Name: "retry", Action: recovery.ActionRetryTurn, Attempts: 3},
@@ -190,6 +192,7 @@ func TestRunRecords(t *testing.T) {
 }
 
 func TestRunRetryBudgetAndBackoff(t *testing.T) {
+	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		policy := recovery.RetryPolicy{InitialInterval: time.Second, MaxInterval: time.Minute, Multiplier: 2, Jitter: 0.25, MaxElapsed: time.Hour}
 		chain := []recovery.Strategy{{Name: "retry", Action: recovery.ActionRetryTurn, Attempts: 4, Retry: policy}}
@@ -219,6 +222,7 @@ func TestRunRetryBudgetAndBackoff(t *testing.T) {
 }
 
 func TestRunJitter(t *testing.T) {
+	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		chain := []recovery.Strategy{{Name: "retry", Action: recovery.ActionRetryTurn, Attempts: 2}}
 		seen := map[time.Duration]bool{}
@@ -234,6 +238,7 @@ func TestRunJitter(t *testing.T) {
 }
 
 func TestRunMaxElapsed(t *testing.T) {
+	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		chain := []recovery.Strategy{{Name: "retry", Action: recovery.ActionRetryTurn, Attempts: 10,
 			Retry: recovery.RetryPolicy{InitialInterval: 10 * time.Second, MaxInterval: 10 * time.Second, Multiplier: 1, Jitter: 0.01, MaxElapsed: 35 * time.Second}}}
@@ -246,6 +251,7 @@ func TestRunMaxElapsed(t *testing.T) {
 }
 
 func TestRunNonRetryableSkipsRetries(t *testing.T) {
+	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		chain := recovery.DefaultChains()[recovery.ClassOverloaded]
 		clock := autoClock()
@@ -264,6 +270,7 @@ func TestRunNonRetryableSkipsRetries(t *testing.T) {
 }
 
 func TestRunHonoursRetryAfter(t *testing.T) {
+	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		chain := recovery.DefaultChains()[recovery.ClassRateLimit]
 		clock := autoClock()
@@ -287,6 +294,7 @@ func TestRunHonoursRetryAfter(t *testing.T) {
 }
 
 func TestRunBreakerOpenSkipsProviderStrategies(t *testing.T) {
+	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		chain := recovery.DefaultChains()[recovery.ClassOverloaded]
 		var skipped []string
@@ -309,6 +317,7 @@ func TestRunBreakerOpenSkipsProviderStrategies(t *testing.T) {
 }
 
 func TestRunWithBreaker(t *testing.T) {
+	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		clock := autoClock()
 		var changes []BreakerChange
@@ -337,6 +346,7 @@ func TestRunWithBreaker(t *testing.T) {
 }
 
 func TestRunPauseEndsFailed(t *testing.T) {
+	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		for _, class := range []recovery.Class{recovery.ClassAuthentication, recovery.ClassInvalidRequest, recovery.ClassRuntimeUnavailable} {
 			s := newScript(nil)
@@ -349,6 +359,7 @@ func TestRunPauseEndsFailed(t *testing.T) {
 }
 
 func TestRunCancellation(t *testing.T) {
+	t.Parallel()
 	chain := recovery.DefaultChains()[recovery.ClassOverloaded]
 
 	t.Run("during a wait", func(t *testing.T) {
@@ -412,6 +423,7 @@ func TestRunCancellation(t *testing.T) {
 }
 
 func TestRunInvalidChain(t *testing.T) {
+	t.Parallel()
 	s := newScript(nil)
 	res := Run(context.Background(), []recovery.Strategy{{Name: "x", Action: "reboot"}}, s.attempt, RunOptions{})
 	if !errors.Is(res.Err, recovery.ErrInvalidPolicy) || len(s.calls) != 0 || res.Outcome != events.OutcomeFailed {
@@ -423,6 +435,7 @@ func TestRunInvalidChain(t *testing.T) {
 }
 
 func TestDefaultChains(t *testing.T) {
+	t.Parallel()
 	c := recovery.DefaultChains()
 	if err := c.Validate(); err != nil {
 		t.Fatalf("default chains invalid: %v", err)
@@ -449,6 +462,7 @@ func TestDefaultChains(t *testing.T) {
 }
 
 func TestParseChain(t *testing.T) {
+	t.Parallel()
 	chain, err := recovery.ParseChain([]string{"retry*2", "switch_provider", "pause"})
 	if err != nil {
 		t.Fatal(err)

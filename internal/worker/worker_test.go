@@ -161,6 +161,7 @@ func count(evs []events.Event, t events.Type) int {
 }
 
 func TestRepairOrphansMakesTheHistoryValid(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, 1)
 	id := f.orphanSession("s1")
 	before := f.state("s1")
@@ -212,6 +213,7 @@ func TestRepairOrphansMakesTheHistoryValid(t *testing.T) {
 }
 
 func TestPauseResumeAbandonRewindAbort(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, 1)
 	f.append("s1", "", &events.SessionStarted{})
 	f.append("s1", "t1", &events.TurnStarted{Prompt: "hi"})
@@ -281,6 +283,7 @@ func TestPauseResumeAbandonRewindAbort(t *testing.T) {
 }
 
 func TestForkSession(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, 1)
 	f.orphanSession("src")
 	evs := f.events("src")
@@ -347,6 +350,7 @@ func overloaded() recovery.ControlReply {
 }
 
 func TestRetryTurnChainOutcomes(t *testing.T) {
+	t.Parallel()
 	fast := func(c *worker.Config) {
 		clk := clock.NewFakeClock(time.Now())
 		clk.SetAutoAdvance(true)
@@ -412,6 +416,7 @@ func boolInt(b bool) int {
 }
 
 func TestRuntimeUnavailableIsNotRetriedBlindly(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, 1)
 	f.append("s1", "", &events.SessionStarted{})
 	f.append("s1", "t1", &events.TurnStarted{})
@@ -442,6 +447,7 @@ func TestRuntimeUnavailableIsNotRetriedBlindly(t *testing.T) {
 // the words of docs/control.md: a 401 is not retried, a runtime that does
 // not answer is runtime_unavailable.
 func TestCompletionSaysWhatHappened(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, 1)
 	detail := func(session string) string {
 		for _, e := range f.events(session) {
@@ -476,6 +482,7 @@ func TestCompletionSaysWhatHappened(t *testing.T) {
 }
 
 func TestInvalidCommandIsParked(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, 1)
 	f.append("s1", "", &events.SessionStarted{})
 	body := []byte(`{"id":"bogus-1","kind":"explode","tenant":"acme","session":"s1","reason":"x","issue":1}`)
