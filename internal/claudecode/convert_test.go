@@ -50,6 +50,51 @@ func convertCorpus(t testing.TB) *converted {
 	if len(files) == 0 {
 		t.Fatal("no transcript in the corpus")
 	}
+	return convertFiles(t, files)
+}
+
+// sampled reports whether the tests that convert large parts of the corpus
+// more than once take a sample (corpusSample): under the race detector
+// and under -short. The full-size pass of .ci/run runs them whole.
+func sampled() bool { return raceEnabled || testing.Short() }
+
+// sampleMaxBytes is the size up to which corpusSample takes every file.
+const sampleMaxBytes = 256 << 10
+
+// corpusSample is the part of the corpus a sampled test converts (the race
+// detector finds nothing in a conversion, one goroutine, and slows
+// decoding JSON twentyfold): every file of at most 256 KiB (sessions,
+// subagents linked by file, compactions, API errors, interruptions) and
+// ccviewer/fe5e1c67 (Claude Code 1.0, with six subagents written inline
+// and linked to their Task calls). The five long spotter sessions, some
+// 3 MB each, are left to the full-size pass of .ci/run.
+func corpusSample(t testing.TB) []string {
+	t.Helper()
+	files, err := Expand([]string{corpusDir(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	inline := corpusFile(t, "ccviewer/fe5e1c67-53e7-4862-81ae-d0e013e3270b.jsonl")
+	var out []string
+	for _, f := range files {
+		fi, err := os.Stat(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if fi.Size() <= sampleMaxBytes || f == inline {
+			out = append(out, f)
+		}
+	}
+	if len(out) < 15 || len(out) == len(files) {
+		t.Fatalf("the sample holds %d of the corpus's %d files", len(out), len(files))
+	}
+	return out
+}
+
+// convertFiles converts files in order with one Converter, as an import
+// of them does.
+func convertFiles(t testing.TB, files []string) *converted {
+	t.Helper()
 	c, err := NewConverter(Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -288,6 +333,7 @@ func historyProblems(t testing.TB, s Session) []string {
 }
 
 func TestCorpusConverts(t *testing.T) {
+	t.Parallel()
 	c := sharedCorpus(t)
 	ids := map[string]string{}
 	tokens := map[string]string{}
@@ -343,6 +389,7 @@ func TestCorpusConverts(t *testing.T) {
 // tool_use id has exactly one tool_result later in the same session and
 // that no tool_result comes without its tool_use.
 func TestCorpusToolPairs(t *testing.T) {
+	t.Parallel()
 	for _, s := range sharedCorpus(t).sessions() {
 		used := map[string]int{} // tool_use id -> event index
 		answered := map[string]int{}
@@ -383,6 +430,7 @@ var longSpotter = []string{
 }
 
 func TestCorpusDistillations(t *testing.T) {
+	t.Parallel()
 	c := sharedCorpus(t)
 	for _, id := range longSpotter {
 		res := c.results[corpusFile(t, "spotter/"+id+".jsonl")]
@@ -448,6 +496,7 @@ func TestCorpusDistillations(t *testing.T) {
 }
 
 func TestCorpusTurns(t *testing.T) {
+	t.Parallel()
 	c := sharedCorpus(t)
 	tests := []struct {
 		file                            string
@@ -505,6 +554,7 @@ func TestCorpusTurns(t *testing.T) {
 }
 
 func TestCorpusSubagentsLinked(t *testing.T) {
+	t.Parallel()
 	c := sharedCorpus(t)
 	bySession := map[string]Session{}
 	for _, s := range c.sessions() {
@@ -568,8 +618,19 @@ func TestCorpusSubagentsLinked(t *testing.T) {
 	}
 }
 
+// TestConvertTwiceIdentical: two conversions of the corpus are equal, and
+// the tenant enters the event ids. Under the race detector and -short it
+// converts corpusSample twice; the full-size pass of .ci/run converts the corpus
+// again and compares it with sharedCorpus.
 func TestConvertTwiceIdentical(t *testing.T) {
-	a, b := sharedCorpus(t), convertCorpus(t)
+	t.Parallel()
+	var a, b *converted
+	if sampled() {
+		sample := corpusSample(t)
+		a, b = convertFiles(t, sample), convertFiles(t, sample)
+	} else {
+		a, b = sharedCorpus(t), convertCorpus(t)
+	}
 	for _, f := range a.files {
 		if !reflect.DeepEqual(a.results[f], b.results[f]) {
 			t.Errorf("%s: two conversions differ", f)
@@ -628,14 +689,21 @@ func toolUseLines(t testing.TB, lines []string) (idx []int, ids []string) {
 // after each tool_use record, as a process that died mid-tool (or a
 // snapshot of a file still being written) leaves them: the tool_use is
 // converted, its turn stays in flight (the transcript does not say how it
-// ended), and no result is made up.
+// ended), and no result is made up. Under the race detector and -short
+// it cuts the three small files only; the full-size pass of .ci/run cuts the long
+// 258c7280 too (2.7 MB converted per cut).
 func TestCutAfterToolUseLeavesTheTurnInFlight(t *testing.T) {
-	for _, rel := range []string{
+	t.Parallel()
+	files := []string{
 		"spotter/short.jsonl",
 		"spotter/tool_heavy.jsonl",
 		"spotter/ae4a77f8-aedd-4bc1-888f-c94edc91af04/subagents/agent-aac57f5.jsonl", // six parallel tool calls
 		"spotter/258c7280-ae70-4798-800f-63464d01a85d.jsonl",
-	} {
+	}
+	if sampled() {
+		files = files[:3]
+	}
+	for _, rel := range files {
 		lines := readLines(t, corpusFile(t, rel))
 		idx, ids := toolUseLines(t, lines)
 		if len(idx) == 0 {
@@ -1092,6 +1160,7 @@ func TestNoSessionWithoutHistory(t *testing.T) {
 // TestEventSizes reports the largest event of the corpus: the log refuses
 // events over its MaxEventBytes (1 MiB by default).
 func TestEventSizes(t *testing.T) {
+	t.Parallel()
 	var sizes []int
 	for _, s := range sharedCorpus(t).sessions() {
 		for _, ev := range s.Events {
