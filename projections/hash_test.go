@@ -81,11 +81,11 @@ func refCompactJSON(raw []byte) string {
 // StepKey give what they gave before they were rewritten, on texts with
 // every kind of white space (Unicode's too), escapes and invalid UTF-8,
 // short and longer than their stack buffers: 5,000 generated blocks, 1,000
-// under the race detector (the full-size pass of .ci/run checks 5,000).
+// under the race detector and -short (the full-size pass of .ci/run checks 5,000).
 func TestHashesEqualTheirReference(t *testing.T) {
 	t.Parallel()
 	n := 5000
-	if raceEnabled {
+	if sampled() {
 		n = 1000
 	}
 	parts := []string{"a", "word", " ", "  ", "\t", "\n", "\r\n", "\v", "\f", "\u00a0", "\u2003", "\u3000", "\u0085", "\x85", "\xff", "\xe2\x80",
@@ -200,11 +200,11 @@ func refStringPrefix(raw []byte, max int) []byte {
 // TestPreviewsEqualTheirReference: a tool_use's and a tool_result's
 // previews are what they were (clip of compactPrefix, clip of
 // resultText), on generated inputs of every length: 5,000 of them, 1,000
-// under the race detector (the full-size pass of .ci/run checks 5,000).
+// under the race detector and -short (the full-size pass of .ci/run checks 5,000).
 func TestPreviewsEqualTheirReference(t *testing.T) {
 	t.Parallel()
 	n := 5000
-	if raceEnabled {
+	if sampled() {
 		n = 1000
 	}
 	parts := []string{"a", " ", "\n", `"`, `\"`, `\\`, `\n`, `\u00e9`, `\ud83d\ude00`, "é", "😀", "\u2028", "<", "\xff", "\xe2\x82", "{", "}", ":", ",",

@@ -172,11 +172,12 @@ func TestWorstStateFitsMaxSnapshotBytes(t *testing.T) {
 // snapshot taken half-way folds on to the same state. Under the race
 // detector the two floods are a tenth as long (6,000 unknown types for
 // MaxUnknownTypes 32, 1,000 tool calls for KeepToolCalls 96), still far
-// past their bounds; the full-size pass of .ci/run folds 60,000 and 5,000.
+// past their bounds; so under -short. The full-size pass of .ci/run folds
+// 60,000 and 5,000.
 func TestStateBounds(t *testing.T) {
 	t.Parallel()
 	unknown, calls := 60000, 5000
-	if raceEnabled {
+	if sampled() {
 		unknown, calls = 6000, 1000
 	}
 	huge := func(c byte, n int) string { return strings.Repeat(string(c), n) }
@@ -495,13 +496,14 @@ func strconvU(u uint64) string { return fmt.Sprint(u) }
 // checks its snapshot at every 20,000 events: under MaxSnapshotBytes, and
 // no larger at the end than a tenth of the way (the state is a window, not
 // the history). The last one is saved to a real snapshot store and loaded
-// back. Under the race detector the session has 40,000 events, checked
-// every 4,000 (some 650 turns, twenty times the longest window, and a
-// 24 KB output); the full-size pass of .ci/run folds the 200,000.
+// back. Under the race detector and -short the session has 40,000
+// events, checked every 4,000 (some 6,500 turns, two hundred times the
+// longest window, and 24 KB outputs); the full-size pass of .ci/run folds
+// the 200,000.
 func TestLongSessionSnapshotStaysBounded(t *testing.T) {
 	t.Parallel()
 	n := 200000
-	if raceEnabled {
+	if sampled() {
 		n = 40000
 	}
 	every := n / 10

@@ -523,9 +523,9 @@ func withoutRecord(tb testing.TB, s *Session) []byte {
 // TestRewindIsFoldOfLiveEvents checks FoldLog against the definition of
 // a rewound state (liveFold) right after every rewind of synthetic
 // sessions full of them (nested ones included), one event later, at five
-// random cuts and at the end. Under the race detector it checks right
-// after every rewind and at the end; the full-size pass of .ci/run checks
-// every cut.
+// random cuts and at the end. Under the race detector and -short it
+// checks right after every rewind and at the end; the full-size pass of
+// .ci/run checks every cut.
 func TestRewindIsFoldOfLiveEvents(t *testing.T) {
 	t.Parallel()
 	for _, seed := range []uint64{2, 3} {
@@ -536,7 +536,7 @@ func TestRewindIsFoldOfLiveEvents(t *testing.T) {
 			if ev.Type == events.TypeSessionRewound {
 				rewinds++
 				cuts = append(cuts, i+1)
-				if !raceEnabled {
+				if !sampled() {
 					cuts = append(cuts, i+2)
 				}
 			}
@@ -546,7 +546,7 @@ func TestRewindIsFoldOfLiveEvents(t *testing.T) {
 		}
 		r := newRand(seed)
 		for range 5 {
-			if cut := r.IntN(len(evs) + 1); !raceEnabled {
+			if cut := r.IntN(len(evs) + 1); !sampled() {
 				cuts = append(cuts, cut)
 			}
 		}

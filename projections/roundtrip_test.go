@@ -14,12 +14,12 @@ import (
 // (refolding at rewinds from the restored state when it is a base, else
 // from the first event, as Restore does) gives the same JSON as folding
 // every event with FoldLog. It checks 12 random cuts of each session
-// besides the first two and the last two; 4 under the race detector (the
-// full-size pass of .ci/run checks the 12).
+// besides the first two and the last two; 4 under the race detector and
+// -short (the full-size pass of .ci/run checks the 12).
 func TestSnapshotRoundTrip(t *testing.T) {
 	t.Parallel()
 	random := 12
-	if raceEnabled {
+	if sampled() {
 		random = 4
 	}
 	for _, tc := range []struct {
@@ -76,9 +76,10 @@ func diffAt(a, b []byte) []byte {
 // point of a dense corpus: the steps of every table case in a row (each
 // rule, orphan, late result, repair, recovery record, distillation,
 // rewind and invalid event), then a short synthetic session. Under the
-// race detector it checks the sample sampleCuts gives (every 10th cut,
-// and the cuts around each rewind and right after the first event of
-// each kind); without it, every cut (the full-size pass of .ci/run).
+// race detector and -short it checks the sample sampleCuts gives (every
+// 10th cut, and the cuts around each rewind and right after the first
+// event of each kind); otherwise every cut (the full-size pass of
+// .ci/run).
 func TestSnapshotRoundTripEveryCut(t *testing.T) {
 	t.Parallel()
 	var steps []step
@@ -114,7 +115,7 @@ func TestSnapshotRoundTripEveryCut(t *testing.T) {
 	}
 	full := fingerprint(t, Fold(evs))
 	check := func(int) bool { return true }
-	if raceEnabled {
+	if sampled() {
 		check = sampleCuts(evs, 10)
 	}
 	head := &Session{}
@@ -147,7 +148,7 @@ func TestSnapshotRoundTripEveryCut(t *testing.T) {
 	t.Logf("%d of %d cuts checked", checked, len(evs)+1)
 }
 
-// sampleCuts picks the cuts of evs a test under the race detector checks
+// sampleCuts picks the cuts of evs a sampled test checks
 // (cut k snapshots evs[:k] and folds evs[k:] on top): every k-th, the
 // first and the last, the cuts right before and right after each
 // session.rewound (where a restored state is or is not the refold's

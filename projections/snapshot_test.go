@@ -176,13 +176,13 @@ func TestEnsureStreamWithLog(t *testing.T) {
 // snapshot plus the events after it equals the full replay, for several
 // snapshot points, and that an unusable snapshot falls back to the full
 // replay. The session has 150 turns (some 3,000 events in 8 appends); 60
-// under the race detector (3 appends, still interleaved), where decoding
-// the events read back is what takes the time; the full-size pass of
-// .ci/run replays the 150.
+// under the race detector and -short (3 appends, still interleaved),
+// where decoding the events read back is what takes the time; the
+// full-size pass of .ci/run replays the 150.
 func TestRestore(t *testing.T) {
 	t.Parallel()
 	turns := 150
-	if raceEnabled {
+	if sampled() {
 		turns = 60
 	}
 	ctx := testContext(t)
