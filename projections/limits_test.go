@@ -170,15 +170,17 @@ func TestWorstStateFitsMaxSnapshotBytes(t *testing.T) {
 // that the state holds to the bound, that what the invariants need is
 // still exact, that the snapshot fits MaxSnapshotBytes, and that a
 // snapshot taken half-way folds on to the same state. Under the race
-// detector the two floods are a tenth as long (6,000 unknown types for
-// MaxUnknownTypes 32, 1,000 tool calls for KeepToolCalls 96), still far
-// past their bounds; so under -short. The full-size pass of .ci/run folds
-// 60,000 and 5,000.
+// detector the two floods and the huge labels are a tenth as many or
+// fewer (6,000 unknown types for MaxUnknownTypes 32, 1,000 tool calls for
+// KeepToolCalls 96, 100 labels of 10,000 bytes for MaxLabels 16) and the
+// huge texts 600 KB (MaxSnapshotBytes is 512 KB), still far past their
+// bounds; so under -short. The full-size pass of .ci/run folds 60,000,
+// 5,000, 1,000 and 900 KB.
 func TestStateBounds(t *testing.T) {
 	t.Parallel()
-	unknown, calls := 60000, 5000
+	unknown, calls, labels, bigText := 60000, 5000, 1000, 900<<10
 	if sampled() {
-		unknown, calls = 6000, 1000
+		unknown, calls, labels, bigText = 6000, 1000, 100, 600<<10
 	}
 	huge := func(c byte, n int) string { return strings.Repeat(string(c), n) }
 	// hugeID is a 100 KB tool_use id, distinct per i.
@@ -292,13 +294,13 @@ func TestStateBounds(t *testing.T) {
 		{
 			name: "huge texts",
 			steps: func() []step {
-				big := huge('a', 900<<10)
-				labels := map[string]string{}
-				for i := range 1000 {
-					labels[fmt.Sprintf("label_%04d", i)] = big[:10000]
+				big := huge('a', bigText)
+				labelMap := map[string]string{}
+				for i := range labels {
+					labelMap[fmt.Sprintf("label_%04d", i)] = big[:10000]
 				}
 				st := []step{
-					at(&events.SessionStarted{Runtime: big, Model: big, Provider: big, Labels: labels}),
+					at(&events.SessionStarted{Runtime: big, Model: big, Provider: big, Labels: labelMap}),
 					in("t1", &events.TurnStarted{Prompt: big, Trigger: big}),
 					in("t1", user(text(big))),
 					in("t1", asst(events.ContentBlock{Type: events.BlockThinking, Thinking: big}, text(big))),
@@ -312,7 +314,7 @@ func TestStateBounds(t *testing.T) {
 				return st
 			},
 			check: func(t *testing.T, s *Session) {
-				if len(s.Labels) != MaxLabels || s.LabelsDropped != 1000-MaxLabels {
+				if len(s.Labels) != MaxLabels || s.LabelsDropped != labels-MaxLabels {
 					t.Errorf("labels: %d kept, %d dropped", len(s.Labels), s.LabelsDropped)
 				}
 				for _, str := range []string{s.Runtime, s.Model, s.Provider, s.Turns[0].Trigger, s.Commands[0].ID, s.Commands[0].Kind, s.Turns[0].Error.Code} {
@@ -328,7 +330,7 @@ func TestStateBounds(t *testing.T) {
 				if n := len([]rune(s.Turns[0].Prompt)); n != PreviewRunes+1 {
 					t.Errorf("prompt preview of %d runes", n)
 				}
-				if b := s.Messages[1].Blocks[1]; len([]rune(b.Text)) != PreviewRunes+1 || b.Size != 900<<10 || b.Seq != 4 {
+				if b := s.Messages[1].Blocks[1]; len([]rune(b.Text)) != PreviewRunes+1 || b.Size != bigText || b.Seq != 4 {
 					t.Errorf("text block: %d runes, size %d, seq %d", len([]rune(b.Text)), b.Size, b.Seq)
 				}
 				if s.Turns[0].Error.Stack != "" || len([]rune(s.Errors.Last.Error.Stack)) != StackRunes+1 {

@@ -14,19 +14,21 @@ import (
 // (refolding at rewinds from the restored state when it is a base, else
 // from the first event, as Restore does) gives the same JSON as folding
 // every event with FoldLog. It checks 12 random cuts of each session
-// besides the first two and the last two; 4 under the race detector and
-// -short (the full-size pass of .ci/run checks the 12).
+// besides the first two and the last two. Under the race detector and
+// -short it checks 4, and seed 1's session has its first 200 turns (14
+// rewinds, 20 distillations and 30 commands: still past every window);
+// the full-size pass of .ci/run checks the 12, with seed 1's 400 turns.
 func TestSnapshotRoundTrip(t *testing.T) {
 	t.Parallel()
-	random := 12
+	random, long := 12, 400
 	if sampled() {
-		random = 4
+		random, long = 4, 200
 	}
 	for _, tc := range []struct {
 		seed  uint64
 		turns int
 	}{
-		{1, 400}, // past KeepTurns: exercises the trims
+		{1, long}, // past KeepTurns: exercises the trims
 		{2, 120},
 		{3, 120},
 	} {
@@ -77,7 +79,7 @@ func diffAt(a, b []byte) []byte {
 // rule, orphan, late result, repair, recovery record, distillation,
 // rewind and invalid event), then a short synthetic session. Under the
 // race detector and -short it checks the sample sampleCuts gives (every
-// 10th cut, and the cuts around each rewind and right after the first
+// 20th cut, and the cuts around each rewind and right after the first
 // event of each kind); otherwise every cut (the full-size pass of
 // .ci/run).
 func TestSnapshotRoundTripEveryCut(t *testing.T) {
@@ -116,7 +118,7 @@ func TestSnapshotRoundTripEveryCut(t *testing.T) {
 	full := fingerprint(t, Fold(evs))
 	check := func(int) bool { return true }
 	if sampled() {
-		check = sampleCuts(evs, 10)
+		check = sampleCuts(evs, 20)
 	}
 	head := &Session{}
 	hf := newFolder(head, evs)
