@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"net"
 	"os"
@@ -23,7 +24,19 @@ import (
 // binDir holds the commands built once for the whole package.
 var binDir string
 
+// defaultParallel is how many of this package's tests run at once unless
+// -parallel says otherwise. Most of them wait on processes (engines,
+// nats-server nodes, Chromium) and on timers, not on this process's CPU,
+// so more than GOMAXPROCS (go test's default) overlap well on 2 cores.
+const defaultParallel = 6
+
 func TestMain(m *testing.M) {
+	flag.Parse()
+	set := false
+	flag.Visit(func(f *flag.Flag) { set = set || f.Name == "test.parallel" })
+	if !set {
+		_ = flag.Set("test.parallel", strconv.Itoa(defaultParallel))
+	}
 	dir, err := os.MkdirTemp("", "turnstone-bin-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -40,6 +53,16 @@ func TestMain(m *testing.M) {
 	code := m.Run()
 	os.RemoveAll(dir)
 	os.Exit(code)
+}
+
+// skipShort skips a test under -short (go test -short: the developer's
+// loop, under a minute for the whole module), saying why it is slow; the
+// full run (scripts/test, CI) runs it.
+func skipShort(t *testing.T, why string) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("-short: " + why)
+	}
 }
 
 func freePort(t testing.TB) int {
@@ -181,6 +204,8 @@ func runErr(url string, args ...string) (string, string, error) {
 }
 
 func TestCLIImportSessionsInspectReplay(t *testing.T) {
+	skipShort(t, "runs the CLI over a transcript import")
+	t.Parallel()
 	data := t.TempDir()
 	eng := startEngine(t, data, "--snapshot-every", "50", "--sync", "1s")
 	// A transcript cut after a tool_use, then a new prompt: the tool
@@ -384,6 +409,7 @@ func sessionOf(t *testing.T, file string) string {
 }
 
 func TestCLIErrorsAreClear(t *testing.T) {
+	t.Parallel()
 	_, errOut, err := runErr("nats://127.0.0.1:1", "sessions")
 	if err == nil || !strings.Contains(errOut, "engine serve") {
 		t.Errorf("no server: err %v, stderr %q; want a hint to start the engine", err, errOut)

@@ -67,6 +67,7 @@ func TestLeaderKillKeepsOneOwnerPerPartition(t *testing.T) {
 	if testing.Short() {
 		t.Skip("multi-process cluster test")
 	}
+	t.Parallel()
 	start := time.Now()
 	c := startLeaderCluster(t)
 	t.Logf("3 nats-server nodes with accounts, and setup, after %s", time.Since(start).Round(time.Millisecond))

@@ -40,6 +40,8 @@ const clusterPartitions = 12
 // R3 recovery stream from every live node; and that every session's
 // projection equals a fresh fold of its log.
 func TestScaleOutOnAThreeNodeCluster(t *testing.T) {
+	skipShort(t, "a 3-node cluster and process kills")
+	t.Parallel()
 	start := time.Now()
 	nodes := startNATSCluster(t, 3)
 	url := clusterURL(nodes...)

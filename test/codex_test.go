@@ -60,6 +60,8 @@ func codexRollouts(t testing.TB) []string {
 //     are all paired: the output written after turn_aborted answers its
 //     call, the web search makes no call.
 func TestEveryDetectorOnEveryCodexRollout(t *testing.T) {
+	skipShort(t, "reads every Codex rollout")
+	t.Parallel()
 	files := codexRollouts(t)
 	e := newEnv(t)
 	rep, err := importer.Import(context.Background(), importer.LogStore(e.log), codex.Format, files, importer.Options{Tenant: "codex"}, nil)
@@ -121,6 +123,8 @@ var wantCodexDetected = map[string]detected{
 // web view show each session's runtime and version, and the session that
 // ends on a call with its turn in flight, in execute, the call pending.
 func TestCodexImportInspectAndWebView(t *testing.T) {
+	skipShort(t, "runs engine processes")
+	t.Parallel()
 	ui := fmt.Sprintf("127.0.0.1:%d", freePort(t))
 	eng := startEngine(t, t.TempDir(), "--sync", "1s", "--ui-listen", ui)
 	files := codexRollouts(t)
@@ -206,6 +210,8 @@ func TestCodexImportInspectAndWebView(t *testing.T) {
 // ends on, left unanswered past the turn's deadline, is abandoned by the
 // reconciler and becomes an orphan.
 func TestFollowCodexRolloutLive(t *testing.T) {
+	skipShort(t, "follows a rollout at its real pace")
+	t.Parallel()
 	// The call pending makes the turn's deadline tool_deadline's (2 hours
 	// by default: a call may wait that long for a person).
 	eng := enginetest.Start(t, enginetest.Options{Policy: "turn_deadline: 30s\ntool_deadline: 30s\n"})

@@ -42,11 +42,19 @@ type detected struct {
 	warmups, notHistory int
 }
 
+// anomalies is the part of a row that a healthy session holds at zero
+// whatever the files imported beside it.
+func (d detected) anomalies() detected {
+	return detected{violations: d.violations, orphans: d.orphans, invalid: d.invalid, flaky: d.flaky, decided: d.decided, decidedMid: d.decidedMid}
+}
+
 // TestEveryDetectorOnEveryRealTranscript imports every shipped and wild
 // Claude Code transcript, folds every session, and runs every detector
 // over it: a healthy real session must give no anomaly. The counts are
 // asserted per file (the row of the file that last wrote to a session; a
 // snapshot that a later file continues is checked on its own at the end).
+// Under the race detector it reads the files of at most 256 KiB
+// (corpusSample); .ci/run's full-size pass reads them all.
 //
 // Every one of them is zero: no violation, no orphan, no loop, no spent
 // budget, no flaky run, no command, on ~130 real sessions of Claude Code
@@ -68,6 +76,8 @@ type detected struct {
 // turn-2.jsonl adds (line 26); imported alone it stays in flight with the
 // tool pending (no orphan, no failure), and turn-2 continues it.
 func TestEveryDetectorOnEveryRealTranscript(t *testing.T) {
+	skipShort(t, "reads the whole transcript corpus")
+	t.Parallel()
 	if _, err := os.Stat(wildDir); err != nil {
 		t.Fatalf("the wild transcripts are missing at %s (shared/data beside the repository): %v", wildDir, err)
 	}
@@ -78,6 +88,34 @@ func TestEveryDetectorOnEveryRealTranscript(t *testing.T) {
 	if len(files) < 130 {
 		t.Fatalf("found %d transcripts, want the 25 shipped and the 108 wild", len(files))
 	}
+	all := len(files)
+	sample := corpusSample(t, files)
+	// Under the race detector, a file's counts are compared only when the
+	// sample holds the files its converter reads it beside: its folder's
+	// (a resumed session continues there; older subagent files sit there)
+	// and, under <session>/subagents/, its parent session's. The others
+	// are checked for what the test is about: no anomaly.
+	sampled := map[string]bool{}
+	for _, f := range sample {
+		sampled[f] = true
+	}
+	left := map[string]bool{} // folders and parent sessions with a file left out
+	for _, f := range files {
+		if !sampled[f] {
+			left[filepath.Dir(f)] = true
+			left[strings.TrimSuffix(f, ".jsonl")] = true
+		}
+	}
+	complete := map[string]bool{}
+	for _, f := range sample {
+		dir := filepath.Dir(f)
+		parent := "" // <session>.jsonl beside <session>/subagents/
+		if filepath.Base(dir) == "subagents" {
+			parent = filepath.Dir(dir)
+		}
+		complete[rel(f)] = !left[dir] && !left[parent]
+	}
+	files = sample
 	// Which file gives which session: the last one that writes to it
 	// owns its row.
 	conv, err := claudecode.NewConverter(claudecode.Options{Tenant: "real"})
@@ -117,6 +155,7 @@ func TestEveryDetectorOnEveryRealTranscript(t *testing.T) {
 		got[file] = d
 	}
 
+	compared := 0
 	for _, f := range files {
 		r := rel(f)
 		w, ok := wantDetected[r]
@@ -124,6 +163,13 @@ func TestEveryDetectorOnEveryRealTranscript(t *testing.T) {
 			t.Errorf("no expectation for %s: got %#v", r, got[r])
 			continue
 		}
+		if !complete[r] {
+			if g := got[r]; g.anomalies() != w.anomalies() {
+				t.Errorf("%s (its folder in part):\n got %#v\nwant %#v", r, g.anomalies(), w.anomalies())
+			}
+			continue
+		}
+		compared++
 		if got[r] != w {
 			t.Errorf("%s:\n got %#v\nwant %#v", r, got[r], w)
 		}
@@ -133,7 +179,9 @@ func TestEveryDetectorOnEveryRealTranscript(t *testing.T) {
 			fmt.Printf("\t%q: %#v,\n", rel(f), got[rel(f)])
 		}
 	}
-	if len(wantDetected) != len(files) {
+	if len(files) < all {
+		t.Logf("race detector on: compared the counts of %d files, and the anomalies of the other %d", compared, len(files)-compared)
+	} else if len(wantDetected) != len(files) {
 		t.Errorf("%d expectations for %d files", len(wantDetected), len(files))
 	}
 

@@ -159,6 +159,8 @@ func waitHeld(t *testing.T, eng *enginetest.Engine, tenant, session, what string
 // other sessions, snapshot cycles and the erased turn's deadline, nothing
 // of it comes back. Then `engine erase --tenant` removes a whole tenant.
 func TestEraseSessionAndTenant(t *testing.T) {
+	skipShort(t, "runs engine processes")
+	t.Parallel()
 	ctx := context.Background()
 	eng := enginetest.Start(t, enginetest.Options{SnapshotEvery: 5, RetentionEvery: -1})
 	acme := eng.Runtime
@@ -324,17 +326,19 @@ func TestEraseSessionAndTenant(t *testing.T) {
 	}
 }
 
-// TestRetentionErasesOldSessions: a tenant whose policy keeps sessions 2
+// TestRetentionErasesOldSessions: a tenant whose policy keeps sessions 8
 // seconds loses the sessions whose latest event is older, whole, with an
 // audit record of reason "retention"; its young sessions and the sessions
 // of a tenant without retention stay.
 func TestRetentionErasesOldSessions(t *testing.T) {
+	skipShort(t, "waits out a retention of 8 s")
+	t.Parallel()
 	ctx := context.Background()
 	eng := enginetest.Start(t, enginetest.Options{SnapshotEvery: 5, RetentionEvery: -1, Policy: `
 tenants:
   shortlived:
     retention:
-      max_age: 2s
+      max_age: 8s
 `})
 	acme := eng.Runtime
 	short := eng.NewRuntime(t, refruntime.Config{Tenant: "shortlived"})
@@ -348,7 +352,10 @@ tenants:
 	}
 	waitHeld(t, eng, "shortlived", "old", "indexed and snapshotted", func(h held) bool { return h.IndexEntries == 1 && h.Snapshots > 0 })
 	waitHeld(t, eng, "acme", "old", "indexed", func(h held) bool { return h.IndexEntries == 1 })
-	time.Sleep(2500 * time.Millisecond)
+	// Past old's retention, then young: its 8 s leave room for the waits
+	// below and both sweeps on a loaded machine (the sweep compares the
+	// servers' store times with the wall clock).
+	time.Sleep(8500 * time.Millisecond)
 	if _, err := short.RunTurn(ctx, "young", refruntime.TurnSpec{Prompt: "x"}); err != nil {
 		t.Fatal(err)
 	}

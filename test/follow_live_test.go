@@ -169,6 +169,7 @@ func settled(t *testing.T, eng *engineProc, session string) (*projections.Sessio
 // never abandoned (the deadline counts from the turn's latest event, not
 // from its start), and ends completed with no violation.
 func TestFollowBusyTurnIsNeverAbandoned(t *testing.T) {
+	skipShort(t, "follows a transcript at its real pace")
 	t.Parallel()
 	const session = "busy-0000-4000-8000-000000000001"
 	var w *transcript

@@ -131,6 +131,8 @@ var importCounts = regexp.MustCompile(`-> (\d+) events \((\d+) appended, (\d+) a
 // the first did not store, and every session's projection (snapshot plus
 // tail, as `engine inspect` serves it) equals a fresh replay of its log.
 func TestEngineKilledMidImport(t *testing.T) {
+	skipShort(t, "kills engine processes")
+	t.Parallel()
 	const tenant = "killimport"
 	files := longTranscripts(t)
 	want := convertAll(t, tenant, files)
@@ -262,6 +264,8 @@ func recordedTurns(stderr string) []turnRecorded {
 // sequences acknowledged; no id is stored twice; every session's
 // projection equals a fresh replay of its log.
 func TestEngineKilledMidLiveIngest(t *testing.T) {
+	skipShort(t, "kills engine processes")
+	t.Parallel()
 	const tenant = "live"
 	dir, port := t.TempDir(), freePort(t)
 	// Snapshots every 20 events, so that restores start from them.

@@ -16,6 +16,8 @@ import (
 // turns are in flight, starts it again, and checks that every one of them
 // ends in an outcome without any new event arriving for its session.
 func TestEngineKilledWithTurnsInFlight(t *testing.T) {
+	skipShort(t, "kills engine processes")
+	t.Parallel()
 	dir := t.TempDir()
 	policy := filepath.Join(t.TempDir(), "policy.yaml")
 	if err := os.WriteFile(policy, []byte("turn_deadline: 4s\n"), 0o644); err != nil {

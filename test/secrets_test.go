@@ -131,6 +131,8 @@ func quote(s string) string {
 // stream (a raw get of every sequence; AGENT_EVENTS by direct get) holds
 // one, and neither do inspect, replay, recovery list, rejects or sessions.
 func TestSecretsFromARawClientNeverReachTheLog(t *testing.T) {
+	skipShort(t, "runs engine processes")
+	t.Parallel()
 	dir := t.TempDir()
 	policy := filepath.Join(dir, "policy.yaml")
 	if err := os.WriteFile(policy, []byte("turn_deadline: 1s\ntool_deadline: 1s\n"), 0o600); err != nil {
@@ -311,6 +313,8 @@ func TestSecretsFromARawClientNeverReachTheLog(t *testing.T) {
 // byte-identical to a fresh fold of B's own log, and the index has no row
 // the body names.
 func TestCrossTenantBodyLeavesTheOtherSessionAlone(t *testing.T) {
+	skipShort(t, "runs engine processes")
+	t.Parallel()
 	ctx := context.Background()
 	eng := enginetest.Start(t, enginetest.Options{SnapshotEvery: 3, RetentionEvery: -1})
 	beta := eng.NewRuntime(t, refruntime.Config{Tenant: "beta"})

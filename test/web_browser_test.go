@@ -163,6 +163,8 @@ func (b *browser) requests() []string {
 // a raw event; a sidechain opened from its parent; the incidents. The
 // pages ask no host but the engine for anything.
 func TestWebViewInChromium(t *testing.T) {
+	skipShort(t, "drives Chromium")
+	t.Parallel()
 	started := time.Now()
 	ctx := context.Background()
 	// The reconciler of this branch acts on imported sessions; this policy

@@ -30,6 +30,8 @@ import (
 // on a time axis, and counts tool errors. Each page is saved as a
 // screenshot.
 func TestWebViewTriageInChromium(t *testing.T) {
+	skipShort(t, "drives Chromium")
+	t.Parallel()
 	ctx := context.Background()
 	eng := enginetest.Start(t, enginetest.Options{Policy: "budget:\n  same_error_limit: 1000\n  same_output_limit: 1000\n"})
 	fleet, addr := serveWebView(t, eng)

@@ -25,6 +25,7 @@ import (
 // sequences and the command list are the same after as before; and two
 // runs print byte-identical JSON.
 func TestWhatifReplaysTheRecordedPolicy(t *testing.T) {
+	skipShort(t, "runs engine processes")
 	t.Parallel()
 	policy := filepath.Join(t.TempDir(), "policy.yaml")
 	if err := os.WriteFile(policy, []byte("turn_deadline: 6s\ntool_deadline: 6s\n"), 0o644); err != nil {
