@@ -80,9 +80,14 @@ func refCompactJSON(raw []byte) string {
 // TestHashesEqualTheirReference: chainOutput, chainInput, InputHash and
 // StepKey give what they gave before they were rewritten, on texts with
 // every kind of white space (Unicode's too), escapes and invalid UTF-8,
-// short and longer than their stack buffers.
+// short and longer than their stack buffers: 5,000 generated blocks, 1,000
+// under the race detector and -short (the full-size pass of .ci/run checks 5,000).
 func TestHashesEqualTheirReference(t *testing.T) {
 	t.Parallel()
+	n := 5000
+	if sampled() {
+		n = 1000
+	}
 	parts := []string{"a", "word", " ", "  ", "\t", "\n", "\r\n", "\v", "\f", "\u00a0", "\u2003", "\u3000", "\u0085", "\x85", "\xff", "\xe2\x80",
 		"é", "日本", `"`, `\"`, `\\`, "{", "}", ":", ",", "[", "]", "x y", strings.Repeat("long text ", 150)}
 	rnd := rand.New(rand.NewPCG(1, 2))
@@ -93,7 +98,7 @@ func TestHashesEqualTheirReference(t *testing.T) {
 		}
 		return b.String()
 	}
-	for i := range 5000 {
+	for i := range n {
 		cb := events.ContentBlock{Type: []string{"text", "tool_use", "tool_result", "image"}[i%4], Name: gen(), Text: gen(),
 			Input: json.RawMessage(gen()), Content: json.RawMessage(gen()), Source: json.RawMessage(gen()), Data: gen(), IsError: i%3 == 0}
 		h := refInputHash(json.RawMessage(gen()))
@@ -194,9 +199,14 @@ func refStringPrefix(raw []byte, max int) []byte {
 
 // TestPreviewsEqualTheirReference: a tool_use's and a tool_result's
 // previews are what they were (clip of compactPrefix, clip of
-// resultText), on generated inputs of every length.
+// resultText), on generated inputs of every length: 5,000 of them, 1,000
+// under the race detector and -short (the full-size pass of .ci/run checks 5,000).
 func TestPreviewsEqualTheirReference(t *testing.T) {
 	t.Parallel()
+	n := 5000
+	if sampled() {
+		n = 1000
+	}
 	parts := []string{"a", " ", "\n", `"`, `\"`, `\\`, `\n`, `\u00e9`, `\ud83d\ude00`, "é", "😀", "\u2028", "<", "\xff", "\xe2\x82", "{", "}", ":", ",",
 		strings.Repeat("x", 700), strings.Repeat("é", 400)}
 	rnd := rand.New(rand.NewPCG(3, 4))
@@ -207,7 +217,7 @@ func TestPreviewsEqualTheirReference(t *testing.T) {
 		}
 		return b.String()
 	}
-	for range 5000 {
+	for range n {
 		in := []byte(gen())
 		if got, want := previewBytes(appendCompact(nil, in, rawPrefix), PreviewRunes), preview(compactPrefix(in, rawPrefix), PreviewRunes); got != want {
 			t.Fatalf("tool_use preview of %q:\n  %q\nwant\n  %q", in, got, want)

@@ -332,3 +332,9 @@ func rawEvent(typ events.Type, turn, data string) events.Event {
 }
 
 func newRand(seed uint64) *rand.Rand { return rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)) }
+
+// sampled reports whether the tests that fold the same events many times
+// fold a documented sample: under the race detector (see race_test.go) and
+// under -short. The full-size pass of .ci/run runs them whole, without
+// the race detector and without -short.
+func sampled() bool { return raceEnabled || testing.Short() }

@@ -87,6 +87,7 @@ func TestReconcileIndexRebuildsWhatTheIndexMissed(t *testing.T) {
 // whole index read at once agree, sorted by tenant then session, with or
 // without a tenant filter, for more rows than one direct batch holds.
 func TestIndexKeysAndRowsReadTheSameIndex(t *testing.T) {
+	t.Parallel() // its own server: waits on it more than it computes
 	ctx := testContext(t)
 	js := startJetStream(t)
 	if err := EnsureIndexBucket(ctx, js, 1); err != nil {

@@ -169,8 +169,19 @@ func TestWorstStateFitsMaxSnapshotBytes(t *testing.T) {
 // TestStateBounds folds adversarial sessions, one per bound, and checks
 // that the state holds to the bound, that what the invariants need is
 // still exact, that the snapshot fits MaxSnapshotBytes, and that a
-// snapshot taken half-way folds on to the same state.
+// snapshot taken half-way folds on to the same state. Under the race
+// detector the two floods and the huge labels are a tenth as many or
+// fewer (6,000 unknown types for MaxUnknownTypes 32, 1,000 tool calls for
+// KeepToolCalls 96, 100 labels of 10,000 bytes for MaxLabels 16) and the
+// huge texts 600 KB (MaxSnapshotBytes is 512 KB), still far past their
+// bounds; so under -short. The full-size pass of .ci/run folds 60,000,
+// 5,000, 1,000 and 900 KB.
 func TestStateBounds(t *testing.T) {
+	t.Parallel()
+	unknown, calls, labels, bigText := 60000, 5000, 1000, 900<<10
+	if sampled() {
+		unknown, calls, labels, bigText = 6000, 1000, 100, 600<<10
+	}
 	huge := func(c byte, n int) string { return strings.Repeat(string(c), n) }
 	// hugeID is a 100 KB tool_use id, distinct per i.
 	hugeID := func(i int) string { return fmt.Sprintf("toolu_%04d_%s", i, huge('x', 100<<10)) }
@@ -184,14 +195,14 @@ func TestStateBounds(t *testing.T) {
 			name: "unknown types flood",
 			steps: func() []step {
 				var st []step
-				for i := range 60000 {
+				for i := range unknown {
 					st = append(st, rawStep(rawEvent(events.Type(fmt.Sprintf("x.type_%d", i)), "", `{}`)))
 				}
 				return st
 			},
 			check: func(t *testing.T, s *Session) {
-				if len(s.UnknownTypes) != MaxUnknownTypes || s.UnknownOther != 60000-MaxUnknownTypes {
-					t.Errorf("unknown types: %d named, %d other; want %d and %d", len(s.UnknownTypes), s.UnknownOther, MaxUnknownTypes, 60000-MaxUnknownTypes)
+				if len(s.UnknownTypes) != MaxUnknownTypes || s.UnknownOther != unknown-MaxUnknownTypes {
+					t.Errorf("unknown types: %d named, %d other; want %d and %d", len(s.UnknownTypes), s.UnknownOther, MaxUnknownTypes, unknown-MaxUnknownTypes)
 				}
 				if s.Totals.Violations != 0 {
 					t.Errorf("unknown types are not violations: %d", s.Totals.Violations)
@@ -202,12 +213,12 @@ func TestStateBounds(t *testing.T) {
 			name: "history flood",
 			steps: func() []step {
 				st := []step{in("t1", started("go"))}
-				for i := range 5000 {
+				for i := range calls {
 					id := fmt.Sprintf("toolu_%d", i)
 					st = append(st, in("t1", user(text("next"))), in("t1", asst(text("on it"), use(id, "Bash"))), in("t1", user(result(id))))
 				}
 				// The latest assistant message's tool call is pending when
-				// 5000 earlier ones are no longer held: its result pairs.
+				// the earlier ones are no longer held: its result pairs.
 				st = append(st, in("t1", asst(use("toolu_last", "Bash"))), in("t1", user(result("toolu_last"))), in("t1", completed()))
 				return st
 			},
@@ -215,7 +226,7 @@ func TestStateBounds(t *testing.T) {
 				if len(s.Messages) > KeepMessages+KeepMessages/4 || s.HistoryLen() != s.Totals.Messages || s.MessagesDropped == 0 {
 					t.Errorf("messages: %d kept, %d dropped, %d in all", len(s.Messages), s.MessagesDropped, s.Totals.Messages)
 				}
-				if len(s.ToolCalls) > KeepToolCalls+KeepToolCalls/4 || s.Totals.ToolCalls != 5001 {
+				if len(s.ToolCalls) > KeepToolCalls+KeepToolCalls/4 || s.Totals.ToolCalls != calls+1 {
 					t.Errorf("tool calls: %d kept of %d", len(s.ToolCalls), s.Totals.ToolCalls)
 				}
 				if tc := s.ToolCall("toolu_last"); tc == nil || tc.Status != ToolAnswered {
@@ -283,13 +294,13 @@ func TestStateBounds(t *testing.T) {
 		{
 			name: "huge texts",
 			steps: func() []step {
-				big := huge('a', 900<<10)
-				labels := map[string]string{}
-				for i := range 1000 {
-					labels[fmt.Sprintf("label_%04d", i)] = big[:10000]
+				big := huge('a', bigText)
+				labelMap := map[string]string{}
+				for i := range labels {
+					labelMap[fmt.Sprintf("label_%04d", i)] = big[:10000]
 				}
 				st := []step{
-					at(&events.SessionStarted{Runtime: big, Model: big, Provider: big, Labels: labels}),
+					at(&events.SessionStarted{Runtime: big, Model: big, Provider: big, Labels: labelMap}),
 					in("t1", &events.TurnStarted{Prompt: big, Trigger: big}),
 					in("t1", user(text(big))),
 					in("t1", asst(events.ContentBlock{Type: events.BlockThinking, Thinking: big}, text(big))),
@@ -303,7 +314,7 @@ func TestStateBounds(t *testing.T) {
 				return st
 			},
 			check: func(t *testing.T, s *Session) {
-				if len(s.Labels) != MaxLabels || s.LabelsDropped != 1000-MaxLabels {
+				if len(s.Labels) != MaxLabels || s.LabelsDropped != labels-MaxLabels {
 					t.Errorf("labels: %d kept, %d dropped", len(s.Labels), s.LabelsDropped)
 				}
 				for _, str := range []string{s.Runtime, s.Model, s.Provider, s.Turns[0].Trigger, s.Commands[0].ID, s.Commands[0].Kind, s.Turns[0].Error.Code} {
@@ -319,7 +330,7 @@ func TestStateBounds(t *testing.T) {
 				if n := len([]rune(s.Turns[0].Prompt)); n != PreviewRunes+1 {
 					t.Errorf("prompt preview of %d runes", n)
 				}
-				if b := s.Messages[1].Blocks[1]; len([]rune(b.Text)) != PreviewRunes+1 || b.Size != 900<<10 || b.Seq != 4 {
+				if b := s.Messages[1].Blocks[1]; len([]rune(b.Text)) != PreviewRunes+1 || b.Size != bigText || b.Seq != 4 {
 					t.Errorf("text block: %d runes, size %d, seq %d", len([]rune(b.Text)), b.Size, b.Seq)
 				}
 				if s.Turns[0].Error.Stack != "" || len([]rune(s.Errors.Last.Error.Stack)) != StackRunes+1 {
@@ -411,6 +422,7 @@ func TestStateBounds(t *testing.T) {
 		},
 	} {
 		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
 			evs := build(t, c.steps())
 			s := FoldLog(evs)
 			c.check(t, s)
@@ -486,15 +498,23 @@ func strconvU(u uint64) string { return fmt.Sprint(u) }
 // checks its snapshot at every 20,000 events: under MaxSnapshotBytes, and
 // no larger at the end than a tenth of the way (the state is a window, not
 // the history). The last one is saved to a real snapshot store and loaded
-// back.
+// back. Under the race detector and -short the session has 40,000
+// events, checked every 4,000 (some 6,500 turns, two hundred times the
+// longest window, and 24 KB outputs); the full-size pass of .ci/run folds
+// the 200,000.
 func TestLongSessionSnapshotStaysBounded(t *testing.T) {
-	const n = 200000
+	t.Parallel()
+	n := 200000
+	if sampled() {
+		n = 40000
+	}
+	every := n / 10
 	evs := longSession(n)
 	s := &Session{}
 	var first, largest int
 	for i, ev := range evs {
 		s.Apply(ev)
-		if (i+1)%20000 != 0 {
+		if (i+1)%every != 0 {
 			continue
 		}
 		body, err := EncodeSnapshot(s, epoch)
@@ -509,9 +529,9 @@ func TestLongSessionSnapshotStaysBounded(t *testing.T) {
 			t.Fatalf("after %d events the snapshot is %d bytes, over MaxSnapshotBytes (%d)", i+1, len(body), MaxSnapshotBytes)
 		}
 	}
-	t.Logf("snapshot of a %d-event session: %d bytes after 20,000 events, at most %d after", n, first, largest)
+	t.Logf("snapshot of a %d-event session: %d bytes after %d events, at most %d after", n, first, every, largest)
 	if largest > first+first/4 {
-		t.Errorf("the snapshot grew with the session: %d bytes after 20,000 events, %d later", first, largest)
+		t.Errorf("the snapshot grew with the session: %d bytes after %d events, %d later", first, every, largest)
 	}
 	if s.Events != n || s.Totals.Turns < n/7 || s.Totals.FailedTurns == 0 || s.UnknownOther == 0 {
 		t.Fatalf("the session folded to %d events, %d turns, %d failed, %d other unknown", s.Events, s.Totals.Turns, s.Totals.FailedTurns, s.UnknownOther)

@@ -175,8 +175,16 @@ func TestEnsureStreamWithLog(t *testing.T) {
 // body published straight to its subject) and checks that the latest
 // snapshot plus the events after it equals the full replay, for several
 // snapshot points, and that an unusable snapshot falls back to the full
-// replay.
+// replay. The session has 150 turns (some 3,000 events in 8 appends); 60
+// under the race detector and -short (3 appends, still interleaved),
+// where decoding the events read back is what takes the time; the
+// full-size pass of .ci/run replays the 150.
 func TestRestore(t *testing.T) {
+	t.Parallel()
+	turns := 150
+	if sampled() {
+		turns = 60
+	}
 	ctx := testContext(t)
 	js := startJetStream(t)
 	log, err := events.Open(ctx, js, events.Config{}, nil)
@@ -186,7 +194,7 @@ func TestRestore(t *testing.T) {
 	store := newStore(t, js)
 
 	var mine []events.Event
-	for _, ev := range synth(t, 4, 150, true) {
+	for _, ev := range synth(t, 4, turns, true) {
 		if ev.Err == nil {
 			mine = append(mine, ev)
 		}

@@ -41,6 +41,7 @@ type converted struct {
 	results map[string]*Result // by file
 }
 
+// convertCorpus converts every file of the corpus, in Expand's order.
 func convertCorpus(t testing.TB) *converted {
 	t.Helper()
 	files, err := Expand([]string{corpusDir(t)})
@@ -50,6 +51,51 @@ func convertCorpus(t testing.TB) *converted {
 	if len(files) == 0 {
 		t.Fatal("no transcript in the corpus")
 	}
+	return convertFiles(t, files)
+}
+
+// sampled reports whether the tests that convert large parts of the corpus
+// more than once take a sample (corpusSample): under the race detector
+// and under -short. The full-size pass of .ci/run runs them whole.
+func sampled() bool { return raceEnabled || testing.Short() }
+
+// sampleMaxBytes is the size up to which corpusSample takes every file.
+const sampleMaxBytes = 256 << 10
+
+// corpusSample is the part of the corpus a sampled test converts (the race
+// detector finds nothing in a conversion, one goroutine, and slows
+// decoding JSON twentyfold): every file of at most 256 KiB (sessions,
+// subagents linked by file, compactions, API errors, interruptions) and
+// ccviewer/fe5e1c67 (Claude Code 1.0, with six subagents written inline
+// and linked to their Task calls). The five long spotter sessions, some
+// 3 MB each, are left to the full-size pass of .ci/run.
+func corpusSample(t testing.TB) []string {
+	t.Helper()
+	files, err := Expand([]string{corpusDir(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	inline := corpusFile(t, "ccviewer/fe5e1c67-53e7-4862-81ae-d0e013e3270b.jsonl")
+	var out []string
+	for _, f := range files {
+		fi, err := os.Stat(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if fi.Size() <= sampleMaxBytes || f == inline {
+			out = append(out, f)
+		}
+	}
+	if len(out) < 15 || len(out) == len(files) {
+		t.Fatalf("the sample holds %d of the corpus's %d files", len(out), len(files))
+	}
+	return out
+}
+
+// convertFiles converts files in order with one Converter, as an import
+// of them does.
+func convertFiles(t testing.TB, files []string) *converted {
+	t.Helper()
 	c, err := NewConverter(Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -70,11 +116,18 @@ var (
 	corpusCached *converted
 )
 
-// sharedCorpus converts the corpus once for the tests that only read it.
+// sharedCorpus converts the corpus once for the tests that only read it:
+// the whole corpus, or corpusSample when sampled.
 func sharedCorpus(t testing.TB) *converted {
 	t.Helper()
 	corpusDir(t)
-	corpusOnce.Do(func() { corpusCached = convertCorpus(t) })
+	corpusOnce.Do(func() {
+		if sampled() {
+			corpusCached = convertFiles(t, corpusSample(t))
+		} else {
+			corpusCached = convertCorpus(t)
+		}
+	})
 	if corpusCached == nil {
 		t.Fatal("corpus conversion failed earlier")
 	}
@@ -287,7 +340,13 @@ func historyProblems(t testing.TB, s Session) []string {
 	return probs
 }
 
+// TestCorpusConverts: every file of the corpus (of corpusSample when
+// sampled; the full-size pass of .ci/run converts all 25) converts
+// without diagnostics into sessions with unique tokens and event ids,
+// each valid, ending every turn, with a history a provider accepts, and
+// every tool_use answered.
 func TestCorpusConverts(t *testing.T) {
+	t.Parallel()
 	c := sharedCorpus(t)
 	ids := map[string]string{}
 	tokens := map[string]string{}
@@ -332,10 +391,23 @@ func TestCorpusConverts(t *testing.T) {
 				st.turns, st.interrupted, st.failed, st.messages, st.toolUses, st.distillations)
 		}
 	}
-	// The corpus holds 1,336 tool_use blocks, each with its tool_result
-	// (counted with jq over the raw files).
-	if uses != 1336 || results != 1336 {
-		t.Errorf("tool_use blocks %d, tool_result blocks %d; want 1336 each", uses, results)
+	// The corpus holds 1,336 tool_use blocks, each with its tool_result,
+	// and the sample 351 (counted with jq over the raw files).
+	want := 1336
+	if sampled() {
+		want = 351
+	}
+	if uses != want || results != want {
+		t.Errorf("tool_use blocks %d, tool_result blocks %d; want %d each", uses, results, want)
+	}
+}
+
+// skipSampled skips a test about the long spotter sessions, which a
+// sampled run does not convert (see corpusSample).
+func skipSampled(t *testing.T) {
+	t.Helper()
+	if sampled() {
+		t.Skip("reads the long spotter sessions, which the race detector's and -short's sample leaves to the full-size pass")
 	}
 }
 
@@ -343,6 +415,7 @@ func TestCorpusConverts(t *testing.T) {
 // tool_use id has exactly one tool_result later in the same session and
 // that no tool_result comes without its tool_use.
 func TestCorpusToolPairs(t *testing.T) {
+	t.Parallel()
 	for _, s := range sharedCorpus(t).sessions() {
 		used := map[string]int{} // tool_use id -> event index
 		answered := map[string]int{}
@@ -382,7 +455,12 @@ var longSpotter = []string{
 	"fa812bfe-b295-4cca-9c2f-fdf01028cb46",
 }
 
+// TestCorpusDistillations: each long spotter session compacts once, the
+// compaction's events in a row in the turn it ran in, the summary after
+// them. Skipped when sampled: the full-size pass of .ci/run runs it.
 func TestCorpusDistillations(t *testing.T) {
+	t.Parallel()
+	skipSampled(t)
 	c := sharedCorpus(t)
 	for _, id := range longSpotter {
 		res := c.results[corpusFile(t, "spotter/"+id+".jsonl")]
@@ -448,6 +526,7 @@ func TestCorpusDistillations(t *testing.T) {
 }
 
 func TestCorpusTurns(t *testing.T) {
+	t.Parallel()
 	c := sharedCorpus(t)
 	tests := []struct {
 		file                            string
@@ -465,7 +544,11 @@ func TestCorpusTurns(t *testing.T) {
 		{"spotter/fa812bfe-b295-4cca-9c2f-fdf01028cb46/subagents/agent-a93ccab.jsonl", 1, 0, 0, "Explore the codebase", "subagent", KindSubagent},
 	}
 	for _, tt := range tests {
-		s := c.results[corpusFile(t, tt.file)].Sessions[0]
+		res := c.results[corpusFile(t, tt.file)]
+		if res == nil && sampled() {
+			continue // a long file, or a subagent of one: see corpusSample
+		}
+		s := res.Sessions[0]
 		st := sessionStats(t, s)
 		if st.turns != tt.turns || st.interrupted != tt.interrupted || st.failed != tt.failed || s.Kind != tt.kind {
 			t.Errorf("%s: kind %s turns %d interrupted %d failed %d; want %s %d %d %d",
@@ -486,6 +569,9 @@ func TestCorpusTurns(t *testing.T) {
 	if last := s.Events[len(s.Events)-1]; last.Type != events.TypeTurnCompleted || payload[events.TurnCompleted](t, last).DurationMS != 5634 {
 		t.Errorf("short: last event %s %s, want turn.completed after 5634 ms", last.Type, last.Data)
 	}
+	if sampled() {
+		return // 258c7280 is in the full-size pass
+	}
 	// A turn lasts from its prompt to its latest message (its
 	// turn_duration record, 2729883 ms, comes after the turn and is not
 	// read: the end must not depend on what follows the turn's messages).
@@ -505,6 +591,7 @@ func TestCorpusTurns(t *testing.T) {
 }
 
 func TestCorpusSubagentsLinked(t *testing.T) {
+	t.Parallel()
 	c := sharedCorpus(t)
 	bySession := map[string]Session{}
 	for _, s := range c.sessions() {
@@ -562,14 +649,27 @@ func TestCorpusSubagentsLinked(t *testing.T) {
 		}
 	}
 	// spotter: 7 subagent and 5 compaction files; ccviewer: 2 agent files
-	// and 7 subagents written inline in their parents' files.
-	if sub != 16 || comp != 5 || linked != 13 {
-		t.Errorf("subagents %d (linked %d), compactions %d; want 16 (13), 5", sub, linked, comp)
+	// and 7 subagents written inline in their parents' files. The sample
+	// holds all but one (4d5611e5's agent-a2898e3, 290 KiB), and not the
+	// long spotter sessions whose Task calls the spotter ones answer:
+	// only the 7 inline ones link.
+	wantSub, wantLinked := 16, 13
+	if sampled() {
+		wantSub, wantLinked = 15, 7
+	}
+	if sub != wantSub || comp != 5 || linked != wantLinked {
+		t.Errorf("subagents %d (linked %d), compactions %d; want %d (%d), 5", sub, linked, comp, wantSub, wantLinked)
 	}
 }
 
+// TestConvertTwiceIdentical: a second conversion of the files sharedCorpus
+// converted (corpusSample under the race detector and -short; the whole
+// corpus in the full-size pass of .ci/run) is equal to the first, and the
+// tenant enters the event ids.
 func TestConvertTwiceIdentical(t *testing.T) {
-	a, b := sharedCorpus(t), convertCorpus(t)
+	t.Parallel()
+	a := sharedCorpus(t)
+	b := convertFiles(t, a.files)
 	for _, f := range a.files {
 		if !reflect.DeepEqual(a.results[f], b.results[f]) {
 			t.Errorf("%s: two conversions differ", f)
@@ -628,14 +728,21 @@ func toolUseLines(t testing.TB, lines []string) (idx []int, ids []string) {
 // after each tool_use record, as a process that died mid-tool (or a
 // snapshot of a file still being written) leaves them: the tool_use is
 // converted, its turn stays in flight (the transcript does not say how it
-// ended), and no result is made up.
+// ended), and no result is made up. Under the race detector and -short
+// it cuts the three small files only; the full-size pass of .ci/run cuts the long
+// 258c7280 too (2.7 MB converted per cut).
 func TestCutAfterToolUseLeavesTheTurnInFlight(t *testing.T) {
-	for _, rel := range []string{
+	t.Parallel()
+	files := []string{
 		"spotter/short.jsonl",
 		"spotter/tool_heavy.jsonl",
 		"spotter/ae4a77f8-aedd-4bc1-888f-c94edc91af04/subagents/agent-aac57f5.jsonl", // six parallel tool calls
 		"spotter/258c7280-ae70-4798-800f-63464d01a85d.jsonl",
-	} {
+	}
+	if sampled() {
+		files = files[:3]
+	}
+	for _, rel := range files {
 		lines := readLines(t, corpusFile(t, rel))
 		idx, ids := toolUseLines(t, lines)
 		if len(idx) == 0 {
@@ -1092,6 +1199,7 @@ func TestNoSessionWithoutHistory(t *testing.T) {
 // TestEventSizes reports the largest event of the corpus: the log refuses
 // events over its MaxEventBytes (1 MiB by default).
 func TestEventSizes(t *testing.T) {
+	t.Parallel()
 	var sizes []int
 	for _, s := range sharedCorpus(t).sessions() {
 		for _, ev := range s.Events {

@@ -127,6 +127,7 @@ func ids(evs []events.Event) []string {
 // the projection the whole file gives, the session is live, and nothing
 // is flagged.
 func TestFollowRecordsAFileAsItIsWritten(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	project := filepath.Join(dir, "-home-user-repo")
 	f := follow(t, claudecode.FollowConfig{Settle: 20 * time.Millisecond}, dir)
@@ -207,6 +208,7 @@ func fold(evs []events.Event) *projections.Session { return projections.FoldLog(
 // and not written recently is imported as history; when it grows, its
 // session becomes live.
 func TestFollowAnOldFileIsHistoryUntilItGrows(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	data := corpus(t, "spotter/short.jsonl")
 	lines := strings.SplitAfter(strings.TrimSuffix(string(data), "\n"), "\n")
@@ -244,6 +246,7 @@ func TestFollowAnOldFileIsHistoryUntilItGrows(t *testing.T) {
 // TestFollowStopsOnCancel: Run returns nil at once when its context is
 // cancelled, with nothing written.
 func TestFollowStopsOnCancel(t *testing.T) {
+	t.Parallel()
 	f := follow(t, claudecode.FollowConfig{}, t.TempDir())
 	time.Sleep(50 * time.Millisecond)
 	f.stop()
@@ -260,6 +263,7 @@ func TestFollowStopsOnCancel(t *testing.T) {
 
 // TestFollowMissingPath: a path that does not exist is an error at once.
 func TestFollowMissingPath(t *testing.T) {
+	t.Parallel()
 	fl, err := claudecode.NewFollower(nil, claudecode.FollowConfig{})
 	if err != nil {
 		t.Fatal(err)

@@ -43,8 +43,10 @@ func growFiles(t testing.TB) []string {
 // whole file again) the lines around system records and interruptions
 // (compactions, stop hooks, local commands, API errors, where a cut
 // decides the most) and others spread evenly, within a budget of about
-// 2 MB converted per file (0.5 MB under the race detector, which finds
-// nothing in this single-goroutine code and slows it twentyfold).
+// 1 MB of transcript per file (128 KB under the race detector, which
+// finds nothing in this single-goroutine code and slows it twentyfold,
+// and under -short; the full-size pass of .ci/run cuts at the 1 MB
+// budget).
 func cutPoints(lines []string) []int {
 	size := 0
 	for _, l := range lines {
@@ -52,7 +54,7 @@ func cutPoints(lines []string) []int {
 	}
 	n := len(lines)
 	budget, least := 1<<20, 3
-	if raceEnabled {
+	if sampled() {
 		budget, least = 128<<10, 2
 	}
 	want := n
@@ -151,10 +153,12 @@ func TestCutAnywhereThenGrow(t *testing.T) {
 
 // TestGrowingTranscriptImportsLikeTheWholeFile runs the same promise on
 // longer real transcripts of every shape, cut at the lines where a cut
-// decides the most, in memory.
+// decides the most, in memory. Under the race detector and -short it
+// takes three of the five files and fewer cuts (see cutPoints); the
+// full-size pass of .ci/run takes all five.
 func TestGrowingTranscriptImportsLikeTheWholeFile(t *testing.T) {
 	files := growFiles(t)
-	if raceEnabled {
+	if sampled() {
 		// The race detector slows decoding JSON twentyfold and finds
 		// nothing in a conversion, which runs on one goroutine: the
 		// smaller files (subagent.jsonl, the 1.0 inline sidechains, a

@@ -31,6 +31,11 @@ const (
 	rolloutShort     = "madshn__localpush/sessions/rollout-2026-02-23T20-34-25-019c8bfe-ec25-79e0-97d7-bda6a9c575ff.jsonl"
 )
 
+// sampled reports whether the tests that import the same rollouts many
+// times take a sample of the cuts: under the race detector and under
+// -short. The full-size pass of .ci/run takes every cut.
+func sampled() bool { return raceEnabled || testing.Short() }
+
 // guesses allows what a cut may not know, as the package documentation
 // says: the history's size after a compaction, which Codex writes only
 // with the first model call after it; and, for a history import of a cut
@@ -56,11 +61,11 @@ func guesses(live bool) func(int, []string) []string {
 	}
 }
 
-// span returns the cuts from..to, every step-th (every third under the
-// race detector, which slows decoding JSON twentyfold).
+// span returns the cuts from..to, every step-th (every third when
+// sampled).
 func span(from, to int) []int {
 	step := 1
-	if raceEnabled {
+	if sampled() {
 		step = 3
 	}
 	var out []int
@@ -70,9 +75,10 @@ func span(from, to int) []int {
 	return out
 }
 
-// every is every step-th cut of a file of n lines.
+// every is every step-th cut of a file of n lines (every 3*step-th when
+// sampled).
 func every(n, step int) []int {
-	if raceEnabled {
+	if sampled() {
 		step *= 3
 	}
 	var out []int
@@ -91,7 +97,8 @@ func every(n, step int) []int {
 // abort, server tools, several sessions' records, compactions), every
 // third imported as history; every cut point of the first 60 lines of
 // 019c8a4d (parallel calls, two to five a response); cuts around
-// 019c8a59's compaction.
+// 019c8a59's compaction. Under the race detector and -short it takes the
+// sample below; the full-size pass of .ci/run takes every cut named here.
 func TestCutAnywhereThenGrow(t *testing.T) {
 	cases := []struct {
 		rel        string
@@ -102,8 +109,8 @@ func TestCutAnywhereThenGrow(t *testing.T) {
 		{rolloutParallel, nil, nil}, // its first 60 lines: see below
 		{rolloutCompacted, func(int) []int { return []int{1786, 1789, 1791, 1796} }, func(int) []int { return []int{1786, 1789, 1791, 1796} }},
 	}
-	if raceEnabled {
-		// The race detector slows decoding JSON twentyfold and finds
+	if sampled() {
+		// Sampled: the race detector slows decoding JSON twentyfold and finds
 		// nothing in a conversion, which runs on one goroutine: fewer
 		// cuts (every() and span() take every third), and not the 1 MB
 		// rollout, whose compaction 0.146's compactions stand for.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"path/filepath"
 	"sync"
 	"testing"
 	"time"
@@ -24,6 +25,26 @@ import (
 // repository.
 const transcriptsDir = "../../../shared/data/transcripts/claude-code"
 
+// sampleMaxBytes is the size up to which a sampled run takes every
+// shipped transcript.
+const sampleMaxBytes = 256 << 10
+
+// sampleInline is the one larger transcript a sampled run takes: Claude
+// Code 1.0, with six subagents written inline and linked to their Task
+// calls.
+const sampleInline = "ccviewer/fe5e1c67-53e7-4862-81ae-d0e013e3270b.jsonl"
+
+// sampled reports whether the tests over the shipped transcripts take a
+// sample of them: under the race detector (which slows decoding JSON
+// twentyfold and finds nothing more in the large files) and under -short.
+// The full-size pass of .ci/run takes them all.
+func sampled() bool { return raceEnabled || testing.Short() }
+
+// transcriptFiles returns the shipped transcripts: all 25, or when
+// sampled, those of at most 256 KiB (subagent and compaction files, short
+// sessions, a 1.0 session with inline subagents) and sampleInline; the
+// five long spotter sessions (some 3 MB each, 15 of the 17 MB) are left
+// out.
 func transcriptFiles(t testing.TB) []string {
 	t.Helper()
 	if _, err := os.Stat(transcriptsDir); err != nil {
@@ -36,7 +57,23 @@ func transcriptFiles(t testing.TB) []string {
 	if len(files) < 20 {
 		t.Fatalf("found %d transcript files, want the 25 shipped", len(files))
 	}
-	return files
+	if !sampled() {
+		return files
+	}
+	var out []string
+	for _, f := range files {
+		fi, err := os.Stat(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if fi.Size() <= sampleMaxBytes || f == filepath.Join(transcriptsDir, filepath.FromSlash(sampleInline)) {
+			out = append(out, f)
+		}
+	}
+	if len(out) < 15 || len(out) == len(files) {
+		t.Fatalf("the sample holds %d of the %d shipped transcripts", len(out), len(files))
+	}
+	return out
 }
 
 // shared is one log holding every shipped transcript under tenant
