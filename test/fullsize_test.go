@@ -1,0 +1,93 @@
+package test
+
+import (
+	"os"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strings"
+	"testing"
+)
+
+// TestFullSizePassNamesEverySampledTest: scripts/fullsize runs, without
+// the race detector, the tests that read a sample under it. go test -run
+// with a name that matches nothing passes quietly, so every name it lists
+// must be a test of the packages it runs; and every test whose body
+// decides its size on the race detector or -short (raceEnabled, sampled(),
+// corpusSample) must be listed, or its full size would run nowhere in CI.
+func TestFullSizePassNamesEverySampledTest(t *testing.T) {
+	t.Parallel()
+	script, err := os.ReadFile("../scripts/fullsize")
+	if err != nil {
+		t.Fatal(err)
+	}
+	list := regexp.MustCompile(`(?s)\ntests=\((.*?)\n\)`).FindSubmatch(script)
+	pkgs := regexp.MustCompile(`\npkgs=\(([^)]*)\)`).FindSubmatch(script)
+	if list == nil || pkgs == nil {
+		t.Fatal("scripts/fullsize: no tests=( ... ) or pkgs=( ... ) list")
+	}
+	listed := map[string]bool{}
+	for _, line := range strings.Split(string(list[1]), "\n") {
+		line, _, _ = strings.Cut(line, "#")
+		for _, name := range strings.Fields(line) {
+			listed[name] = true
+		}
+	}
+	// Every test function of the packages the pass runs, and which of
+	// them size themselves on the race detector or -short.
+	defined := map[string]bool{}
+	var sampling []string
+	testFunc := regexp.MustCompile(`(?m)^func (Test\w+)\(t \*testing\.T\) \{\n((?:.*\n)*?)\}\n`)
+	sizes := regexp.MustCompile(`\braceEnabled\b|\bsampled\(\)|\bcorpusSample\(`)
+	for _, pkg := range strings.Fields(string(pkgs[1])) {
+		files, err := filepath.Glob(filepath.Join("..", pkg, "*_test.go"))
+		if err != nil || len(files) == 0 {
+			t.Fatalf("scripts/fullsize runs %s: no test files (%v)", pkg, err)
+		}
+		for _, f := range files {
+			src, err := os.ReadFile(f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, m := range testFunc.FindAllSubmatch(src, -1) {
+				name := string(m[1])
+				defined[name] = true
+				if sizes.Match(m[2]) {
+					sampling = append(sampling, name)
+				}
+			}
+		}
+	}
+	for name := range listed {
+		if !defined[name] {
+			t.Errorf("scripts/fullsize lists %s, which no package it runs defines", name)
+		}
+	}
+	sort.Strings(sampling)
+	for _, name := range sampling {
+		if !listed[name] {
+			t.Errorf("%s sizes itself on the race detector or -short, but scripts/fullsize does not run it at full size", name)
+		}
+	}
+	// A package with a sampling test must be one the pass runs.
+	all, err := filepath.Glob("../*/*_test.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	more, _ := filepath.Glob("../*/*/*_test.go")
+	for _, f := range append(all, more...) {
+		src, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pkg := "./" + filepath.ToSlash(strings.TrimPrefix(filepath.Dir(f), "../")) + "/"
+		if strings.Contains(string(pkgs[1]), pkg) {
+			continue
+		}
+		for _, m := range testFunc.FindAllSubmatch(src, -1) {
+			if sizes.Match(m[2]) {
+				t.Errorf("%s (%s) sizes itself on the race detector or -short, but scripts/fullsize does not run its package", m[1], pkg)
+			}
+		}
+	}
+}
