@@ -67,7 +67,8 @@ func TestLeaderKillKeepsOneOwnerPerPartition(t *testing.T) {
 	if testing.Short() {
 		t.Skip("multi-process cluster test")
 	}
-	t.Parallel()
+	// Not parallel: it bounds each repair in time (deadline plus
+	// handover), which parallel tests would take CPU from.
 	start := time.Now()
 	c := startLeaderCluster(t)
 	t.Logf("3 nats-server nodes with accounts, and setup, after %s", time.Since(start).Round(time.Millisecond))

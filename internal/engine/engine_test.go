@@ -43,7 +43,7 @@ func eventually(t *testing.T, what string, within time.Duration, cond func() boo
 // one engine dies, the other owns every partition within the group's
 // bound and goes on from where the dead one stopped.
 func TestEnginesShareThePartitionsAndTakeOver(t *testing.T) {
-	t.Parallel()
+	// Not parallel: it bounds a handover in time, which other tests would take CPU from.
 	srv := embeddedtest.Start(t)
 	ncA, _ := embeddedtest.Connect(t, srv)
 	ncB, _ := embeddedtest.Connect(t, srv)
