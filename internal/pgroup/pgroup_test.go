@@ -30,7 +30,11 @@ func newActing(t *testing.T) *acting {
 func (a *acting) config(name string, partitions int) Config {
 	return Config{
 		Group: "engines", Member: name, Partitions: partitions, CreateBucket: true,
-		Heartbeat: 100 * time.Millisecond, TTL: 600 * time.Millisecond,
+		// A heartbeat a fifth of the default's and a TTL of six of them
+		// (the defaults: five): 200 ms, so that one of the package's
+		// parallel tests, slowed by the race detector and the others, still
+		// beats within its bounds (100 ms missed a 300 ms bound in CI).
+		Heartbeat: 200 * time.Millisecond, TTL: 1200 * time.Millisecond,
 		OnAcquire: func(ctx context.Context, p int, lease Lease) error {
 			a.mu.Lock()
 			defer a.mu.Unlock()
