@@ -108,7 +108,8 @@ type conv struct {
 	model    string
 
 	turn     *turn
-	taskMode bool // the rollout has task_started events (0.104 on): a user message opens no turn
+	turnIDs  map[string]bool // every turn id given so far: each turn's events take their ids from it
+	taskMode bool            // the rollout has task_started events (0.104 on): a user message opens no turn
 
 	held          []*heldItem
 	promptPending bool   // a user_message came before its response_item
@@ -132,6 +133,7 @@ type conv struct {
 // turn is a turn of the session.
 type turn struct {
 	id        string
+	taskID    string // the turn_id of its task_started, as a token (id, unless an ended turn had it)
 	start     time.Time
 	startLine int
 	last      time.Time // the latest user or assistant record of the turn
@@ -205,7 +207,8 @@ type compaction struct {
 
 func newConv(c *Converter, res *importer.Result, path string, lines []*line, in importer.Input) *conv {
 	cv := &conv{c: c, res: res, live: in.Live, lines: lines,
-		calls: map[string]*call{}, server: map[string]bool{}, ends: map[string]bool{}, endSeen: map[string]bool{}}
+		calls: map[string]*call{}, server: map[string]bool{}, ends: map[string]bool{}, endSeen: map[string]bool{},
+		turnIDs: map[string]bool{}}
 	token := ""
 	for _, l := range lines {
 		if l.typ == typeSessionMeta {
@@ -734,7 +737,24 @@ func (cv *conv) event(l *line) {
 // ends first: with its recorded end if it only waited for outputs (its
 // pending calls become orphans), failed if a model error ended it, else
 // abandoned: a person started new work over it.
+//
+// A task_started naming the open turn again starts nothing (skipped). A
+// turn_id that an ended turn already had is made the new turn's own with
+// its line (turn id "<turn_id>-L<line>"): the events of a turn take their
+// ids from its turn id, and two turns of one id would give two events one
+// id (found by FuzzConvert).
 func (cv *conv) taskStarted(l *line, id string) {
+	if id == "" {
+		id = l.key()
+	}
+	tid := importer.Token(id)
+	if t := cv.turn; t != nil && !t.ended && t.taskID == tid {
+		cv.skip("event_msg/task_started (its turn is already open)")
+		return
+	}
+	if cv.turnIDs[tid] {
+		tid = importer.Token(id + "." + l.key())
+	}
 	cv.start()
 	cv.closeResponse(true)
 	if t := cv.turn; t != nil && !t.ended {
@@ -759,10 +779,8 @@ func (cv *conv) taskStarted(l *line, id string) {
 		}
 	}
 	cv.releaseAll()
-	if id == "" {
-		id = l.key()
-	}
-	cv.turn = &turn{id: importer.Token(id), start: l.time, startLine: l.n, last: l.time}
+	cv.turnIDs[tid] = true
+	cv.turn = &turn{id: tid, taskID: importer.Token(id), start: l.time, startLine: l.n, last: l.time}
 	cv.taskMode = true
 	if prompt != nil {
 		cv.turn.prompt, cv.turn.promptDone = prompt.pairText, true
@@ -784,7 +802,7 @@ func (cv *conv) abandoned(t *turn, reason string) *events.TurnAbandoned {
 // (another turn's, or one already ended: counted as skipped).
 func (cv *conv) endOpen(l *line, turnID, what string) *turn {
 	t := cv.turn
-	if t == nil || t.ended || t.ending != nil || turnID != "" && importer.Token(turnID) != t.id {
+	if t == nil || t.ended || t.ending != nil || turnID != "" && importer.Token(turnID) != t.taskID {
 		cv.skip(what + " (no open turn)")
 		return nil
 	}

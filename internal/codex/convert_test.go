@@ -498,3 +498,44 @@ func TestThreadRolledBack(t *testing.T) {
 		t.Fatalf("%d turns %+v, violations %+v, orphans %d", st.Totals.Turns, st.Turns, st.Violations, st.Totals.Orphans)
 	}
 }
+
+// TestRepeatedTurnIDs: a task_started naming the open turn again starts
+// nothing, and a turn_id an ended turn had gives a turn of its own: every
+// event keeps an id of its own (FuzzConvert found two turn.started of one
+// id when a rollout repeated a task_started).
+func TestRepeatedTurnIDs(t *testing.T) {
+	r := newRollout("sess-repeat")
+	r.task("turn-a", "first")
+	r.add("event_msg", `{"type":"task_started","turn_id":"turn-a"}`)
+	r.add("response_item", `{"type":"message","role":"assistant","content":[{"type":"output_text","text":"done"}]}`)
+	r.add("event_msg", `{"type":"task_complete","turn_id":"turn-a","last_agent_message":"done"}`)
+	r.task("turn-a", "again")
+	r.add("response_item", `{"type":"message","role":"assistant","content":[{"type":"output_text","text":"again done"}]}`)
+	r.add("event_msg", `{"type":"task_complete","turn_id":"turn-a","last_agent_message":"again done"}`)
+
+	c, _ := NewConverter(importer.Options{})
+	res, err := c.Convert(strings.NewReader(r.String()), "rollout-built.jsonl", importer.Input{})
+	if err != nil || len(res.Diagnostics) > 0 {
+		t.Fatalf("convert: %v %v", err, res.Diagnostics)
+	}
+	ids := map[string]bool{}
+	var turns []string
+	for _, ev := range res.Sessions[0].Events {
+		if ids[ev.ID] {
+			t.Fatalf("event id %s twice", ev.ID)
+		}
+		ids[ev.ID] = true
+		switch ev.Type {
+		case events.TypeTurnStarted, events.TypeTurnCompleted, events.TypeTurnAbandoned:
+			turns = append(turns, string(ev.Type)+" "+ev.Turn)
+		}
+	}
+	want := "turn.started turn-a,turn.completed turn-a,turn.started turn-a-L9,turn.completed turn-a-L9"
+	if got := strings.Join(turns, ","); got != want {
+		t.Fatalf("turns %s\nwant  %s", got, want)
+	}
+	s := projections.Fold(res.Sessions[0].Events)
+	if s.Totals.Turns != 2 || s.Totals.Violations != 0 {
+		t.Fatalf("folded: %d turns, violations %+v", s.Totals.Turns, s.Violations)
+	}
+}

@@ -45,6 +45,9 @@
 //     answered): a person started new work over it, and its calls without
 //     an output become orphans; an open turn that only waited for outputs
 //     ends with its own end, and one a model error ended fails.
+//   - A task_started naming the open turn again starts nothing (counted as
+//     skipped); one reusing the turn_id of an ended turn opens a turn of
+//     its own, turn "<turn_id>-L<line>", so that no two events share an id.
 //   - Without task events (0.77) a user message opens an implicit turn
 //     (turn "implicit-L<line>"), which the next one ends: completed, or
 //     abandoned while a call of it has no output.

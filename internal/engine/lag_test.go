@@ -191,18 +191,19 @@ func TestNoDecisionOnStaleState(t *testing.T) {
 
 // TestSubagentActivityKeepsTheParentsTurnAlive: a parent session and its
 // subagent's session lie in partitions owned by two different engines.
-// While the subagent works (an event every 400 ms for 4 s), the parent's
-// turn, silent with its Task call pending, is not abandoned with a 2 s
-// tool_deadline: the subagent's engine writes the activity, the parent's
+// While the subagent works (an event every 800 ms for 8 s), the parent's
+// turn, silent with its Task call pending, is not abandoned with a 4 s
+// tool_deadline (2 s, and a 400 ms step, once missed under race with the
+// suite running beside it): the subagent's engine writes the activity, the parent's
 // reads it. Once the subagent stops, the parent's turn is abandoned.
 func TestSubagentActivityKeepsTheParentsTurnAlive(t *testing.T) {
 	if testing.Short() {
-		t.Skip("the subagent works 4 s, then the parent's 2 s deadline passes: run without -short")
+		t.Skip("the subagent works 8 s, then the parent's 4 s deadline passes: run without -short")
 	}
 	t.Parallel()
 	ctx := context.Background()
 	srv := embeddedtest.Start(t)
-	policy, err := reconciler.ParsePolicy([]byte("turn_deadline: 2s\ntool_deadline: 2s\n"))
+	policy, err := reconciler.ParsePolicy([]byte("turn_deadline: 4s\ntool_deadline: 4s\n"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -210,8 +211,8 @@ func TestSubagentActivityKeepsTheParentsTurnAlive(t *testing.T) {
 	var engines []*engine.Engine
 	for _, name := range []string{"a", "b"} {
 		nc, _ := embeddedtest.Connect(t, srv)
-		e, err := engine.Open(ctx, nc, engine.Config{Name: name, Policy: policy, Heartbeat: 100 * time.Millisecond, TTL: 600 * time.Millisecond,
-			Tick: 200 * time.Millisecond, RetentionEvery: -1,
+		e, err := engine.Open(ctx, nc, engine.Config{Name: name, Policy: policy, Heartbeat: 200 * time.Millisecond, TTL: 1200 * time.Millisecond,
+			Tick: 400 * time.Millisecond, RetentionEvery: -1,
 			OnIssue: func(c recovery.Command) {
 				if c.Kind == recovery.KindAbandonTurn {
 					issued.Add(1)
@@ -276,15 +277,15 @@ func TestSubagentActivityKeepsTheParentsTurnAlive(t *testing.T) {
 	add(child, "", &events.SessionStarted{Runtime: "r", Kind: "subagent", ParentSession: parent, ParentToolUseID: "toolu_task1"})
 	add(child, "c1", &events.TurnStarted{Prompt: "search the code", Trigger: "subagent"})
 	start := time.Now()
-	for i := 0; time.Since(start) < 4*time.Second; i++ {
+	for i := 0; time.Since(start) < 8*time.Second; i++ {
 		add(child, "c1", &events.MessageAppended{Role: events.RoleUser, Content: []events.ContentBlock{{Type: events.BlockText, Text: fmt.Sprintf("step %d", i)}}})
-		time.Sleep(400 * time.Millisecond)
+		time.Sleep(800 * time.Millisecond)
 	}
 	if n := issued.Load(); n != 0 {
 		t.Fatalf("%d abandon_turn while the subagent worked", n)
 	}
 	// The subagent stops: its own turn and the parent's fall due.
-	eventually(t, "the parent's turn abandoned once the subagent stopped", 15*time.Second, func() bool {
+	eventually(t, "the parent's turn abandoned once the subagent stopped", 20*time.Second, func() bool {
 		cmds, err := recovery.SessionCommands(ctx, js, "acme", parent)
 		if err != nil {
 			t.Fatal(err)
