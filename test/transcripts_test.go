@@ -18,6 +18,7 @@ import (
 	"github.com/turnstone-dev/turnstone/events"
 	"github.com/turnstone-dev/turnstone/internal/claudecode"
 	"github.com/turnstone-dev/turnstone/internal/embedded/embeddedtest"
+	"github.com/turnstone-dev/turnstone/internal/importer/importertest"
 	"github.com/turnstone-dev/turnstone/projections"
 )
 
@@ -40,33 +41,21 @@ func transcripts(t testing.TB) []string {
 	return files
 }
 
-// raceSampleBytes bounds the transcripts that the tests over a whole
-// corpus read under the race detector: 117 of the 140 Claude Code and
-// Codex files, 5.3 of 32 MB, which still hold every record shape the
-// larger ones do (subagents, compactions, parallel tool calls, cuts).
-// Those tests fold single-threaded, where the race detector finds nothing
-// and runs ten to twenty times slower; the whole corpus runs without it
-// (.ci/run's full-size pass, and any go test without -race).
-const raceSampleBytes = 256 << 10
-
 // corpusSample returns files, or under the race detector those of at
-// most raceSampleBytes, in their order.
+// most importertest.SampleBytes (256 KiB), in their order: 117 of the 140
+// Claude Code and Codex files, 5.3 of 32 MB, which still hold every record
+// shape the larger ones do (subagents, compactions, parallel tool calls,
+// cuts). The tests over a whole corpus fold single-threaded, where the
+// race detector finds nothing and runs ten to twenty times slower; the
+// whole corpus runs without it (scripts/fullsize, and any go test without
+// -race).
 func corpusSample(t testing.TB, files []string) []string {
 	t.Helper()
 	if !raceEnabled {
 		return files
 	}
-	var kept []string
-	for _, f := range files {
-		fi, err := os.Stat(f)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if fi.Size() <= raceSampleBytes {
-			kept = append(kept, f)
-		}
-	}
-	t.Logf("race detector on: %d of %d transcripts (those of at most %d KiB)", len(kept), len(files), raceSampleBytes>>10)
+	kept := importertest.Sample(t, files)
+	t.Logf("race detector on: %d of %d transcripts (those of at most %d KiB)", len(kept), len(files), importertest.SampleBytes>>10)
 	return kept
 }
 

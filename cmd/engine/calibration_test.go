@@ -19,6 +19,7 @@ import (
 	"github.com/turnstone-dev/turnstone/internal/codex"
 	"github.com/turnstone-dev/turnstone/internal/embedded/embeddedtest"
 	"github.com/turnstone-dev/turnstone/internal/importer"
+	"github.com/turnstone-dev/turnstone/internal/importer/importertest"
 	"github.com/turnstone-dev/turnstone/internal/whatif"
 )
 
@@ -75,7 +76,7 @@ func TestCalibrationWithTime(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	files := replayable(all)
+	files := replayable(t, all)
 	// Every file into one tenant, as a projects directory holds them (a
 	// subagent's file beside its parent's); the snapshots a later file
 	// continues (incremental-*/turn-1) also alone, each in a tenant of
@@ -283,7 +284,7 @@ func codexRollouts(t *testing.T) []string {
 	if err != nil || len(files) < 7 {
 		t.Fatalf("the Codex rollouts are missing at %s: %d files, %v", wildCXDir, len(files), err)
 	}
-	return replayable(files)
+	return replayable(t, files)
 }
 
 // replayable are the files the calibration replays: every one, or under
@@ -291,14 +292,11 @@ func codexRollouts(t *testing.T) []string {
 // times slower, and under -short (see calibrationSample), the files of at
 // most 256 KiB (most of the wild ones, the shipped short ones and the
 // real orphans').
-func replayable(all []string) []string {
-	var files []string
-	for _, f := range all {
-		if fi, err := os.Stat(f); err == nil && (!calibrationSample() || fi.Size() <= 256<<10) {
-			files = append(files, f)
-		}
+func replayable(t testing.TB, all []string) []string {
+	if !calibrationSample() {
+		return all
 	}
-	return files
+	return importertest.Sample(t, all)
 }
 
 // calibrationSample reports whether the calibration replays the files of

@@ -13,6 +13,7 @@ import (
 	"testing"
 
 	"github.com/turnstone-dev/turnstone/events"
+	"github.com/turnstone-dev/turnstone/internal/importer/importertest"
 )
 
 // corpusDir is the shipped Claude Code transcripts, beside the repository.
@@ -59,9 +60,6 @@ func convertCorpus(t testing.TB) *converted {
 // and under -short. The full-size pass of .ci/run runs them whole.
 func sampled() bool { return raceEnabled || testing.Short() }
 
-// sampleMaxBytes is the size up to which corpusSample takes every file.
-const sampleMaxBytes = 256 << 10
-
 // corpusSample is the part of the corpus a sampled test converts (the race
 // detector finds nothing in a conversion, one goroutine, and slows
 // decoding JSON twentyfold): every file of at most 256 KiB (sessions,
@@ -75,17 +73,7 @@ func corpusSample(t testing.TB) []string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	inline := corpusFile(t, "ccviewer/fe5e1c67-53e7-4862-81ae-d0e013e3270b.jsonl")
-	var out []string
-	for _, f := range files {
-		fi, err := os.Stat(f)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if fi.Size() <= sampleMaxBytes || f == inline {
-			out = append(out, f)
-		}
-	}
+	out := importertest.Sample(t, files, corpusFile(t, "ccviewer/fe5e1c67-53e7-4862-81ae-d0e013e3270b.jsonl"))
 	if len(out) < 15 || len(out) == len(files) {
 		t.Fatalf("the sample holds %d of the corpus's %d files", len(out), len(files))
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/turnstone-dev/turnstone/internal/claudecode"
 	"github.com/turnstone-dev/turnstone/internal/embedded"
 	"github.com/turnstone-dev/turnstone/internal/embedded/embeddedtest"
+	"github.com/turnstone-dev/turnstone/internal/importer/importertest"
 	"go.opentelemetry.io/otel/attribute"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
@@ -24,10 +25,6 @@ import (
 // transcriptsDir is where the shared real transcripts live, beside the
 // repository.
 const transcriptsDir = "../../../shared/data/transcripts/claude-code"
-
-// sampleMaxBytes is the size up to which a sampled run takes every
-// shipped transcript.
-const sampleMaxBytes = 256 << 10
 
 // sampleInline is the one larger transcript a sampled run takes: Claude
 // Code 1.0, with six subagents written inline and linked to their Task
@@ -60,16 +57,7 @@ func transcriptFiles(t testing.TB) []string {
 	if !sampled() {
 		return files
 	}
-	var out []string
-	for _, f := range files {
-		fi, err := os.Stat(f)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if fi.Size() <= sampleMaxBytes || f == filepath.Join(transcriptsDir, filepath.FromSlash(sampleInline)) {
-			out = append(out, f)
-		}
-	}
+	out := importertest.Sample(t, files, filepath.Join(transcriptsDir, filepath.FromSlash(sampleInline)))
 	if len(out) < 15 || len(out) == len(files) {
 		t.Fatalf("the sample holds %d of the %d shipped transcripts", len(out), len(files))
 	}

@@ -410,3 +410,29 @@ func CutAnywhere(t *testing.T, cfg CutConfig, path string) {
 		check(t, "grown line by line", fold(t, log, tenant, res), len(lines))
 	})
 }
+
+// SampleBytes is the size up to which Sample keeps a transcript: 256 KiB,
+// which keeps 117 of the 140 Claude Code and Codex files of shared/data
+// (5.3 of 32 MB) and every record shape the larger ones hold.
+const SampleBytes = 256 << 10
+
+// Sample returns the files of at most SampleBytes, and those named in
+// keep, in their order: the sample that tests over a whole corpus read
+// under the race detector (which makes JSON ten to twenty times slower and
+// finds nothing in a single-goroutine conversion or fold) and under
+// -short; the full corpus runs in scripts/fullsize. A file it cannot stat
+// fails tb.
+func Sample(tb testing.TB, files []string, keep ...string) []string {
+	tb.Helper()
+	var out []string
+	for _, f := range files {
+		fi, err := os.Stat(f)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		if fi.Size() <= SampleBytes || slices.Contains(keep, f) {
+			out = append(out, f)
+		}
+	}
+	return out
+}
