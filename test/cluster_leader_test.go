@@ -461,7 +461,12 @@ func (c *leaderCluster) leaderKill(t *testing.T, target, other string, auth bool
 	}
 	s.stop()
 
-	// The checks.
+	// The checks, once the log has settled: a repair is seen at the
+	// turn's end, but the worker and engine go on to record the
+	// command's remaining events (a snapshot.taken, an orphan's result)
+	// a moment later, and a fold of a log read before them would differ
+	// from a Restore read after them.
+	waitLogSettled(t, c.js, 2*time.Second, 30*time.Second)
 	got := tenantLog(t, c.log, tenant)
 	checkNoDuplicateIDs(t, got)
 	pub.check(t, got)
@@ -1027,6 +1032,36 @@ func repairTime(t *testing.T, log *events.Log, tenant, session string) (time.Dur
 		}
 	}
 	return 0, false
+}
+
+// waitLogSettled waits until the events stream's last sequence has not
+// moved for quiet (at most max), so that checks which read the log twice
+// read the same log.
+func waitLogSettled(t *testing.T, js jetstream.JetStream, quiet, max time.Duration) {
+	t.Helper()
+	var last uint64
+	since := time.Now()
+	deadline := time.Now().Add(max)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		st, err := js.Stream(ctx, events.EventsStream)
+		var seq uint64
+		if err == nil {
+			if info, ierr := st.Info(ctx); ierr == nil {
+				seq = info.State.LastSeq
+			}
+		}
+		cancel()
+		if seq == 0 || seq != last {
+			last, since = seq, time.Now()
+		} else if time.Since(since) >= quiet {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the events stream did not settle within %s (last seq %d)", max, last)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 }
 
 // checkFreshFold: every session's projection as a reader gets it (Restore:
