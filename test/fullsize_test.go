@@ -37,7 +37,6 @@ func TestFullSizePassNamesEverySampledTest(t *testing.T) {
 	// them size themselves on the race detector or -short.
 	defined := map[string]bool{}
 	var sampling []string
-	testFunc := regexp.MustCompile(`(?m)^func (Test\w+)\(t \*testing\.T\) \{\n((?:.*\n)*?)\}\n`)
 	sizes := regexp.MustCompile(`\braceEnabled\b|\bsampled\(\)|\bcorpusSample\(`)
 	for _, pkg := range strings.Fields(string(pkgs[1])) {
 		files, err := filepath.Glob(filepath.Join("..", pkg, "*_test.go"))
@@ -49,11 +48,10 @@ func TestFullSizePassNamesEverySampledTest(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			for _, m := range testFunc.FindAllSubmatch(src, -1) {
-				name := string(m[1])
-				defined[name] = true
-				if sizes.Match(m[2]) {
-					sampling = append(sampling, name)
+			for _, f := range testFuncs(src) {
+				defined[f.name] = true
+				if sizes.MatchString(f.body) {
+					sampling = append(sampling, f.name)
 				}
 			}
 		}
@@ -84,10 +82,35 @@ func TestFullSizePassNamesEverySampledTest(t *testing.T) {
 		if strings.Contains(string(pkgs[1]), pkg) {
 			continue
 		}
-		for _, m := range testFunc.FindAllSubmatch(src, -1) {
-			if sizes.Match(m[2]) {
-				t.Errorf("%s (%s) sizes itself on the race detector or -short, but scripts/fullsize does not run its package", m[1], pkg)
+		for _, tf := range testFuncs(src) {
+			if sizes.MatchString(tf.body) {
+				t.Errorf("%s (%s) sizes itself on the race detector or -short, but scripts/fullsize does not run its package", tf.name, pkg)
 			}
 		}
+	}
+}
+
+// testFunc is a top-level test function of a gofmt'ed file: its name and
+// its body's lines, up to the closing brace at the start of a line.
+type testFunc struct{ name, body string }
+
+// testFuncs lists the `func TestX(t *testing.T) {` functions of src (a
+// regexp over the whole file took seconds under the race detector).
+func testFuncs(src []byte) []testFunc {
+	var out []testFunc
+	rest := string(src)
+	for {
+		i := strings.Index(rest, "\nfunc Test")
+		if i < 0 {
+			return out
+		}
+		rest = rest[i+len("\nfunc "):]
+		name, after, ok := strings.Cut(rest, "(t *testing.T) {\n")
+		if !ok || strings.ContainsAny(name, " \n") {
+			continue
+		}
+		body, _, _ := strings.Cut(after, "\n}\n")
+		out = append(out, testFunc{name, body})
+		rest = after
 	}
 }
