@@ -290,7 +290,7 @@ func (c *leaderCluster) leaderKill(t *testing.T, target, other string, auth bool
 	t.Cleanup(func() {
 		if t.Failed() {
 			for _, m := range members {
-				t.Logf("%s:\n%s", m.name, tail(warnings(m.p.errOut.String()), 4000))
+				logProcessOutput(t, m.name, warnings(m.p.errOut.String()))
 			}
 		}
 		for _, m := range members {

@@ -91,10 +91,10 @@ func TestScaleOutOnAThreeNodeCluster(t *testing.T) {
 	t.Cleanup(func() {
 		if t.Failed() {
 			for name, e := range engines {
-				t.Logf("engine %s:\n%s", name, e.errOut)
+				logProcessOutput(t, "engine-"+name, e.errOut.String())
 			}
 			for name, out := range workerOut {
-				t.Logf("worker %s:\n%s", name, out)
+				logProcessOutput(t, "worker-"+name, out.String())
 			}
 		}
 	})

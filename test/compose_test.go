@@ -439,7 +439,7 @@ func TestDockerComposeRunsWithAuthAndTLS(t *testing.T) {
 	t.Cleanup(func() {
 		if t.Failed() {
 			for n, p := range nodeProcs {
-				t.Logf("%s:\n%s", n, p.errOut)
+				logProcessOutput(t, n, p.errOut.String())
 			}
 		}
 	})
@@ -474,7 +474,7 @@ func TestDockerComposeRunsWithAuthAndTLS(t *testing.T) {
 	t.Cleanup(func() {
 		if t.Failed() {
 			for n, p := range procs {
-				t.Logf("%s:\nstdout: %s\nstderr: %s", n, p.out, p.errOut)
+				logProcessOutput(t, n, "stdout:\n"+p.out.String()+"\nstderr:\n"+p.errOut.String())
 			}
 		}
 	})

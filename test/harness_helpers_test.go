@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"reflect"
@@ -21,6 +22,28 @@ import (
 // engineSource is the prefix of the source of every event the engine
 // writes itself (snapshot.taken, the reconciler's distillation.skipped).
 const engineSource = events.DefaultSource
+
+// logProcessOutput, for a failed test, keeps a process's whole output in
+// $TURNSTONE_TEST_ARTIFACTS/<test>/<name>.log (CI keeps the folder) and
+// logs only its last lines, so that the failure's own message stays in
+// the part of a long run's output that a reader sees first.
+func logProcessOutput(t *testing.T, name, out string) {
+	t.Helper()
+	const lines = 12
+	where := ""
+	if base := os.Getenv("TURNSTONE_TEST_ARTIFACTS"); base != "" {
+		dir := filepath.Join(base, strings.NewReplacer("/", "_", " ", "_").Replace(t.Name()))
+		file := filepath.Join(dir, name+".log")
+		if err := os.MkdirAll(dir, 0o755); err == nil && os.WriteFile(file, []byte(out), 0o644) == nil {
+			where = " (all of it in " + file + ")"
+		}
+	}
+	all := strings.Split(strings.TrimRight(out, "\n"), "\n")
+	if len(all) > lines {
+		all = append([]string{fmt.Sprintf("[%d lines before]", len(all)-lines)}, all[len(all)-lines:]...)
+	}
+	t.Logf("%s, its last lines%s:\n%s", name, where, strings.Join(all, "\n"))
+}
 
 // proc is a command of binDir running as a process.
 type proc struct {

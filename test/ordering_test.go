@@ -104,7 +104,7 @@ func TestCommandsRunInPublishOrderAcrossWorkerDeath(t *testing.T) {
 	t.Cleanup(func() {
 		if t.Failed() {
 			for i, o := range outs {
-				t.Logf("worker w%d:\n%s", i, o.String())
+				logProcessOutput(t, fmt.Sprintf("worker-w%d", i), o.String())
 			}
 		}
 	})
