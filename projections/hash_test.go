@@ -1,26 +1,40 @@
 package projections
 
 import (
-	"crypto/sha256"
+	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
-	"github.com/go-json-experiment/json/jsontext"
 	"math/rand/v2"
 	"strings"
 	"testing"
+
+	"github.com/cespare/xxhash/v2"
+	"github.com/go-json-experiment/json/jsontext"
 
 	"github.com/turnstone-dev/turnstone/events"
 )
 
 // The hashes as they were written before they were made to allocate
 // nothing: the reference the new ones must equal, byte for byte, since
-// stored snapshots and the loop detectors compare them.
+// stored snapshots and the loop detectors compare them. refHash is the
+// hash function they feed (SHA-256 until state Version 12, XXH64 since).
+
+// refHash collects the bytes written to it and hashes them at Sum.
+type refHash struct{ b []byte }
+
+func newRefHash() *refHash        { return &refHash{} }
+func (h *refHash) Write(p []byte) { h.b = append(h.b, p...) }
+func (h *refHash) Sum(_ []byte) []byte {
+	var out [8]byte
+	binary.BigEndian.PutUint64(out[:], xxhash.Sum64(h.b))
+	return out[:]
+}
 
 func refChainOutput(h string, cb *events.ContentBlock) string {
 	if cb.Type == events.BlockThinking || cb.Type == "redacted_thinking" {
 		return h
 	}
-	sum := sha256.New()
+	sum := newRefHash()
 	for i, part := range []string{h + "\n" + cb.Type, cb.Name, refCompactJSON(cb.Input), strings.Join(strings.Fields(cb.Text), " ")} {
 		if i > 0 {
 			sum.Write([]byte{0})
@@ -30,7 +44,7 @@ func refChainOutput(h string, cb *events.ContentBlock) string {
 	return hex.EncodeToString(sum.Sum(nil)[:8])
 }
 func refChainInput(h string, cb *events.ContentBlock) string {
-	sum := sha256.New()
+	sum := newRefHash()
 	sum.Write([]byte(h + "\n" + cb.Type))
 	if cb.IsError {
 		sum.Write([]byte{0, 1})
@@ -42,11 +56,12 @@ func refChainInput(h string, cb *events.ContentBlock) string {
 	return hex.EncodeToString(sum.Sum(nil)[:8])
 }
 func refInputHash(input json.RawMessage) string {
-	sum := sha256.Sum256([]byte(refCompactJSON(input)))
-	return hex.EncodeToString(sum[:8])
+	sum := newRefHash()
+	sum.Write([]byte(refCompactJSON(input)))
+	return hex.EncodeToString(sum.Sum(nil)[:8])
 }
 func refStepKey(name string, input json.RawMessage) string {
-	sum := sha256.New()
+	sum := newRefHash()
 	sum.Write([]byte(name))
 	sum.Write([]byte{0})
 	sum.Write([]byte(strings.Join(strings.Fields(refCompactJSON(firstMember(input))), " ")))
@@ -234,5 +249,13 @@ func TestPreviewsEqualTheirReference(t *testing.T) {
 		if got, want := clipBytes(in, 50, 120), clip(string(in), 50, 120); got != want {
 			t.Fatalf("clipBytes(%q) = %q, want %q", in, got, want)
 		}
+	}
+}
+
+// TestEmptyOutputHash: the constant the output chain starts from is the
+// hash of nothing.
+func TestEmptyOutputHash(t *testing.T) {
+	if got := shortHash(nil); got != emptyOutputHash {
+		t.Fatalf("shortHash(nil) = %s, emptyOutputHash = %s", got, emptyOutputHash)
 	}
 }

@@ -25,6 +25,12 @@ func TestDeclaredTimeoutMS(t *testing.T) {
 		{"Bash", `[1,2]`, 0},
 		{"Bash", `not json`, 0},
 		{"Bash", ``, 0},
+		// The quick "no timeout here" answer must agree with the decoder,
+		// which matches names in any case and reads escapes.
+		{"Bash", `{"command":"make","TimeOut":4000}`, 4000},
+		{"shell", `{"command":["ls"],"TIMEOUT_MS":30000}`, 30000},
+		{"Bash", `{"command":"make","time\u006fut":7000}`, 7000},
+		{"Bash", `{"command":"echo timeout"}`, 0},
 	} {
 		if got := DeclaredTimeoutMS(c.name, json.RawMessage(c.input)); got != c.want {
 			t.Errorf("%s %s: %d, want %d", c.name, c.input, got, c.want)

@@ -1,11 +1,12 @@
 package projections
 
 import (
-	"crypto/sha256"
+	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
 	"slices"
 
+	"github.com/cespare/xxhash/v2"
 	"github.com/turnstone-dev/turnstone/events"
 )
 
@@ -141,16 +142,14 @@ type Flaky struct {
 	Turn string `json:"turn,omitempty"`
 }
 
-// emptyOutputHash is OutputHash of no content: the first 16 hex digits
-// of the SHA-256 of nothing.
-const emptyOutputHash = "e3b0c44298fc1c14"
+// emptyOutputHash is OutputHash of no content: shortHash of nothing.
+const emptyOutputHash = "ef46db3751d8e999"
 
 // OutputHash returns the hash that makes two assistant outputs "the same
 // output" for an OutputStreak: 16 hex digits, chained over the content
 // blocks in order, so that it does not depend on how the message was split
-// into records. h0 is the first 16 hex digits of the SHA-256 of nothing;
-// each block that counts gives h = the first 16 hex digits of
-// SHA-256(h + "\n" + normalized block); the last h is the hash.
+// into records. h0 is shortHash of nothing; each block that counts gives
+// h = shortHash(h + "\n" + normalized block); the last h is the hash.
 //
 // A block's normalized form is its type, tool name, input as compact JSON
 // (white space outside strings removed) and text with every run of white
@@ -186,7 +185,7 @@ func chainOutput(h string, cb *events.ContentBlock) string {
 }
 
 // chainInput returns the hash h of a user message extended with block cb:
-// the first 16 hex digits of SHA-256(h + "\n" + type, is_error, text,
+// shortHash(h + "\n" + type, is_error, text,
 // content, source, data), exactly as they are (no white space folded). A
 // tool_result's tool_use_id is left out: the same result of a fresh call
 // is the same input. Two user messages with the same hash said the same
@@ -210,7 +209,7 @@ func chainInput(h string, cb *events.ContentBlock) string {
 	return shortHash(b)
 }
 
-// InputHash returns the first 16 hex digits of the SHA-256 of a tool
+// InputHash returns shortHash of a tool
 // input as compact JSON (white space outside strings removed): two tool
 // calls with the same name and InputHash are the same call.
 func InputHash(input json.RawMessage) string {
@@ -218,11 +217,17 @@ func InputHash(input json.RawMessage) string {
 	return shortHash(appendCompact(scratch[:0], input, len(input)))
 }
 
-// shortHash is the first 16 hex digits of the SHA-256 of b.
+// shortHash is the 64-bit xxHash (XXH64, seed 0; github.com/cespare/xxhash)
+// of b in 16 hex digits, big-endian. The loop and budget detectors only
+// compare these hashes within one session's state, where a hash of
+// 64 bits makes a chance collision negligible; none is a security
+// boundary (a tenant could only fool its own session's detectors), and
+// SHA-256 was a seventh of a fold's CPU (state Version 12).
 func shortHash(b []byte) string {
-	sum := sha256.Sum256(b)
+	var sum [8]byte
+	binary.BigEndian.PutUint64(sum[:], xxhash.Sum64(b))
 	var out [16]byte
-	hex.Encode(out[:], sum[:8])
+	hex.Encode(out[:], sum[:])
 	return string(out[:])
 }
 
@@ -344,7 +349,7 @@ func stageStep(stage events.Stage) string {
 }
 
 // StepKey returns the key that makes two tool calls "the same step" for
-// the implementation budget: the first 16 hex digits of the SHA-256 of
+// the implementation budget: shortHash of
 // the tool's name, a NUL byte and the call's operand: the first member of
 // its input object (name and value as compact JSON, every run of white
 // space collapsed to one space), or the whole input when it is not an

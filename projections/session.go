@@ -62,7 +62,12 @@ import (
 // Version 11: Totals.ToolErrors (tool calls whose result said is_error)
 // and Turn.AbandonCause (turn.abandoned's cause), which a version 10
 // state lacks: its sessions are refolded once.
-const Version = 11
+//
+// Version 12: the loop and budget hashes (OutputHash, chainInput's,
+// InputHash, StepKey) are XXH64 where they were SHA-256, so a version 11
+// state's hashes would never equal new ones: its sessions are refolded
+// once.
+const Version = 12
 
 // MaxClockSkew is how far an event's own time may lie ahead of its store
 // time (Event.Stored, JetStream's clock) before the fold flags it with a
