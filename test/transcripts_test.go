@@ -48,13 +48,13 @@ func transcripts(t testing.TB) []string {
 // cuts). The tests over a whole corpus fold single-threaded, where the
 // race detector finds nothing and runs ten to twenty times slower; the
 // whole corpus runs without it (scripts/fullsize, and any go test without
-// -race).
-func corpusSample(t testing.TB, files []string) []string {
+// -race). The files named in keep are kept whatever their size.
+func corpusSample(t testing.TB, files []string, keep ...string) []string {
 	t.Helper()
 	if !raceEnabled {
 		return files
 	}
-	kept := importertest.Sample(t, files)
+	kept := importertest.Sample(t, files, keep...)
 	t.Logf("race detector on: %d of %d transcripts (those of at most %d KiB)", len(kept), len(files), importertest.SampleBytes>>10)
 	return kept
 }

@@ -154,9 +154,14 @@ func (b *browser) requests() []string {
 	return append([]string(nil), b.reqs...)
 }
 
+// sidechainParent is the shipped session whose subagents
+// TestWebViewInChromium opens from it.
+const sidechainParent = "258c7280-ae70-4798-800f-63464d01a85d"
+
 // TestWebViewInChromium drives the web view of a real engine in a real
 // headless Chromium: the sessions page after importing the shipped
-// transcripts and after a crash (a transcript cut right after a tool_use);
+// transcripts (corpusSample's under the race detector; all of them in
+// scripts/fullsize) and after a crash (a transcript cut right after a tool_use);
 // the crashed session, its orphan marked at the event that declared it;
 // the repair (issued by hand: imported transcripts are history) with its
 // attempt and outcome; the state before the repair through the scrubber;
@@ -175,8 +180,11 @@ func TestWebViewInChromium(t *testing.T) {
 	base := "http://" + addr
 	b := newBrowser(t, artifacts(t, "web-browser"))
 
-	// The shipped transcripts.
-	files := transcripts(t)
+	// The shipped transcripts (under the race detector, corpusSample's
+	// sample: the pages' claims hold for any number of sessions, and the
+	// import into this process's engine was most of the test's time; the
+	// parent whose sidechain it opens below is kept).
+	files := corpusSample(t, transcripts(t), filepath.Join(transcriptsDir, "spotter", sidechainParent+".jsonl"))
 	if _, err := claudecode.Import(ctx, claudecode.LogStore(eng.Log), files, claudecode.Options{}, nil); err != nil {
 		t.Fatal(err)
 	}
@@ -326,7 +334,7 @@ func TestWebViewInChromium(t *testing.T) {
 	}
 
 	// A sidechain opens from its parent.
-	parent := "258c7280-ae70-4798-800f-63464d01a85d"
+	parent := sidechainParent
 	b.open(base + web.Prefix + "session/default/" + parent)
 	if n := b.count("#related li.child a"); n < 1 {
 		t.Fatalf("the parent lists %d linked sessions", n)
