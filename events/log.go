@@ -516,6 +516,11 @@ func (l *Log) prepare(evs []Event, oneSession bool) ([]*nats.Msg, error) {
 }
 
 func (l *Log) appendAsync(ctx context.Context, evs []Event, msgs []*nats.Msg) ([]Ack, error) {
+	// A context that has already ended stores nothing (the publishes
+	// below do not look at it; only the wait for their acks does).
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("append events: %w: %w", ErrLogUnavailable, err)
+	}
 	futures := make([]jetstream.PubAckFuture, len(msgs))
 	for i, m := range msgs {
 		f, err := l.js.PublishMsgAsync(m, jetstream.WithExpectStream(EventsStream))
@@ -565,6 +570,9 @@ const MaxAtomicEvents = 1000
 func (l *Log) appendAtomic(ctx context.Context, evs []Event, msgs []*nats.Msg, expect uint64) ([]Ack, error) {
 	if len(msgs) > MaxAtomicEvents {
 		return nil, fmt.Errorf("append events: %w: a conditional append takes at most %d events, got %d", ErrInvalid, MaxAtomicEvents, len(msgs))
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("append events: %w: %w", ErrLogUnavailable, err)
 	}
 	nc := l.js.Conn()
 	batch := nuid.Next()
