@@ -182,7 +182,7 @@ func TestCLICanBeScripted(t *testing.T) {
 		t.Fatalf("recovery list --json: %+v, want the resume_session issued", rows)
 	}
 	for _, args := range [][]string{
-		{"sessions"}, {"inspect", "esc/s1"}, {"replay", "esc/s1"}, {"incidents"}, {"incidents", "--by", "session"}, {"recovery", "list"}, {"recovery", "show", rows[0].Command.ID},
+		{"sessions"}, {"inspect", "esc/s1"}, {"replay", "esc/s1"}, {"diff", "esc/s1", "--from", "0"}, {"incidents"}, {"incidents", "--by", "session"}, {"recovery", "list"}, {"recovery", "show", rows[0].Command.ID},
 	} {
 		out := run(t, eng.url, args...)
 		if strings.ContainsAny(out, "\x1b\x07") {

@@ -9,6 +9,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/turnstone-dev/turnstone/events"
 	"github.com/turnstone-dev/turnstone/internal/cli"
+	"github.com/turnstone-dev/turnstone/internal/console"
 	"github.com/turnstone-dev/turnstone/internal/forensics"
 )
 
@@ -69,7 +70,7 @@ SESSION is a session token, a unique prefix of one, or TENANT/SESSION.`,
 			if asJSON {
 				return writeJSON(g.stdout, diffJSON(d))
 			}
-			return printDiff(g.stdout, d)
+			return printDiff(console.NewWriter(g.stdout), d) // stored text never reaches the terminal raw
 		},
 	}
 	cmd.Flags().StringVar(&tenant, "tenant", "", "tenant of the session (default: search every tenant)")

@@ -83,6 +83,11 @@ func renderInspect(w io.Writer, s *projections.Session, asJSON bool) error {
 // has, as arrays, even when the state leaves them out (omitempty).
 var inspectKeys = []string{"turns", "in_flight", "messages", "violations", "tool_calls", "orphans", "distillations"}
 
+// maxStatusDetail is how many runes of a session's status detail and pause
+// reason the text view prints: the operator's diagnosis, printed whole but
+// for a runaway (--json has all of it).
+const maxStatusDetail = 1000
+
 // inspectJSON is what `engine inspect --json` prints: the state's JSON,
 // with inspectKeys always present, and status, orphaned_tool_use_ids and
 // view (the session's View) added.
@@ -134,7 +139,7 @@ func printInspect(w io.Writer, s *projections.Session) error {
 	}
 	p("status      %s", v.Status)
 	if v.StatusDetail != "" {
-		p(": %s", cut(v.StatusDetail, 160))
+		p(": %s", cut(v.StatusDetail, maxStatusDetail))
 	}
 	p("\n")
 	p("events      %d (seq %d..%d), %s .. %s\n", s.Events, s.FirstSeq, s.LastSeq, tableTime(s.FirstTime), tableTime(s.LastTime))
@@ -154,7 +159,7 @@ func printInspect(w io.Writer, s *projections.Session) error {
 	}
 	p("\n")
 	if s.Paused {
-		p("paused      %s (seq %d)\n", cut(s.PauseReason, 160), s.PausedSeq)
+		p("paused      %s (seq %d)\n", cut(s.PauseReason, maxStatusDetail), s.PausedSeq)
 	}
 
 	p("\nORPHANED TOOL_USE (open)\n")
@@ -162,12 +167,12 @@ func printInspect(w io.Writer, s *projections.Session) error {
 		p("  none\n")
 	}
 	for _, o := range v.OpenOrphans {
-		p("  %s  %s  seq %d  turn %s\n", o.ToolUseID, o.Name, o.Seq, orDash(o.Turn))
+		p("  %s  %s  seq %d  turn %s\n", cut(o.ToolUseID, 200), cut(o.Name, 200), o.Seq, orDash(o.Turn))
 	}
 	if len(v.RepairedOrphans) > 0 {
 		p("\nREPAIRED TOOL_USE\n")
 		for _, o := range v.RepairedOrphans {
-			p("  %s  %s  seq %d  turn %s  repaired at seq %d\n", o.ToolUseID, o.Name, o.Seq, orDash(o.Turn), o.RepairedSeq)
+			p("  %s  %s  seq %d  turn %s  repaired at seq %d\n", cut(o.ToolUseID, 200), cut(o.Name, 200), o.Seq, orDash(o.Turn), o.RepairedSeq)
 		}
 	}
 	p("\nVIOLATIONS (open)\n")

@@ -597,3 +597,18 @@ func noRawEscapes(t *testing.T, what, text string) {
 		t.Errorf("%s prints a raw terminal control character:\n%q", what, text)
 	}
 }
+
+// TestRuntimesTableEscapesMetadata: a runtime's metadata (its version,
+// its runtime name) is what its tenant announced: the table prints it
+// escaped, never raw on the operator's terminal.
+func TestRuntimesTableEscapesMetadata(t *testing.T) {
+	var out strings.Builder
+	rs := []runtimeLine{{Tenant: "acme", ID: "r1", Version: "1.0" + screenClear, Metadata: map[string]string{"runtime": "evil" + titleChange}}}
+	if err := renderRuntimes(&out, rs, false); err != nil {
+		t.Fatal(err)
+	}
+	noRawEscapes(t, "engine runtimes", out.String())
+	if !strings.Contains(out.String(), `evil\x1b]0;pwned\x07`) {
+		t.Errorf("engine runtimes does not show the metadata escaped:\n%s", out.String())
+	}
+}

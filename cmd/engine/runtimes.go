@@ -8,6 +8,7 @@ import (
 
 	"github.com/spf13/cobra"
 	"github.com/turnstone-dev/turnstone/internal/cli"
+	"github.com/turnstone-dev/turnstone/internal/console"
 	"github.com/turnstone-dev/turnstone/internal/presence"
 )
 
@@ -88,6 +89,7 @@ func renderRuntimes(w io.Writer, rs []runtimeLine, asJSON bool) error {
 		}
 		return writeJSON(w, rs)
 	}
+	w = console.NewWriter(w) // a runtime's metadata is its tenant's text: never raw on the terminal
 	if len(rs) == 0 {
 		_, err := fmt.Fprintln(w, "no runtime present (a runtime announces itself as the micro service \"turnstone-runtime\"; see docs/control.md)")
 		return err
