@@ -61,7 +61,6 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -289,19 +288,10 @@ func TestREADME(t *testing.T) {
 		t.Fatalf("the README reads ../shared/data beside the checkout: %v", err)
 	}
 	work := readmeScratch(t, repo, shared)
-	// Distinct free ports: every listener is held until all are picked.
+	// Distinct free ports (freePort never hands out one twice).
 	mapped := map[int]int{}
-	var held []net.Listener
 	for _, p := range ports {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		held = append(held, l)
-		mapped[p] = l.Addr().(*net.TCPAddr).Port
-	}
-	for _, l := range held {
-		l.Close()
+		mapped[p] = freePort(t)
 	}
 	remap := func(s string) string {
 		for from, to := range mapped {
