@@ -68,3 +68,27 @@ func TestActiveAt(t *testing.T) {
 		t.Errorf("last runtime seq %d, want 4", s.LastRuntimeSeq)
 	}
 }
+
+// TestSnapshotOfAnotherVersionDoesNotCount: a snapshot.taken of another
+// state version names a snapshot Restore refuses, so the state counts as
+// never snapshotted (the projector then writes one of its own version at
+// once instead of replaying the log at every restore).
+func TestSnapshotOfAnotherVersionDoesNotCount(t *testing.T) {
+	s := FoldLog(synth(t, 7, 3, false))
+	at := s.LastSeq
+	for _, c := range []struct {
+		version int
+		want    uint64
+	}{{Version - 1, 0}, {0, 0}, {Version, at}} {
+		st := s.Clone()
+		ev, err := events.NewAt(s.LastTime, events.NewID(), st.Tenant, st.Session, "", &events.SnapshotTaken{CoversSeq: at, Version: c.version})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ev.Seq = at + 1
+		st.Apply(ev)
+		if st.LastSnapshotSeq != c.want {
+			t.Errorf("after a snapshot.taken of version %d: LastSnapshotSeq %d, want %d", c.version, st.LastSnapshotSeq, c.want)
+		}
+	}
+}

@@ -328,7 +328,8 @@ type Session struct {
 	// clock; zero without a store time): a runtime is back only once it
 	// answered after it (reconciler, docs/policy.md).
 	PausedAt time.Time `json:"paused_at,omitzero"`
-	// LastSnapshotSeq is the covers_seq of the latest snapshot.taken.
+	// LastSnapshotSeq is the covers_seq of the latest snapshot.taken of
+	// this state Version (0: none).
 	LastSnapshotSeq uint64 `json:"last_snapshot_seq,omitzero"`
 
 	// Commands are the recovery commands run on the session, by id, in
@@ -693,7 +694,14 @@ func (s *Session) apply(ev events.Event) {
 		d := s.openDistillation(turn, anyDistillation)
 		d.SkippedSeq, d.Skipped = ev.Seq, detail(p.Reason)
 	case *events.SnapshotTaken:
-		s.LastSnapshotSeq = p.CoversSeq
+		// A snapshot of another state version is one Restore refuses
+		// (ErrSnapshotVersion): the session counts as never snapshotted,
+		// so that the projector writes one of this version soon rather
+		// than replaying the whole log at every restore until SnapshotEvery
+		// new events come.
+		if p.Version == Version {
+			s.LastSnapshotSeq = p.CoversSeq
+		}
 	case *events.SessionRewound:
 		s.sessionRewound(ev, p)
 	case *events.SessionForked:
