@@ -603,11 +603,14 @@ func noRawEscapes(t *testing.T, what, text string) {
 // escaped, never raw on the operator's terminal.
 func TestRuntimesTableEscapesMetadata(t *testing.T) {
 	var out strings.Builder
-	rs := []runtimeLine{{Tenant: "acme", ID: "r1", Version: "1.0" + screenClear, Metadata: map[string]string{"runtime": "evil" + titleChange}}}
+	rs := []runtimeLine{{Tenant: "acme", ID: "r1", Version: "1.0" + screenClear + "\nglobex\t*\ttrue\tr9\t2.0\tforged", Metadata: map[string]string{"runtime": "evil" + titleChange}}}
 	if err := renderRuntimes(&out, rs, false); err != nil {
 		t.Fatal(err)
 	}
 	noRawEscapes(t, "engine runtimes", out.String())
+	if lines := strings.Split(strings.TrimSuffix(out.String(), "\n"), "\n"); len(lines) != 2 || strings.HasPrefix(lines[1], "globex") {
+		t.Errorf("a runtime's version adds a row to engine runtimes:\n%s", out.String())
+	}
 	if !strings.Contains(out.String(), `evil\x1b]0;pwned\x07`) {
 		t.Errorf("engine runtimes does not show the metadata escaped:\n%s", out.String())
 	}

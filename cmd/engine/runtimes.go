@@ -97,7 +97,10 @@ func renderRuntimes(w io.Writer, rs []runtimeLine, asJSON bool) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "TENANT\tSESSIONS\tVERIFIED\tID\tVERSION\tRUNTIME")
 	for _, r := range rs {
-		fmt.Fprintf(tw, "%s\t%s\t%v\t%s\t%s\t%s\n", r.Tenant, r.Sessions, r.Verified, r.ID, r.Version, r.Metadata["runtime"])
+		// Each field escaped on its own (tabs and newlines too): a
+		// runtime's answer must not add a row or a column to the table.
+		fmt.Fprintf(tw, "%s\t%s\t%v\t%s\t%s\t%s\n", console.Escape(r.Tenant), console.Escape(r.Sessions), r.Verified,
+			console.Escape(r.ID), console.Escape(r.Version), console.Escape(r.Metadata["runtime"]))
 	}
 	return tw.Flush()
 }
