@@ -109,8 +109,25 @@ func testFuncs(src []byte) []testFunc {
 		if !ok || strings.ContainsAny(name, " \n") {
 			continue
 		}
-		body, _, _ := strings.Cut(after, "\n}\n")
+		if rest, ok = strings.CutPrefix(after, "}\n"); ok { // an empty body
+			out = append(out, testFunc{name, ""})
+			rest = "\n" + rest
+			continue
+		}
+		body, next, _ := strings.Cut(after, "\n}\n")
 		out = append(out, testFunc{name, body})
-		rest = after
+		rest = "\n" + next // the scan goes on after the body, not inside it
+	}
+}
+
+// TestTestFuncsReadsEachFunctionOnce: testFuncs reads an empty body as
+// empty (not running on into the next function), and never reads a
+// function out of another's body (a raw string holding a func line).
+func TestTestFuncsReadsEachFunctionOnce(t *testing.T) {
+	t.Parallel()
+	src := "package x\n\nfunc TestA(t *testing.T) {\n}\n\nfunc TestB(t *testing.T) {\n\ts := `\nfunc TestC(t *testing.T) {\n`\n\t_ = s\n}\n\nfunc TestD(t *testing.T) {\n\tx()\n}\n"
+	got := testFuncs([]byte(src))
+	if len(got) != 3 || got[0] != (testFunc{"TestA", ""}) || got[1].name != "TestB" || got[2] != (testFunc{"TestD", "\tx()"}) {
+		t.Fatalf("testFuncs = %+v, want TestA (empty), TestB, TestD", got)
 	}
 }
