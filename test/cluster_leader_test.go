@@ -290,7 +290,7 @@ func (c *leaderCluster) leaderKill(t *testing.T, target, other string, auth bool
 	t.Cleanup(func() {
 		if t.Failed() {
 			for _, m := range members {
-				logProcessOutput(t, m.name, warnings(m.p.errOut.String()))
+				logProcessOutput(t, m.name, m.p.errOut.String())
 			}
 		}
 		for _, m := range members {
@@ -568,17 +568,6 @@ func waitUntil(t *testing.T, what string, d time.Duration, cond func() bool) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-}
-
-// warnings keeps the lines of a process's log at WRN and ERR.
-func warnings(s string) string {
-	var out []string
-	for _, line := range strings.Split(s, "\n") {
-		if strings.Contains(line, " WRN ") || strings.Contains(line, " ERR ") {
-			out = append(out, line)
-		}
-	}
-	return strings.Join(out, "\n")
 }
 
 func tail(s string, n int) string {

@@ -24,25 +24,39 @@ import (
 const engineSource = events.DefaultSource
 
 // logProcessOutput, for a failed test, keeps a process's whole output in
-// $TURNSTONE_TEST_ARTIFACTS/<test>/<name>.log (CI keeps the folder) and
-// logs only its last lines, so that the failure's own message stays in
-// the part of a long run's output that a reader sees first.
+// $TURNSTONE_TEST_ARTIFACTS/<test>/<name>.log (scripts/test sets it, and
+// CI keeps the folder) and logs only its last lines, and any line of a
+// panic or a fatal error before them, so that the failure's own message
+// stays in the part of a long run's output that a reader sees first.
+// Without the folder (a go test of one's own) it logs everything.
 func logProcessOutput(t *testing.T, name, out string) {
 	t.Helper()
-	const lines = 12
-	where := ""
-	if base := os.Getenv("TURNSTONE_TEST_ARTIFACTS"); base != "" {
-		dir := filepath.Join(base, strings.NewReplacer("/", "_", " ", "_").Replace(t.Name()))
-		file := filepath.Join(dir, name+".log")
-		if err := os.MkdirAll(dir, 0o755); err == nil && os.WriteFile(file, []byte(out), 0o644) == nil {
-			where = " (all of it in " + file + ")"
-		}
+	base := os.Getenv("TURNSTONE_TEST_ARTIFACTS")
+	if base == "" {
+		t.Logf("%s:\n%s", name, out)
+		return
 	}
+	dir := filepath.Join(base, strings.NewReplacer("/", "_", " ", "_").Replace(t.Name()))
+	file := filepath.Join(dir, name+".log")
+	where := " (all of it in " + file + ")"
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		where = fmt.Sprintf(" (not kept: %v)", err)
+	} else if err := os.WriteFile(file, []byte(out), 0o644); err != nil {
+		where = fmt.Sprintf(" (not kept: %v)", err)
+	}
+	const last = 12
 	all := strings.Split(strings.TrimRight(out, "\n"), "\n")
-	if len(all) > lines {
-		all = append([]string{fmt.Sprintf("[%d lines before]", len(all)-lines)}, all[len(all)-lines:]...)
+	var shown []string
+	if len(all) > last {
+		for _, l := range all[:len(all)-last] {
+			if strings.HasPrefix(l, "panic:") || strings.HasPrefix(l, "fatal error:") {
+				shown = append(shown, l)
+			}
+		}
+		shown = append(shown, fmt.Sprintf("[%d lines before]", len(all)-last))
+		all = all[len(all)-last:]
 	}
-	t.Logf("%s, its last lines%s:\n%s", name, where, strings.Join(all, "\n"))
+	t.Logf("%s, its last lines%s:\n%s", name, where, strings.Join(append(shown, all...), "\n"))
 }
 
 // proc is a command of binDir running as a process.
