@@ -7,6 +7,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"sort"
@@ -55,7 +56,11 @@ func corpusSample(t testing.TB, files []string, keep ...string) []string {
 		return files
 	}
 	kept := importertest.Sample(t, files, keep...)
-	t.Logf("race detector on: %d of %d transcripts (those of at most %d KiB)", len(kept), len(files), importertest.SampleBytes>>10)
+	named := ""
+	if len(keep) > 0 {
+		named = fmt.Sprintf(", and the %d named", len(keep))
+	}
+	t.Logf("race detector on: %d of %d transcripts (those of at most %d KiB%s)", len(kept), len(files), importertest.SampleBytes>>10, named)
 	return kept
 }
 
