@@ -92,3 +92,23 @@ func TestSnapshotOfAnotherVersionDoesNotCount(t *testing.T) {
 		}
 	}
 }
+
+// FuzzDeclaredTimeoutMS: the quick answer for an input that cannot name a
+// timeout equals what decoding it gives.
+func FuzzDeclaredTimeoutMS(f *testing.F) {
+	for _, in := range []string{`{"command":"make","timeout":120000}`, `{"TimeOut":4000}`, `{"time\u006fut":7}`,
+		`{"timeout_ms":2500.7}`, `{"command":"echo timeout"}`, `{"TIMEOUT_MS":1e300}`, `{"timeout":-1}`, ` {"timeout":5}`, `[]`, ``} {
+		f.Add("Bash", in)
+		f.Add("shell", in)
+	}
+	f.Fuzz(func(t *testing.T, name, input string) {
+		in := json.RawMessage(input)
+		want := int64(0)
+		if len(in) > 0 && (in[0] == '{' || isSpace(in[0])) {
+			want = declaredTimeoutDecoded(name, in)
+		}
+		if got := DeclaredTimeoutMS(name, in); got != want {
+			t.Fatalf("DeclaredTimeoutMS(%q, %q) = %d, decoding gives %d", name, input, got, want)
+		}
+	})
+}

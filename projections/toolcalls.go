@@ -745,11 +745,20 @@ func DeclaredTimeoutMS(name string, input json.RawMessage) int64 {
 	}
 	// Most inputs name no timeout: say so without decoding them (the
 	// decode was a fifth of a fold's Apply). encoding/json matches
-	// member names without regard to case, and an escape (\u) may spell
-	// one, so only an input with neither may be answered here.
+	// member names without regard to case (Unicode simple folding, which
+	// maps nothing but ASCII letters to those of "timeout"), and an escape
+	// (\u) may spell one, so only an input with neither may be answered
+	// here; FuzzDeclaredTimeoutMS checks both paths agree. A decoder that
+	// also ignored '_' and '-' in names (go-json-experiment's
+	// MatchCaseInsensitiveNames) would break this test.
 	if !containsFold(input, "timeout") && !bytes.Contains(input, []byte(`\u`)) {
 		return 0
 	}
+	return declaredTimeoutDecoded(name, input)
+}
+
+// declaredTimeoutDecoded is DeclaredTimeoutMS by decoding the input.
+func declaredTimeoutDecoded(name string, input json.RawMessage) int64 {
 	var in struct {
 		TimeoutMS any `json:"timeout_ms"`
 		Timeout   any `json:"timeout"`
