@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/go-json-experiment/json"
 	"github.com/nats-io/nats.go/jetstream"
@@ -64,7 +65,17 @@ func (p *Projector) ReconcileIndex(ctx context.Context, part int) (int, error) {
 		if !gate.Enter(ref.Tenant, ref.Session, since) {
 			continue // being erased
 		}
-		s, err := Restore(ctx, p.log, p.store, ref.Tenant, ref.Session)
+		s, err := p.restoreAtLeast(ctx, ref)
+		if errors.Is(err, errReadBehind) {
+			// A replica answered from behind the listing: writing what it
+			// gave would store a stale row that nothing writes again
+			// until the session changes. The session's next event, or the
+			// next reconcile, writes it.
+			gate.Leave(ref.Tenant, ref.Session)
+			p.l.Warn().Int("partition", part).Str("session", ref.Tenant+"/"+ref.Session).Uint64("events", ref.Events).
+				Msg("fleet index: the log read back fewer events than the stream lists; row left for the next write")
+			continue
+		}
 		if err == nil {
 			if s.Tenant == "" {
 				s.Tenant, s.Session = ref.Tenant, ref.Session
@@ -95,6 +106,31 @@ func (p *Projector) ReconcileIndex(ctx context.Context, part int) (int, error) {
 		p.l.Info().Int("partition", part).Int("rows", n).Msg("fleet index: rows the log holds but the index missed, rebuilt")
 	}
 	return n, nil
+}
+
+// errReadBehind: a session read back fewer events than the stream lists.
+var errReadBehind = errors.New("the session read back fewer events than the stream lists")
+
+// restoreAtLeast restores ref's session, reading again (up to five times,
+// 200 ms apart) while it holds fewer events than ref counts: a direct get
+// may be answered by a replica that has not yet stored the latest
+// messages (JetStream ADR-31: direct gets on replicas may be stale, as
+// after a node is lost under load); errReadBehind when it never caught up.
+func (p *Projector) restoreAtLeast(ctx context.Context, ref events.SessionRef) (*Session, error) {
+	for try := 0; ; try++ {
+		s, err := Restore(ctx, p.log, p.store, ref.Tenant, ref.Session)
+		if err != nil || uint64(s.Events) >= ref.Events {
+			return s, err
+		}
+		if try == 4 {
+			return nil, errReadBehind
+		}
+		select {
+		case <-time.After(200 * time.Millisecond):
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
 }
 
 // indexEntry is a row read back from the index with its KV revision.
