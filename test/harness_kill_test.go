@@ -27,17 +27,17 @@ func longTranscripts(t testing.TB, n int) []string {
 		t.Fatal(err)
 	}
 	var long []string
+	size := map[string]int64{}
 	for _, f := range mains {
 		if fi, err := os.Stat(f); err == nil && fi.Size() > 1<<20 {
-			long = append(long, f)
+			long, size[f] = append(long, f), fi.Size()
 		}
 	}
 	if len(long) < 5 {
 		t.Fatalf("found %d transcripts over 1 MiB under %s/spotter, want the 5 shipped", len(long), transcriptsDir)
 	}
 	if n > 0 && n < len(long) {
-		size := func(f string) int64 { fi, _ := os.Stat(f); return fi.Size() }
-		slices.SortFunc(long, func(a, b string) int { return cmp.Compare(size(a), size(b)) })
+		slices.SortFunc(long, func(a, b string) int { return cmp.Compare(size[a], size[b]) })
 		long = long[:n]
 		slices.Sort(long)
 	}

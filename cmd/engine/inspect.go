@@ -167,12 +167,12 @@ func printInspect(w io.Writer, s *projections.Session) error {
 		p("  none\n")
 	}
 	for _, o := range v.OpenOrphans {
-		p("  %s  %s  seq %d  turn %s\n", cut(o.ToolUseID, 200), cut(o.Name, 200), o.Seq, orDash(o.Turn))
+		p("  %s  %s  seq %d  turn %s\n", o.ToolUseID, o.Name, o.Seq, orDash(o.Turn))
 	}
 	if len(v.RepairedOrphans) > 0 {
 		p("\nREPAIRED TOOL_USE\n")
 		for _, o := range v.RepairedOrphans {
-			p("  %s  %s  seq %d  turn %s  repaired at seq %d\n", cut(o.ToolUseID, 200), cut(o.Name, 200), o.Seq, orDash(o.Turn), o.RepairedSeq)
+			p("  %s  %s  seq %d  turn %s  repaired at seq %d\n", o.ToolUseID, o.Name, o.Seq, orDash(o.Turn), o.RepairedSeq)
 		}
 	}
 	p("\nVIOLATIONS (open)\n")
