@@ -22,8 +22,22 @@ import (
 // projector writes meanwhile, which is newer, is never overwritten. The
 // engine runs it when it takes a partition. It returns how many rows it
 // rebuilt. Errors: JetStream's; jetstream.ErrBucketNotFound (wrapped)
-// without an index.
-func (p *Projector) ReconcileIndex(ctx context.Context, part int) (int, error) {
+// without an index. When it fails, or leaves a row it could not read
+// back in full (a replica behind the stream), and the projector holds the
+// partition, its index loop runs it again (at once, then every
+// IndexEvery) until it succeeds or the partition is let go.
+func (p *Projector) ReconcileIndex(ctx context.Context, part int) (n int, err error) {
+	left := 0
+	defer func() {
+		if err == nil && left == 0 {
+			return
+		}
+		p.mu.Lock()
+		if ps, held := p.parts[part]; held && ps.lease.Err() == nil {
+			p.suspectIndex(part)
+		}
+		p.mu.Unlock()
+	}()
 	js := p.log.JetStream()
 	kv, err := js.KeyValue(ctx, IndexBucket)
 	if err != nil {
@@ -38,7 +52,6 @@ func (p *Projector) ReconcileIndex(ctx context.Context, part int) (int, error) {
 		return 0, fmt.Errorf("reconcile index of partition %d: %w", part, err)
 	}
 	gate := p.cfg.Gate
-	n := 0
 	for _, ref := range refs {
 		if ctx.Err() != nil {
 			return n, ctx.Err()
@@ -72,8 +85,9 @@ func (p *Projector) ReconcileIndex(ctx context.Context, part int) (int, error) {
 			// until the session changes. The session's next event, or the
 			// next reconcile, writes it.
 			gate.Leave(ref.Tenant, ref.Session)
+			left++
 			p.l.Warn().Int("partition", part).Str("session", ref.Tenant+"/"+ref.Session).Uint64("events", ref.Events).
-				Msg("fleet index: the log read back fewer events than the stream lists; row left for the next write")
+				Msg("fleet index: the log read back fewer events than the stream lists; row left for the next reconcile")
 			continue
 		}
 		if err == nil {

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/go-json-experiment/json"
 	"github.com/turnstone-dev/turnstone/events"
@@ -168,5 +169,112 @@ func TestSortRowsMergesRuns(t *testing.T) {
 				t.Fatalf("%d runs: row %d is %s/%s, want %s/%s", runs, i, rows[i].Tenant, rows[i].Session, want[i].Tenant, want[i].Session)
 			}
 		}
+	}
+}
+
+// TestAPinMoveRewritesTheRowsItsDroppedStatesOwed: events that change only
+// a session's counts are acknowledged at once, their row written within
+// IndexEvery. When the partition's pin moves before that (a nats-server
+// lost, its consumer's leader elected elsewhere), the projector drops the
+// partition's states; nothing would write the row again until the
+// session's next event, and a finished session has none. The projector
+// reconciles the partition's index with the log then, at once, so the
+// row counts every event (issue 19: CI's scale-out test saw a row stay at
+// 14 of a finished session's 26 events after a node was killed).
+func TestAPinMoveRewritesTheRowsItsDroppedStatesOwed(t *testing.T) {
+	ctx := testContext(t)
+	js := startJetStream(t)
+	log, err := events.Open(ctx, js, events.Config{Partitions: 1}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := EnsureIndexBucket(ctx, js, 1); err != nil {
+		t.Fatal(err)
+	}
+	moved := make(chan int, 4)
+	// IndexEvery an hour: only the pin move can write the counts' row.
+	p, err := NewProjector(log, newStore(t, js), ProjectorConfig{Durable: "pinmove", Shared: true, Index: true,
+		IndexEvery: time.Hour, OnPinMoved: func(part int) { moved <- part }}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Open(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close(ctx)
+	if err := p.Acquire(ctx, 0, false); err != nil {
+		t.Fatal(err)
+	}
+	steps := []step{at(&events.SessionStarted{}), in("t1", started("go")), in("t1", user(text("list the files")))}
+	for i := 0; i < 6; i++ {
+		steps = append(steps, in("t1", asst(text(fmt.Sprintf("thinking, step %d", i)))))
+	}
+	evs := build(t, steps)
+	for i := range evs {
+		evs[i].Seq = 0
+	}
+	want := len(evs)
+	// The first two, folded, then the rest: read back whole from the log,
+	// the first event's restore would write the row with every count.
+	if _, err := log.Append(ctx, evs[:2]); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, 10*time.Second, "the projector folds the first two events", func() bool {
+		s, ok := p.Session(testTenant, testSession)
+		return ok && s.Events == 2
+	})
+	if _, err := log.Append(ctx, evs[2:]); err != nil {
+		t.Fatal(err)
+	}
+	row := func() Summary {
+		kv, err := js.KeyValue(ctx, IndexBucket)
+		if err != nil {
+			t.Fatal(err)
+		}
+		e, err := kv.Get(ctx, IndexKey(0, testTenant, testSession))
+		if err != nil {
+			return Summary{}
+		}
+		var m Summary
+		if err := json.Unmarshal(e.Value(), &m); err != nil {
+			t.Fatal(err)
+		}
+		return m
+	}
+	waitUntil(t, 10*time.Second, "the projector folds every event", func() bool {
+		s, ok := p.Session(testTenant, testSession)
+		return ok && s.Events == want
+	})
+	if got := row(); got.Events >= want {
+		t.Fatalf("the row counts %d events before the pin moved: the test wants a row that only IndexEvery would write", got.Events)
+	}
+	st, err := js.Stream(ctx, events.EventsStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.UnpinConsumer(ctx, ProjectorConsumerName("pinmove", 0), DefaultProjectorGroup); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-moved:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the projector did not hear that the pin moved")
+	}
+	if _, ok := p.Session(testTenant, testSession); ok {
+		t.Fatal("the session's state is still held after the pin moved")
+	}
+	waitUntil(t, 10*time.Second, "the row counts every event", func() bool { return row().Events == want })
+}
+
+// waitUntil polls cond every 20 ms until it holds, or fails the test
+// after within, naming what it waited for.
+func waitUntil(t *testing.T, within time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("not within %s: %s", within, what)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }

@@ -84,14 +84,24 @@ func (p *Projector) pinLost(part int, why string) {
 	}
 }
 
-// dropPartition forgets every session state of partition part.
+// dropPartition forgets every session state of partition part. A state
+// whose index row was not stored yet (dirty: its events are acknowledged,
+// and nothing would write the row again until the session's next event)
+// marks the partition's index suspect: the index loop reconciles it with
+// the log (ReconcileIndex) while the partition is held. Its row is not
+// written from the dropped state, which another holder may have passed.
 func (p *Projector) dropPartition(part int) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	unstored := false
 	for _, t := range p.sessions {
 		if int(t.partition) == part {
+			unstored = unstored || t.dirty
 			p.drop(t)
 		}
+	}
+	if unstored {
+		p.suspectIndex(part)
 	}
 }
 

@@ -312,6 +312,14 @@ type Projector struct {
 	// their row was not stored yet), by key: the index loop writes them
 	// until they are stored.
 	unsent map[string]indexRow
+	// suspect are the partitions held whose fleet index may miss rows:
+	// states were dropped (the pin moved) while their row was not stored,
+	// or a ReconcileIndex did not finish. The index loop reconciles them
+	// with the log (ReconcileIndex) until it succeeds or the partition is
+	// let go; reconciling are those it is reconciling now.
+	suspect     map[int]bool
+	reconciling map[int]bool
+	indexWake   chan struct{}
 
 	runCtx  context.Context
 	cancel  context.CancelFunc
@@ -418,7 +426,8 @@ func NewProjector(log *events.Log, store *SnapshotStore, cfg ProjectorConfig, lo
 	}
 	cfg.setDefaults()
 	p := &Projector{log: log, store: store, cfg: cfg, l: zerolog.Nop(), sessions: map[string]*tracked{}, started: time.Now(),
-		parts: map[int]*partition{}, unsent: map[string]indexRow{}}
+		parts: map[int]*partition{}, unsent: map[string]indexRow{},
+		suspect: map[int]bool{}, reconciling: map[int]bool{}, indexWake: make(chan struct{}, 1)}
 	if logger != nil {
 		p.l = logger.With().Str("component", "projector").Logger()
 	}
@@ -996,8 +1005,70 @@ func (p *Projector) indexLoop(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-tick.C:
+			p.writeRows(ctx, nil)
+		case <-p.indexWake:
 		}
-		p.writeRows(ctx, nil)
+		p.reconcileSuspects()
+	}
+}
+
+// suspectIndex marks partition part's index to be reconciled with the
+// log by the index loop, at once (p.mu must be held). Ignored without an
+// index.
+func (p *Projector) suspectIndex(part int) {
+	if !p.cfg.Index {
+		return
+	}
+	p.suspect[part] = true
+	select {
+	case p.indexWake <- struct{}{}:
+	default:
+	}
+}
+
+// reconcileSuspects starts a ReconcileIndex of each suspect partition the
+// projector still holds under a live lease, one at a time per partition,
+// each on a goroutine of its own (a restore can take a while, and the
+// index loop goes on writing rows meanwhile). A partition let go is no
+// longer this projector's to reconcile: its next owner reconciles it when
+// it takes it. A reconcile that fails, or leaves a row behind, marks the
+// partition suspect again (ReconcileIndex), and it is tried again at the
+// next tick.
+func (p *Projector) reconcileSuspects() {
+	type job struct {
+		part  int
+		lease context.Context
+	}
+	var jobs []job
+	p.mu.Lock()
+	for part := range p.suspect {
+		ps, held := p.parts[part]
+		if !held || ps.lease.Err() != nil {
+			delete(p.suspect, part)
+			continue
+		}
+		if p.reconciling[part] {
+			continue // marked again while it runs: it runs again after
+		}
+		delete(p.suspect, part)
+		p.reconciling[part] = true
+		jobs = append(jobs, job{part, ps.lease})
+	}
+	p.mu.Unlock()
+	for _, j := range jobs {
+		p.wg.Add(1)
+		go func() {
+			defer p.wg.Done()
+			ctx, cancel := context.WithCancel(j.lease)
+			defer cancel()
+			defer context.AfterFunc(p.runCtx, cancel)()
+			if _, err := p.ReconcileIndex(ctx, j.part); err != nil && ctx.Err() == nil {
+				p.l.Warn().Err(err).Int("partition", j.part).Msg("fleet index not reconciled with the log; tried again")
+			}
+			p.mu.Lock()
+			delete(p.reconciling, j.part)
+			p.mu.Unlock()
+		}()
 	}
 }
 

@@ -512,7 +512,7 @@ func (e *Engine) acquire(ctx context.Context, p int, lease pgroup.Lease) error {
 		// The fleet index holds every session of the partition: rows a
 		// previous owner could not store are rebuilt from the log.
 		if _, err := e.Projector.ReconcileIndex(ctx, p); err != nil && ctx.Err() == nil {
-			e.l.Warn().Err(err).Int("partition", p).Msg("fleet index not reconciled with the log; tried again when the partition is taken again")
+			e.l.Warn().Err(err).Int("partition", p).Msg("fleet index not reconciled with the log; the projector tries again while it holds the partition")
 		}
 	}()
 	return nil

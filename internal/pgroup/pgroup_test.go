@@ -2,6 +2,7 @@ package pgroup
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"sort"
 	"sync"
@@ -152,11 +153,28 @@ func TestMembersShareThePartitionsAndTakeOverADeadOne(t *testing.T) {
 		return c["d"] >= 2 && c["a"]+c["c"]+c["d"] == 8 && c["a"] >= 2 && c["c"] >= 2
 	})
 
-	// A member that leaves hands over at once (well within a TTL).
+	// A member that leaves hands over at once: when Leave returns, its
+	// claims are deleted (not left to run out), and the others, watching
+	// the bucket, take them. The bound is loose (two TTLs), as the
+	// package's tests share two cores with the rest of CI; the deleted
+	// claims are what shows the hand-over did not wait for a TTL.
+	dHeld := d.heldPartitions()
+	if len(dHeld) == 0 {
+		t.Fatal("d holds no partition before it leaves")
+	}
 	if err := d.Leave(ctx); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "d's partitions back", d.cfg.TTL/2, func() bool { c := a.counts(); return c["a"]+c["c"] == 8 })
+	left := time.Now()
+	for _, p := range dHeld {
+		e, err := d.kv.Get(ctx, ClaimKey(d.cfg.Group, p))
+		var c Claim
+		if err == nil && json.Unmarshal(e.Value(), &c) == nil && c.Member == "d" {
+			t.Errorf("partition %d: d's claim is still in the bucket after Leave (revision %d)", p, e.Revision())
+		}
+	}
+	waitFor(t, "d's partitions back", 2*d.cfg.TTL, func() bool { c := a.counts(); return c["a"]+c["c"] == 8 })
+	t.Logf("d's partitions back %s after it left", time.Since(left).Round(time.Millisecond))
 
 	recs, err := List(ctx, js, "", "")
 	if err != nil {
