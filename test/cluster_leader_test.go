@@ -1116,6 +1116,20 @@ func checkFreshFold(t *testing.T, log *events.Log, js jetstream.JetStream, tenan
 			}
 			for _, session := range sessions {
 				g, _ := json.Marshal(at[session])
+				if bytes.Equal(g, want[session]) {
+					continue
+				}
+				// The log may have grown since it was folded (a new
+				// owner's snapshot.taken after a redelivery, seconds after
+				// the log looked settled): the row is compared with a fold
+				// of the log as it is now.
+				var evs []events.Event
+				if err := log.ReadSession(ctx, tenant, session, events.ReadOptions{}, func(ev events.Event) error {
+					evs = append(evs, ev)
+					return nil
+				}); err == nil {
+					want[session], _ = json.Marshal(projections.FoldLog(evs).Summary(events.Partition(tenant, session, log.Partitions())))
+				}
 				if !bytes.Equal(g, want[session]) {
 					differ = append(differ, session+": "+firstDiff(g, want[session]))
 				}
