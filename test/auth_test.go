@@ -115,7 +115,6 @@ func startAuthEnvWith(t *testing.T, extra string, policy *reconciler.Policy) *au
 // runtime crashed mid-tool is abandoned and repaired by the reconciler
 // and the worker, and no role needed a subject its permissions deny.
 func TestAuthRolesRepairACrashedSession(t *testing.T) {
-	inProcess(t)
 	skipShort(t, "runs every role as a process under auth")
 	t.Parallel()
 	e := startAuthEnv(t)
@@ -158,7 +157,6 @@ func TestAuthRolesRepairACrashedSession(t *testing.T) {
 // globex's session is kept. Without `retention: true` the engine may not
 // purge (TestAuthDenialTable).
 func TestAuthEraseAndRetention(t *testing.T) {
-	inProcess(t)
 	skipShort(t, "runs roles as processes under auth")
 	t.Parallel()
 	policy, err := reconciler.ParsePolicy([]byte("tenants:\n  acme:\n    retention:\n      max_age: 1s\n"))
@@ -228,7 +226,6 @@ func TestAuthEraseAndRetention(t *testing.T) {
 // knows only its own: the roles may not list consumers), never a durable
 // one, so no role is asked to do what it may not (issue 21).
 func TestAuthRolesCleanUpTheirOrderedConsumers(t *testing.T) {
-	inProcess(t)
 	skipShort(t, "runs every role as a process under auth")
 	t.Parallel()
 	e := startAuthEnv(t)

@@ -59,7 +59,6 @@ func writeCert(t *testing.T, dir, name string, tmpl *x509.Certificate, parent *x
 // every command); without a client certificate, or without the CA that
 // signed the server's, it is refused.
 func TestAuthMutualTLS(t *testing.T) {
-	inProcess(t)
 	t.Parallel()
 	dir := t.TempDir()
 	now := time.Now()

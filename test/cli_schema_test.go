@@ -93,7 +93,6 @@ func cutText(s string, n int) string {
 // validates each against its schema in docs/schema (docs/cli.md links
 // them). Every schema is used, and every command with --json has one.
 func TestJSONOutputsMatchTheirSchemas(t *testing.T) {
-	processesOnly(t)
 	skipShort(t, "runs every --json command against an engine process")
 	t.Parallel()
 	schemas := loadSchemas(t)

@@ -56,7 +56,6 @@ func wantFail(t *testing.T, url string, says []string, args ...string) string {
 // values, recovery show --json, subjects that name no session, and text
 // output that prints stored terminal escape sequences escaped.
 func TestCLICanBeScripted(t *testing.T) {
-	processesOnly(t)
 	skipShort(t, "runs engine processes")
 	t.Parallel()
 	eng := startEngine(t, t.TempDir(), "--sync", "1s")
@@ -263,7 +262,6 @@ func listen(t *testing.T) (net.Listener, int) {
 // process holds, for each of its listening flags: it must exit at once
 // saying "address in use" and naming the flag, not wait for the server.
 func TestBusyPortsAreReportedAtOnce(t *testing.T) {
-	processesOnly(t)
 	t.Parallel()
 	_, busy := listen(t)
 	for _, tc := range []struct {

@@ -38,12 +38,6 @@ func TestMain(m *testing.M) {
 	if !set {
 		_ = flag.Set("test.parallel", strconv.Itoa(defaultParallel))
 	}
-	// TURNSTONE_TEST_BIN: the commands are built already (scripts/test
-	// builds them once for its two passes, pass_test.go).
-	if dir := os.Getenv("TURNSTONE_TEST_BIN"); dir != "" {
-		binDir = dir
-		os.Exit(m.Run())
-	}
 	dir, err := os.MkdirTemp("", "turnstone-bin-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -92,17 +86,6 @@ func freePort(t testing.TB) int {
 		portPool.lo, portPool.hi = 20000, ephemeralLow()
 		if portPool.hi-portPool.lo < 2000 {
 			portPool.lo, portPool.hi = 0, 0 // no room below the range: ask for ":0"
-		}
-		// scripts/test's two passes (pass_test.go) run at once, each its
-		// own binary: each takes its own half, so neither hands out a port
-		// the other just checked.
-		if mid := (portPool.lo + portPool.hi) / 2; portPool.hi > 0 {
-			switch testPass {
-			case "race":
-				portPool.hi = mid
-			case "processes":
-				portPool.lo = mid
-			}
 		}
 		if portPool.hi > 0 {
 			portPool.next = portPool.lo + os.Getpid()%(portPool.hi-portPool.lo)
@@ -293,7 +276,6 @@ func runErr(url string, args ...string) (string, string, error) {
 }
 
 func TestCLIImportSessionsInspectReplay(t *testing.T) {
-	processesOnly(t)
 	skipShort(t, "runs the CLI over a transcript import")
 	t.Parallel()
 	data := t.TempDir()
@@ -499,7 +481,6 @@ func sessionOf(t *testing.T, file string) string {
 }
 
 func TestCLIErrorsAreClear(t *testing.T) {
-	processesOnly(t)
 	t.Parallel()
 	_, errOut, err := runErr("nats://127.0.0.1:1", "sessions")
 	if err == nil || !strings.Contains(errOut, "engine serve") {

@@ -64,7 +64,6 @@ const leaderTurnDeadline = 4 * time.Second
 // runtime exits 0 (a resend is never refused); and, with auth, no role
 // needed a subject its permissions deny.
 func TestLeaderKillKeepsOneOwnerPerPartition(t *testing.T) {
-	processesOnly(t)
 	if testing.Short() {
 		t.Skip("multi-process cluster test")
 	}

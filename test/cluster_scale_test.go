@@ -40,7 +40,6 @@ const clusterPartitions = 12
 // R3 recovery stream from every live node; and that every session's
 // projection equals a fresh fold of its log.
 func TestScaleOutOnAThreeNodeCluster(t *testing.T) {
-	processesOnly(t)
 	skipShort(t, "a 3-node cluster and process kills")
 	// Not parallel: it bounds handovers in time (the group's
 	// documented 7 s), which parallel tests would take CPU from. Serial tests

@@ -26,7 +26,6 @@ func startCluster(t *testing.T, n int) []*embedded.Server {
 // (JetStream reports 10164 on replicated streams), reads, and appends and
 // reads with one node down.
 func TestLogOnAThreeNodeCluster(t *testing.T) {
-	inProcess(t)
 	if testing.Short() {
 		t.Skip("cluster test")
 	}

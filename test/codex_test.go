@@ -60,7 +60,6 @@ func codexRollouts(t testing.TB) []string {
 //     are all paired: the output written after turn_aborted answers its
 //     call, the web search makes no call.
 func TestEveryDetectorOnEveryCodexRollout(t *testing.T) {
-	inProcess(t)
 	skipShort(t, "reads every Codex rollout")
 	t.Parallel()
 	files := codexRollouts(t)
@@ -124,7 +123,6 @@ var wantCodexDetected = map[string]detected{
 // web view show each session's runtime and version, and the session that
 // ends on a call with its turn in flight, in execute, the call pending.
 func TestCodexImportInspectAndWebView(t *testing.T) {
-	processesOnly(t)
 	skipShort(t, "runs engine processes")
 	t.Parallel()
 	ui := fmt.Sprintf("127.0.0.1:%d", freePort(t))
@@ -212,7 +210,6 @@ func TestCodexImportInspectAndWebView(t *testing.T) {
 // ends on, left unanswered past the turn's deadline, is abandoned by the
 // reconciler and becomes an orphan.
 func TestFollowCodexRolloutLive(t *testing.T) {
-	inProcess(t)
 	skipShort(t, "follows a rollout at its real pace")
 	t.Parallel()
 	// The call pending makes the turn's deadline tool_deadline's (2 hours

@@ -95,7 +95,6 @@ func flagArg(cmd []string, flag string) string {
 // flags are checked with -t in TestDockerComposeRunsWithAuthAndTLS, once
 // its configuration exists).
 func TestDockerCompose(t *testing.T) {
-	processesOnly(t)
 	t.Parallel()
 	f := loadCompose(t)
 	var engines, workers, nats []string
@@ -371,7 +370,6 @@ func (c *composeLocal) clusterURL() string {
 // client without a seed, without the CA, or without TLS is refused
 // (issue 8: docker-compose runs with auth and TLS).
 func TestDockerComposeRunsWithAuthAndTLS(t *testing.T) {
-	processesOnly(t)
 	if testing.Short() {
 		t.Skip("multi-process compose test")
 	}

@@ -76,7 +76,6 @@ func (d detected) anomalies() detected {
 // turn-2.jsonl adds (line 26); imported alone it stays in flight with the
 // tool pending (no orphan, no failure), and turn-2 continues it.
 func TestEveryDetectorOnEveryRealTranscript(t *testing.T) {
-	inProcess(t)
 	skipShort(t, "reads the whole transcript corpus")
 	t.Parallel()
 	if _, err := os.Stat(wildDir); err != nil {

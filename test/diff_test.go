@@ -21,7 +21,6 @@ import (
 // as of --from and the state as of --to, each folded from the first event
 // on its own.
 func TestDiffOfARealTranscript(t *testing.T) {
-	inProcess(t)
 	t.Parallel()
 	ctx := context.Background()
 	srv := embeddedtest.Start(t)

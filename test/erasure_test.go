@@ -159,7 +159,6 @@ func waitHeld(t *testing.T, eng *enginetest.Engine, tenant, session, what string
 // other sessions, snapshot cycles and the erased turn's deadline, nothing
 // of it comes back. Then `engine erase --tenant` removes a whole tenant.
 func TestEraseSessionAndTenant(t *testing.T) {
-	inProcess(t)
 	skipShort(t, "runs engine processes")
 	t.Parallel()
 	ctx := context.Background()
@@ -332,7 +331,6 @@ func TestEraseSessionAndTenant(t *testing.T) {
 // audit record of reason "retention"; its young sessions and the sessions
 // of a tenant without retention stay.
 func TestRetentionErasesOldSessions(t *testing.T) {
-	inProcess(t)
 	skipShort(t, "waits out a retention of 8 s")
 	t.Parallel()
 	ctx := context.Background()

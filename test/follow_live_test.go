@@ -169,7 +169,6 @@ func settled(t *testing.T, eng *engineProc, session string) (*projections.Sessio
 // never abandoned (the deadline counts from the turn's latest event, not
 // from its start), and ends completed with no violation.
 func TestFollowBusyTurnIsNeverAbandoned(t *testing.T) {
-	processesOnly(t)
 	skipShort(t, "follows a transcript at its real pace")
 	t.Parallel()
 	const session = "busy-0000-4000-8000-000000000001"
@@ -207,7 +206,6 @@ func TestFollowBusyTurnIsNeverAbandoned(t *testing.T) {
 // for 4.5 s until it returns: the turn is not abandoned (the call gets its
 // timeout and the grace), and completes.
 func TestFollowBashWithItsOwnTimeout(t *testing.T) {
-	processesOnly(t)
 	t.Parallel()
 	if os.Getenv("TURNSTONE_FOLLOW_FLUSH") == "" {
 		t.Skip("needs the follower to record a response still open (issue 15 item 3, the importers' branch): PENDING MERGE")
@@ -244,7 +242,6 @@ func TestFollowBashWithItsOwnTimeout(t *testing.T) {
 // abandoned after tool_deadline (2 s), and both become orphans, which
 // the worker repairs.
 func TestFollowParallelToolUseThenSilence(t *testing.T) {
-	processesOnly(t)
 	t.Parallel()
 	if os.Getenv("TURNSTONE_FOLLOW_FLUSH") == "" {
 		t.Skip("needs the follower to record a response still open (issue 15 item 3, the importers' branch): PENDING MERGE")

@@ -16,7 +16,6 @@ import (
 // decides its size on the race detector or -short (raceEnabled, sampled(),
 // corpusSample) must be listed, or its full size would run nowhere in CI.
 func TestFullSizePassNamesEverySampledTest(t *testing.T) {
-	processesOnly(t)
 	t.Parallel()
 	script, err := os.ReadFile("../scripts/fullsize")
 	if err != nil {
@@ -125,7 +124,6 @@ func testFuncs(src []byte) []testFunc {
 // empty (not running on into the next function), and never reads a
 // function out of another's body (a raw string holding a func line).
 func TestTestFuncsReadsEachFunctionOnce(t *testing.T) {
-	processesOnly(t)
 	t.Parallel()
 	src := "package x\n\nfunc TestA(t *testing.T) {\n}\n\nfunc TestB(t *testing.T) {\n\ts := `\nfunc TestC(t *testing.T) {\n`\n\t_ = s\n}\n\nfunc TestD(t *testing.T) {\n\tx()\n}\n"
 	got := testFuncs([]byte(src))

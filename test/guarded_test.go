@@ -27,7 +27,6 @@ import (
 // nothing a tenant sent, only the tenant's name in the labels that carry
 // it.
 func TestServeUnderAuthGuardsTheWebViewAndKeepsMetricsFreeOfTenantData(t *testing.T) {
-	processesOnly(t)
 	t.Parallel()
 	dir := t.TempDir()
 	spec := filepath.Join(dir, "auth.yaml")

@@ -269,7 +269,6 @@ func wantErr(t testing.TB, err, sentinel error, says ...string) {
 // session and sequence; the valid events around it are kept; and the
 // engine neither crashes nor stops folding.
 func TestBadInput(t *testing.T) {
-	processesOnly(t)
 	skipShort(t, "runs an engine process over every bad input")
 	t.Parallel()
 	eng := startEngine(t, t.TempDir(), "--sync", "1s")

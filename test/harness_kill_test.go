@@ -139,7 +139,6 @@ var importCounts = regexp.MustCompile(`-> (\d+) events \((\d+) appended, (\d+) a
 // the first did not store, and every session's projection (snapshot plus
 // tail, as `engine inspect` serves it) equals a fresh replay of its log.
 func TestEngineKilledMidImport(t *testing.T) {
-	inProcess(t)
 	skipShort(t, "kills engine processes")
 	t.Parallel()
 	const tenant = "killimport"
@@ -282,7 +281,6 @@ func recordedTurns(stderr string) []turnRecorded {
 // sequences acknowledged; no id is stored twice; every session's
 // projection equals a fresh replay of its log.
 func TestEngineKilledMidLiveIngest(t *testing.T) {
-	processesOnly(t)
 	skipShort(t, "kills engine processes")
 	t.Parallel()
 	const tenant = "live"

@@ -120,7 +120,6 @@ func padded(t testing.TB, tenant, session string, i, size int) events.Event {
 // (events.Open updates the stream) the engine is healthy again, appends
 // succeed and every acknowledged event is readable.
 func TestStreamFullFailsClosedAndLosesNothing(t *testing.T) {
-	inProcess(t)
 	skipShort(t, "fills a stream")
 	t.Parallel()
 	dir, port := t.TempDir(), freePort(t)
@@ -206,7 +205,6 @@ func waitHealth(t testing.TB, eng *engineProc, addr string, code int, says strin
 // reconnects, appends succeed and every acknowledged event is still in the
 // log.
 func TestJetStreamStorageFullFailsClearlyAndRecovers(t *testing.T) {
-	inProcess(t)
 	t.Parallel()
 	dir, port := t.TempDir(), freePort(t)
 	srv := startServerAt(t, dir, port, 8<<20)
@@ -262,7 +260,6 @@ func TestJetStreamStorageFullFailsClearlyAndRecovers(t *testing.T) {
 // data, the writer's client reconnects, appends succeed (a retried event
 // is stored once) and every acknowledged event is in the log.
 func TestStreamUnavailableMidAppend(t *testing.T) {
-	inProcess(t)
 	skipShort(t, "stops and restarts a server")
 	t.Parallel()
 	dir, port := t.TempDir(), freePort(t)

@@ -27,7 +27,6 @@ import (
 // the Claude Code files of at most 256 KiB (corpusSample); .ci/run's
 // full-size pass imports them all.
 func TestImportedHistoryIsNeverActedOn(t *testing.T) {
-	inProcess(t)
 	skipShort(t, "reads the whole transcript corpus")
 	t.Parallel()
 	ctx := context.Background()

@@ -21,7 +21,6 @@ import (
 // session runs, the distillation must be skipped with its reason and run
 // only after the repair, and `engine replay` must show the chain in order.
 func TestIncident20260219(t *testing.T) {
-	inProcess(t)
 	skipShort(t, "replays an incident through engine processes")
 	t.Parallel()
 	ctx := context.Background()

@@ -77,7 +77,6 @@ func (p *publisher) publish(f failure) {
 // incident with the 30 sessions and its evidence, keeps the 5 apart, and
 // marks the pattern seen in two windows recurring.
 func TestIncidentsCorrelated(t *testing.T) {
-	inProcess(t)
 	t.Parallel()
 	eng := enginetest.Start(t, enginetest.Options{})
 	p := &publisher{t: t, eng: eng}

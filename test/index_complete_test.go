@@ -22,7 +22,6 @@ import (
 // could not send or store is written again until it is. Under the race
 // detector, 20,000 sessions; scripts/fullsize runs the 100,000.
 func TestFleetIndexHoldsEverySession(t *testing.T) {
-	inProcess(t)
 	if testing.Short() {
 		t.Skip("100,000 sessions: not in -short")
 	}

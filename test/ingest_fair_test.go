@@ -82,7 +82,6 @@ func counterSum(t *testing.T, reg prometheus.Gatherer, name string, match map[st
 // mapping (TURNSTONE's, applied to the tenants' requests that enter
 // through its service exports).
 func TestRefusalsUnderAuthNeverDelayAnotherTenant(t *testing.T) {
-	inProcess(t)
 	skipShort(t, "measures latencies for seconds")
 	// Not parallel: it measures latencies, which other tests would take CPU from.
 	ctx := context.Background()

@@ -111,7 +111,6 @@ func owners(t *testing.T, js jetstream.JetStream, want, partitions int) map[stri
 // engine stops, the first takes its partitions, and a session appended
 // through the handover keeps its order.
 func TestEachEngineReceivesOnlyItsPartitionsAppends(t *testing.T) {
-	processesOnly(t)
 	if testing.Short() {
 		t.Skip("two engine processes: not in -short")
 	}

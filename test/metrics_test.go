@@ -33,7 +33,6 @@ func metric(body, name string) float64 {
 // checks on /metrics that no turn is left without an outcome after its
 // deadline and that started = completed + failed + abandoned + in flight.
 func TestEngineMetricsAccountForEveryTurn(t *testing.T) {
-	processesOnly(t)
 	skipShort(t, "runs engine processes")
 	t.Parallel()
 	policy := filepath.Join(t.TempDir(), "policy.yaml")

@@ -17,7 +17,6 @@ import (
 // --session TENANT/SESSION, a replay before the first event, --since in
 // days, the diff's ends, and a log that says each thing once.
 func TestOperatorsFirstHour(t *testing.T) {
-	processesOnly(t)
 	t.Parallel()
 	certs := t.TempDir()
 	if _, err := auth.WriteCerts(auth.CertConfig{Dir: certs, Hosts: []string{"127.0.0.1"}}); err != nil {

@@ -82,7 +82,6 @@ func connectJS(t *testing.T, url string) (*nats.Conn, jetstream.JetStream, *even
 // every session's commands must be executed in publish order, none lost,
 // and no command's effect recorded twice.
 func TestCommandsRunInPublishOrderAcrossWorkerDeath(t *testing.T) {
-	processesOnly(t)
 	if testing.Short() {
 		t.Skip("multi-process ordering test")
 	}

@@ -163,7 +163,6 @@ type jaegerTrace struct {
 // it, shows it (a screenshot in the artifacts). Skipped under -short, and
 // without the Jaeger binary (see jaegerBinary).
 func TestJaegerShowsACrashedSession(t *testing.T) {
-	processesOnly(t)
 	if testing.Short() {
 		t.Skip("the Jaeger demo is skipped under -short")
 	}

@@ -24,7 +24,6 @@ import (
 // anomaly events, and the repair as a child span of the orphan's; `engine
 // export otel` of the same session then sends identical spans.
 func TestOTelExportsACrashedRuntime(t *testing.T) {
-	processesOnly(t)
 	skipShort(t, "runs engine processes")
 	t.Parallel()
 	live := otlptest.Start(t)

@@ -25,7 +25,6 @@ import (
 // from before the death is not a return), and once the new runtime
 // answers, exactly one resume_session is.
 func TestRuntimeKilledMidTurnIsGoneOnce(t *testing.T) {
-	processesOnly(t)
 	skipShort(t, "kills a runtime process and waits out presence")
 	t.Parallel()
 	eng := startEngine(t, t.TempDir(), "--sync", "1s")

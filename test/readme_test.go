@@ -226,7 +226,6 @@ func matchOutput(want []string, out string) string {
 }
 
 func TestREADMEConvention(t *testing.T) {
-	processesOnly(t)
 	t.Parallel()
 	blocks, ports, err := parseREADME("intro\n<!-- readme-test: ports 4222 9465 -->\n\n" +
 		"<!-- readme-test: background; ready: \"engine ready\"; timeout: 2m -->\n```sh\nbin/engine serve\n```\n" +
@@ -264,7 +263,6 @@ func TestREADMEConvention(t *testing.T) {
 // TestREADME runs README.md's shell blocks as written (see the convention
 // above), in a scratch copy of this checkout.
 func TestREADME(t *testing.T) {
-	processesOnly(t)
 	if testing.Short() {
 		t.Skip("the README's walkthrough (about a minute): not in -short")
 	}

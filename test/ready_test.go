@@ -18,7 +18,6 @@ import (
 // it says it is up but not ready, and how many partitions have no live
 // owner, and says "engine ready" only once it owns every one of them.
 func TestReadyMeansEveryPartitionIsOwned(t *testing.T) {
-	processesOnly(t)
 	if testing.Short() {
 		t.Skip("an engine process killed and restarted: not in -short")
 	}

@@ -18,7 +18,6 @@ import (
 // orphan repaired by the reconciler; `engine recovery list` and `engine
 // replay` show each attempt and outcome.
 func TestWorkerProcessRepairsACrashedRuntime(t *testing.T) {
-	processesOnly(t)
 	t.Parallel()
 	eng := startEngine(t, t.TempDir(), "--sync", "1s")
 	_, wout := startWorker(t, eng.url, "w1")

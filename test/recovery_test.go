@@ -135,7 +135,6 @@ func (e *recoveryEnv) turn(session string, spec refruntime.TurnSpec) refruntime.
 // orphan; a worker repairs it, and the history is valid for the model API
 // again (a distillation over it is clean).
 func TestReferenceRuntimeOrphanIsRepaired(t *testing.T) {
-	inProcess(t)
 	t.Parallel()
 	e := newRecoveryEnv(t)
 	e.turn("crash", refruntime.TurnSpec{Tools: []refruntime.ToolSpec{{Name: "Read"}}})
@@ -184,7 +183,6 @@ func TestReferenceRuntimeOrphanIsRepaired(t *testing.T) {
 // TestReferenceRuntimeFaultsEndInRecordedOutcomes drives each fault the
 // reference runtime knows through the command a reconciler would issue.
 func TestReferenceRuntimeFaultsEndInRecordedOutcomes(t *testing.T) {
-	inProcess(t)
 	t.Parallel()
 	e := newRecoveryEnv(t)
 

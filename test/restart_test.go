@@ -16,7 +16,6 @@ import (
 // turns are in flight, starts it again, and checks that every one of them
 // ends in an outcome without any new event arriving for its session.
 func TestEngineKilledWithTurnsInFlight(t *testing.T) {
-	processesOnly(t)
 	skipShort(t, "kills engine processes")
 	t.Parallel()
 	dir := t.TempDir()

@@ -131,7 +131,6 @@ func quote(s string) string {
 // stream (a raw get of every sequence; AGENT_EVENTS by direct get) holds
 // one, and neither do inspect, replay, recovery list, rejects or sessions.
 func TestSecretsFromARawClientNeverReachTheLog(t *testing.T) {
-	processesOnly(t)
 	skipShort(t, "runs engine processes")
 	t.Parallel()
 	dir := t.TempDir()
@@ -314,7 +313,6 @@ func TestSecretsFromARawClientNeverReachTheLog(t *testing.T) {
 // byte-identical to a fresh fold of B's own log, and the index has no row
 // the body names.
 func TestCrossTenantBodyLeavesTheOtherSessionAlone(t *testing.T) {
-	inProcess(t)
 	skipShort(t, "runs engine processes")
 	t.Parallel()
 	ctx := context.Background()

@@ -49,7 +49,6 @@ func checkDelivery(t *testing.T, js jetstream.JetStream, when string, want recov
 // consumer, no membership); a worker that expects what is stored, or
 // nothing, runs (issues 19 and 21).
 func TestEngineSetupIsTheOnlyWriterOfConsumerSettings(t *testing.T) {
-	processesOnly(t)
 	skipShort(t, "runs engine and worker processes")
 	t.Parallel()
 	dir := t.TempDir()

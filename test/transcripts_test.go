@@ -109,7 +109,6 @@ func (e *env) restore(t *testing.T, tenant, session string) *projections.Session
 // over a clean history. Under the race detector it reads the files of at
 // most 256 KiB (corpusSample); .ci/run's full-size pass reads them all.
 func TestEveryShippedTranscriptImportsClean(t *testing.T) {
-	inProcess(t)
 	skipShort(t, "reads the whole transcript corpus")
 	t.Parallel()
 	e := newEnv(t)
@@ -167,7 +166,6 @@ func TestEveryShippedTranscriptImportsClean(t *testing.T) {
 }
 
 func TestCompactionBecomesADistillation(t *testing.T) {
-	inProcess(t)
 	t.Parallel()
 	e := newEnv(t)
 	file := filepath.Join(transcriptsDir, "spotter", "258c7280-ae70-4798-800f-63464d01a85d.jsonl")
@@ -210,7 +208,6 @@ var errStopFold = errors.New("stop the fold")
 // detector it reads the files of at most 256 KiB (corpusSample); .ci/run's
 // full-size pass reads them all.
 func TestSecondImportAddsNothing(t *testing.T) {
-	inProcess(t)
 	skipShort(t, "reads the whole transcript corpus twice")
 	t.Parallel()
 	e := newEnv(t)
@@ -330,7 +327,6 @@ func nextPrompt(t *testing.T, file string) string {
 }
 
 func TestCutTranscriptReportsExactlyTheOrphan(t *testing.T) {
-	inProcess(t)
 	skipShort(t, "cuts and imports long transcripts")
 	t.Parallel()
 	e := newEnv(t)

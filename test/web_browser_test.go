@@ -168,7 +168,6 @@ const sidechainParent = "258c7280-ae70-4798-800f-63464d01a85d"
 // a raw event; a sidechain opened from its parent; the incidents. The
 // pages ask no host but the engine for anything.
 func TestWebViewInChromium(t *testing.T) {
-	inProcess(t)
 	skipShort(t, "drives Chromium")
 	t.Parallel()
 	started := time.Now()

@@ -17,7 +17,6 @@ import (
 // with a provider's 529, the incidents page shows it, and /metrics counts
 // the open incident by its class.
 func TestServeWebViewAndIncidentMetrics(t *testing.T) {
-	processesOnly(t)
 	t.Parallel()
 	ui := fmt.Sprintf("127.0.0.1:%d", freePort(t))
 	tele := fmt.Sprintf("127.0.0.1:%d", freePort(t))

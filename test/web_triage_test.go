@@ -30,7 +30,6 @@ import (
 // on a time axis, and counts tool errors. Each page is saved as a
 // screenshot.
 func TestWebViewTriageInChromium(t *testing.T) {
-	inProcess(t)
 	skipShort(t, "drives Chromium")
 	t.Parallel()
 	ctx := context.Background()

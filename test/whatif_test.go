@@ -25,7 +25,6 @@ import (
 // sequences and the command list are the same after as before; and two
 // runs print byte-identical JSON.
 func TestWhatifReplaysTheRecordedPolicy(t *testing.T) {
-	processesOnly(t)
 	skipShort(t, "runs engine processes")
 	t.Parallel()
 	policy := filepath.Join(t.TempDir(), "policy.yaml")
