@@ -891,7 +891,21 @@ func (m *Member) deleteClaims(ctx context.Context, revs map[int]uint64) {
 	dctx, cancel := context.WithTimeout(ctx, m.cfg.TTL)
 	defer cancel()
 	for p, rev := range revs {
-		if err := m.kv.Delete(dctx, ClaimKey(m.cfg.Group, p), jetstream.LastRevision(rev)); err != nil {
+		key := ClaimKey(m.cfg.Group, p)
+		err := m.kv.Delete(dctx, key, jetstream.LastRevision(rev))
+		if err != nil {
+			// A renewal the member gave up waiting for (its context ended
+			// as it left) may still have been stored: the claim is then at
+			// a later revision than the one remembered. Still this
+			// incarnation's, it is deleted at that revision.
+			if e, gerr := m.kv.Get(dctx, key); gerr == nil {
+				var c Claim
+				if json.Unmarshal(e.Value(), &c) == nil && c.Member == m.cfg.Member && c.Incarnation == m.inc {
+					err = m.kv.Delete(dctx, key, jetstream.LastRevision(e.Revision()))
+				}
+			}
+		}
+		if err != nil {
 			m.l.Warn().Err(err).Int("partition", p).Msg("claim not deleted; it runs out after the TTL")
 		}
 	}
