@@ -278,3 +278,77 @@ func waitUntil(t *testing.T, within time.Duration, what string, cond func() bool
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// TestAFailedIndexWriteGetsItsPartitionReconciled: a row write that
+// failed or went unanswered may still be stored later, over a newer row
+// (a publish nats.go resends after a stream found no responders, a
+// leader elected mid-write); nothing would write the row again for a
+// session with no next event. The projector reconciles the partition with
+// the log indexSettle after such a failure: a stale row that landed late
+// is set right. (CI's scale-out test saw a finished session's row stay at
+// 2 of its 26 events after a nats-server was killed.)
+func TestAFailedIndexWriteGetsItsPartitionReconciled(t *testing.T) {
+	ctx := testContext(t)
+	js := startJetStream(t)
+	log, err := events.Open(ctx, js, events.Config{Partitions: 1}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := EnsureIndexBucket(ctx, js, 1); err != nil {
+		t.Fatal(err)
+	}
+	p, err := NewProjector(log, newStore(t, js), ProjectorConfig{Durable: "settle", Shared: true, Index: true,
+		IndexEvery: 100 * time.Millisecond}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Open(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close(ctx)
+	if err := p.Acquire(ctx, 0, false); err != nil {
+		t.Fatal(err)
+	}
+	evs := build(t, []step{at(&events.SessionStarted{}), in("t1", started("go")), in("t1", user(text("hi"))),
+		in("t1", asst(text("hello"))), in("t1", completed())})
+	for i := range evs {
+		evs[i].Seq = 0
+	}
+	if _, err := log.Append(ctx, evs); err != nil {
+		t.Fatal(err)
+	}
+	kv, err := js.KeyValue(ctx, IndexBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := IndexKey(0, testTenant, testSession)
+	row := func() Summary {
+		e, err := kv.Get(ctx, key)
+		if err != nil {
+			return Summary{}
+		}
+		var m Summary
+		_ = json.Unmarshal(e.Value(), &m)
+		return m
+	}
+	waitUntil(t, 10*time.Second, "the row counts every event", func() bool { return row().Events == len(evs) })
+	// A stale row lands late, over the current one, and the projector
+	// heard its write fail.
+	stale := row()
+	stale.Events, stale.Status = 2, StatusInTurn
+	b, _ := json.Marshal(stale)
+	if _, err := kv.Put(ctx, key, b); err != nil {
+		t.Fatal(err)
+	}
+	p.mu.Lock()
+	p.suspectIndexLater(0)
+	p.mu.Unlock()
+	time.Sleep(indexSettle / 2)
+	if got := row(); got.Events != 2 {
+		t.Fatalf("the row was rewritten (%d events) before indexSettle: a write still landing could undo it", got.Events)
+	}
+	waitUntil(t, indexSettle+10*time.Second, "the stale row is set right", func() bool {
+		m := row()
+		return m.Events == len(evs) && m.Status == StatusIdle
+	})
+}

@@ -312,12 +312,15 @@ type Projector struct {
 	// their row was not stored yet), by key: the index loop writes them
 	// until they are stored.
 	unsent map[string]indexRow
-	// suspect are the partitions held whose fleet index may miss rows:
-	// states were dropped (the pin moved) while their row was not stored,
-	// or a ReconcileIndex did not finish. The index loop reconciles them
-	// with the log (ReconcileIndex) until it succeeds or the partition is
-	// let go; reconciling are those it is reconciling now.
-	suspect     map[int]bool
+	// suspect are the partitions held whose fleet index may not match
+	// the log, each with the time from which it is reconciled: states were
+	// dropped (the pin moved) while their row was not stored, a
+	// ReconcileIndex did not finish, or a row's write failed or went
+	// unanswered (it may still be stored later, over a newer row: a
+	// stream electing a leader). The index loop reconciles them with the
+	// log (ReconcileIndex) until it succeeds or the partition is let go;
+	// reconciling are those it is reconciling now.
+	suspect     map[int]time.Time
 	reconciling map[int]bool
 	indexWake   chan struct{}
 
@@ -414,6 +417,7 @@ func (ps *partition) close() {
 type pendingAck struct {
 	msg             jetstream.Msg
 	fut             jetstream.PubAckFuture
+	part            int
 	key             string
 	tenant, session string
 }
@@ -427,7 +431,7 @@ func NewProjector(log *events.Log, store *SnapshotStore, cfg ProjectorConfig, lo
 	cfg.setDefaults()
 	p := &Projector{log: log, store: store, cfg: cfg, l: zerolog.Nop(), sessions: map[string]*tracked{}, started: time.Now(),
 		parts: map[int]*partition{}, unsent: map[string]indexRow{},
-		suspect: map[int]bool{}, reconciling: map[int]bool{}, indexWake: make(chan struct{}, 1)}
+		suspect: map[int]time.Time{}, reconciling: map[int]bool{}, indexWake: make(chan struct{}, 1)}
 	if logger != nil {
 		p.l = logger.With().Str("component", "projector").Logger()
 	}
@@ -561,7 +565,7 @@ func (p *Projector) consume(ps *partition, part int, cons jetstream.Consumer) (j
 			return
 		}
 		if fut != nil {
-			ps.wait(pendingAck{msg: msg, fut: fut, key: ev.Tenant + "/" + ev.Session, tenant: ev.Tenant, session: ev.Session})
+			ps.wait(pendingAck{msg: msg, fut: fut, part: part, key: ev.Tenant + "/" + ev.Session, tenant: ev.Tenant, session: ev.Session})
 			return
 		}
 		_ = msg.Ack()
@@ -644,10 +648,10 @@ func (p *Projector) acker(ps *partition) {
 				_ = pa.msg.Ack()
 			}
 		case err := <-pa.fut.Err():
-			p.indexFailed(pa.key, err)
+			p.indexFailed(pa.part, pa.key, err)
 			_ = pa.msg.Nak()
 		case <-timer.C:
-			p.indexFailed(pa.key, errors.New("no ack from the index"))
+			p.indexFailed(pa.part, pa.key, errors.New("no ack from the index"))
 			_ = pa.msg.Nak()
 		}
 		timer.Stop()
@@ -656,12 +660,13 @@ func (p *Projector) acker(ps *partition) {
 }
 
 // indexFailed marks a session's summary to be written again.
-func (p *Projector) indexFailed(key string, err error) {
+func (p *Projector) indexFailed(part int, key string, err error) {
 	p.l.Warn().Err(err).Str("session", key).Msg("index write failed; the event is delivered again")
 	p.mu.Lock()
 	if t, ok := p.sessions[key]; ok {
 		t.indexed, t.dirty = attention{}, true
 	}
+	p.suspectIndexLater(part)
 	p.mu.Unlock()
 }
 
@@ -1019,10 +1024,29 @@ func (p *Projector) suspectIndex(part int) {
 	if !p.cfg.Index {
 		return
 	}
-	p.suspect[part] = true
+	p.suspect[part] = time.Now()
 	select {
 	case p.indexWake <- struct{}{}:
 	default:
+	}
+}
+
+// indexSettle is how long after a row's write failed or went unanswered
+// its partition is reconciled: long enough for a write the client gave up
+// on, which the stream may still store (nats.go resends a publish that
+// found no responders, twice, 250 ms apart), to have landed, so that the
+// reconcile sees and sets right whatever it left.
+const indexSettle = 5 * time.Second
+
+// suspectIndexLater marks partition part's index to be reconciled
+// indexSettle from now, or later when a later failure pushes it on (p.mu
+// must be held). Ignored without an index.
+func (p *Projector) suspectIndexLater(part int) {
+	if !p.cfg.Index {
+		return
+	}
+	if at := time.Now().Add(indexSettle); at.After(p.suspect[part]) {
+		p.suspect[part] = at
 	}
 }
 
@@ -1040,15 +1064,16 @@ func (p *Projector) reconcileSuspects() {
 		lease context.Context
 	}
 	var jobs []job
+	now := time.Now()
 	p.mu.Lock()
-	for part := range p.suspect {
+	for part, from := range p.suspect {
 		ps, held := p.parts[part]
 		if !held || ps.lease.Err() != nil {
 			delete(p.suspect, part)
 			continue
 		}
-		if p.reconciling[part] {
-			continue // marked again while it runs: it runs again after
+		if p.reconciling[part] || now.Before(from) {
+			continue // marked again while it runs (it runs again after), or not yet due
 		}
 		delete(p.suspect, part)
 		p.reconciling[part] = true
@@ -1187,6 +1212,9 @@ func (p *Projector) writeWindow(ctx context.Context, rows []indexRow, keys []str
 		gate.Leave(sent[i].sum.Tenant, sent[i].sum.Session)
 		if !stored {
 			redo(sentKeys[i], sent[i])
+			p.mu.Lock()
+			p.suspectIndexLater(sent[i].sum.Partition)
+			p.mu.Unlock()
 		}
 	}
 }
