@@ -1,6 +1,7 @@
 package projections
 
 import (
+	"context"
 	"fmt"
 	"math/rand/v2"
 	"slices"
@@ -9,6 +10,7 @@ import (
 	"time"
 
 	"github.com/go-json-experiment/json"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/turnstone-dev/turnstone/events"
 )
 
@@ -19,14 +21,7 @@ import (
 // as they are (same revision).
 func TestReconcileIndexRebuildsWhatTheIndexMissed(t *testing.T) {
 	ctx := testContext(t)
-	js := startJetStream(t)
-	log, err := events.Open(ctx, js, events.Config{Partitions: 1}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := EnsureIndexBucket(ctx, js, 1); err != nil {
-		t.Fatal(err)
-	}
+	js, log := oneIndexedPartition(t, ctx)
 	store := newStore(t, js)
 	for i := 0; i < 6; i++ {
 		s := fmt.Sprintf("s%d", i)
@@ -183,14 +178,7 @@ func TestSortRowsMergesRuns(t *testing.T) {
 // 14 of a finished session's 26 events after a node was killed).
 func TestAPinMoveRewritesTheRowsItsDroppedStatesOwed(t *testing.T) {
 	ctx := testContext(t)
-	js := startJetStream(t)
-	log, err := events.Open(ctx, js, events.Config{Partitions: 1}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := EnsureIndexBucket(ctx, js, 1); err != nil {
-		t.Fatal(err)
-	}
+	js, log := oneIndexedPartition(t, ctx)
 	moved := make(chan int, 4)
 	// IndexEvery an hour: only the pin move can write the counts' row.
 	p, err := NewProjector(log, newStore(t, js), ProjectorConfig{Durable: "pinmove", Shared: true, Index: true,
@@ -226,21 +214,7 @@ func TestAPinMoveRewritesTheRowsItsDroppedStatesOwed(t *testing.T) {
 	if _, err := log.Append(ctx, evs[2:]); err != nil {
 		t.Fatal(err)
 	}
-	row := func() Summary {
-		kv, err := js.KeyValue(ctx, IndexBucket)
-		if err != nil {
-			t.Fatal(err)
-		}
-		e, err := kv.Get(ctx, IndexKey(0, testTenant, testSession))
-		if err != nil {
-			return Summary{}
-		}
-		var m Summary
-		if err := json.Unmarshal(e.Value(), &m); err != nil {
-			t.Fatal(err)
-		}
-		return m
-	}
+	row := func() Summary { return testSessionRow(t, ctx, js) }
 	waitUntil(t, 10*time.Second, "the projector folds every event", func() bool {
 		s, ok := p.Session(testTenant, testSession)
 		return ok && s.Events == want
@@ -289,14 +263,7 @@ func waitUntil(t *testing.T, within time.Duration, what string, cond func() bool
 // 2 of its 26 events after a nats-server was killed.)
 func TestAFailedIndexWriteGetsItsPartitionReconciled(t *testing.T) {
 	ctx := testContext(t)
-	js := startJetStream(t)
-	log, err := events.Open(ctx, js, events.Config{Partitions: 1}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := EnsureIndexBucket(ctx, js, 1); err != nil {
-		t.Fatal(err)
-	}
+	js, log := oneIndexedPartition(t, ctx)
 	p, err := NewProjector(log, newStore(t, js), ProjectorConfig{Durable: "settle", Shared: true, Index: true,
 		IndexEvery: 100 * time.Millisecond}, nil)
 	if err != nil {
@@ -317,27 +284,18 @@ func TestAFailedIndexWriteGetsItsPartitionReconciled(t *testing.T) {
 	if _, err := log.Append(ctx, evs); err != nil {
 		t.Fatal(err)
 	}
-	kv, err := js.KeyValue(ctx, IndexBucket)
-	if err != nil {
-		t.Fatal(err)
-	}
-	key := IndexKey(0, testTenant, testSession)
-	row := func() Summary {
-		e, err := kv.Get(ctx, key)
-		if err != nil {
-			return Summary{}
-		}
-		var m Summary
-		_ = json.Unmarshal(e.Value(), &m)
-		return m
-	}
+	row := func() Summary { return testSessionRow(t, ctx, js) }
 	waitUntil(t, 10*time.Second, "the row counts every event", func() bool { return row().Events == len(evs) })
 	// A stale row lands late, over the current one, and the projector
 	// heard its write fail.
 	stale := row()
 	stale.Events, stale.Status = 2, StatusInTurn
 	b, _ := json.Marshal(stale)
-	if _, err := kv.Put(ctx, key, b); err != nil {
+	kv, err := js.KeyValue(ctx, IndexBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.Put(ctx, IndexKey(0, testTenant, testSession), b); err != nil {
 		t.Fatal(err)
 	}
 	p.mu.Lock()
@@ -351,4 +309,38 @@ func TestAFailedIndexWriteGetsItsPartitionReconciled(t *testing.T) {
 		m := row()
 		return m.Events == len(evs) && m.Status == StatusIdle
 	})
+}
+
+// oneIndexedPartition starts a JetStream server of the test's own and
+// opens on it a log of one partition and the fleet index bucket.
+func oneIndexedPartition(t *testing.T, ctx context.Context) (jetstream.JetStream, *events.Log) {
+	t.Helper()
+	js := startJetStream(t)
+	log, err := events.Open(ctx, js, events.Config{Partitions: 1}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := EnsureIndexBucket(ctx, js, 1); err != nil {
+		t.Fatal(err)
+	}
+	return js, log
+}
+
+// testSessionRow reads testTenant/testSession's row of partition 0 from
+// the fleet index: the zero Summary while there is none.
+func testSessionRow(t *testing.T, ctx context.Context, js jetstream.JetStream) Summary {
+	t.Helper()
+	kv, err := js.KeyValue(ctx, IndexBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := kv.Get(ctx, IndexKey(0, testTenant, testSession))
+	if err != nil {
+		return Summary{}
+	}
+	var m Summary
+	if err := json.Unmarshal(e.Value(), &m); err != nil {
+		t.Fatal(err)
+	}
+	return m
 }

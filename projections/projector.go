@@ -1018,13 +1018,17 @@ func (p *Projector) indexLoop(ctx context.Context) {
 }
 
 // suspectIndex marks partition part's index to be reconciled with the
-// log by the index loop, at once (p.mu must be held). Ignored without an
-// index.
+// log by the index loop, at once (p.mu must be held), unless a reconcile
+// is due later already (suspectIndexLater): that one covers this, and
+// running before it would leave what a write still landing undoes.
+// Ignored without an index.
 func (p *Projector) suspectIndex(part int) {
 	if !p.cfg.Index {
 		return
 	}
-	p.suspect[part] = time.Now()
+	if now := time.Now(); p.suspect[part].Before(now) {
+		p.suspect[part] = now
+	}
 	select {
 	case p.indexWake <- struct{}{}:
 	default:
