@@ -1,6 +1,7 @@
 package projections
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
 	"strings"
@@ -227,34 +228,54 @@ func compactPrefix(raw []byte, max int) string {
 
 // appendCompact appends to dst about the first max bytes of the JSON
 // value raw with the white space outside strings removed (compactPrefix),
-// and returns the extended slice.
+// and returns the extended slice. It copies runs, not bytes: a string runs
+// to its first quote not escaped (an odd run of backslashes before a quote
+// escapes it), found with bytes.IndexByte; a string left open runs to the
+// end of raw.
 func appendCompact(dst, raw []byte, max int) []byte {
-	n := 0
-	inString, escaped := false, false
-	for _, c := range raw {
-		if n >= max {
-			break
-		}
-		switch {
-		case inString:
-			switch {
-			case escaped:
-				escaped = false
-			case c == '\\':
-				escaped = true
-			case c == '"':
-				inString = false
-			}
-		case c == '"':
-			inString = true
-		case c == ' ' || c == '\t' || c == '\n' || c == '\r':
+	n := 0 // bytes appended
+	for i := 0; i < len(raw) && n < max; {
+		j := i + 1 // the run is raw[i:j]
+		switch raw[i] {
+		case ' ', '\t', '\n', '\r':
+			i++
 			continue
+		case '"':
+			for {
+				k := bytes.IndexByte(raw[j:], '"')
+				if k < 0 {
+					j = len(raw)
+					break
+				}
+				k += j
+				b := k
+				for b > i+1 && raw[b-1] == '\\' {
+					b--
+				}
+				j = k + 1
+				if (k-b)%2 == 0 {
+					break
+				}
+			}
+		default:
+			for j < len(raw) && !compactStop[raw[j]] {
+				j++
+			}
 		}
-		dst = append(dst, c)
-		n++
+		run := raw[i:j]
+		if len(run) > max-n {
+			run = run[:max-n]
+		}
+		dst = append(dst, run...)
+		n += len(run)
+		i = j
 	}
 	return dst
 }
+
+// compactStop marks the bytes that end a run outside a string: a quote
+// and JSON's white space.
+var compactStop = [256]bool{'"': true, ' ': true, '\t': true, '\n': true, '\r': true}
 
 // compactJSON returns raw with the white space outside strings removed.
 func compactJSON(raw []byte) string { return compactPrefix(raw, len(raw)) }

@@ -34,9 +34,11 @@ func (r *runner) foldFigure(ctx context.Context) error {
 	n := len(evs)
 	evs = nil
 
+	var foldCPU, rawCPU []float64 // CPU-µs of the process per event, by run
 	fold := func() (float64, int, error) {
 		states := map[string]*projections.Session{}
 		got := 0
+		cpu0 := cpuTime()
 		start := time.Now()
 		err := l.ReadAll(ctx, events.ReadOptions{}, func(ev events.Event) error {
 			// The look-up's key is built on the stack; only a new
@@ -51,13 +53,16 @@ func (r *runner) foldFigure(ctx context.Context) error {
 			return nil
 		})
 		d := time.Since(start)
+		foldCPU = append(foldCPU, perEventMicros(cpuTime()-cpu0, got))
 		if err == nil && got != n {
 			err = fmt.Errorf("folded %d events, want %d", got, n)
 		}
 		return rate(got, d), len(states), err
 	}
 	raw := func() (float64, error) {
+		cpu0 := cpuTime()
 		d, got, err := readOrdered(ctx, c.js, n)
+		rawCPU = append(rawCPU, perEventMicros(cpuTime()-cpu0, got))
 		return rate(got, d), err
 	}
 	// Warm up both (the server's block cache, the client's buffers).
@@ -83,14 +88,14 @@ func (r *runner) foldFigure(ctx context.Context) error {
 				}
 				sessions = s
 				folds = append(folds, v)
-				r.logf("   run %d fold %s", run+1, perSec(v))
+				r.logf("   run %d fold %s (%.1f CPU-µs/event)", run+1, perSec(v), foldCPU[len(foldCPU)-1])
 			} else {
 				v, err := raw()
 				if err != nil {
 					return err
 				}
 				raws = append(raws, v)
-				r.logf("   run %d raw  %s", run+1, perSec(v))
+				r.logf("   run %d raw  %s (%.1f CPU-µs/event)", run+1, perSec(v), rawCPU[len(rawCPU)-1])
 			}
 		}
 	}
@@ -104,9 +109,19 @@ func (r *runner) foldFigure(ctx context.Context) error {
 		Target:   ">= 0.7",
 		Status:   status(f/rw >= 0.7),
 		Metrics: map[string]float64{"fold_events_per_s": f, "raw_events_per_s": rw, "ratio": f / rw, "events": float64(n), "sessions": float64(sessions),
-			"fold_min": minf(folds), "fold_max": maxf(folds), "raw_min": minf(raws), "raw_max": maxf(raws)},
+			"fold_min": minf(folds), "fold_max": maxf(folds), "raw_min": minf(raws), "raw_max": maxf(raws),
+			// The process's CPU (client and embedded server) per event.
+			"fold_cpu_us_per_event": median(foldCPU), "raw_cpu_us_per_event": median(rawCPU)},
 	})
 	return nil
+}
+
+// perEventMicros is d in microseconds per event of n.
+func perEventMicros(d time.Duration, n int) float64 {
+	if n == 0 {
+		return 0
+	}
+	return float64(d.Microseconds()) / float64(n)
 }
 
 // readOrdered reads the first n messages of AGENT_EVENTS with an ordered
