@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-json-experiment/json/jsontext"
 	"github.com/turnstone-dev/turnstone/events"
 	"github.com/turnstone-dev/turnstone/internal/claudecode"
 )
@@ -66,10 +67,10 @@ func seedPayloads() []struct {
 	}
 }
 
-// seedBodies returns event bodies for the decoder's corpus: one event of
-// every type built with events.NewAt, the events of a real transcript, and
-// a few bodies that break the contract in typical ways.
-func seedBodies(tb testing.TB) [][]byte {
+// encodedSeeds returns the bodies Log.Append stores for one event of
+// every type built with events.NewAt and for the events of a real
+// transcript.
+func encodedSeeds(tb testing.TB) [][]byte {
 	tb.Helper()
 	at := time.Date(2026, 2, 19, 10, 0, 0, 0, time.UTC)
 	var out [][]byte
@@ -99,6 +100,15 @@ func seedBodies(tb testing.TB) [][]byte {
 			add(ev)
 		}
 	}
+	return out
+}
+
+// seedBodies returns event bodies for the decoder's corpus: encodedSeeds,
+// and bodies written by hand, valid and not: a few that break the
+// contract in typical ways, and forms Encode does not write.
+func seedBodies(tb testing.TB) [][]byte {
+	tb.Helper()
+	out := encodedSeeds(tb)
 	for _, s := range []string{
 		``, `null`, `[]`, `{}`, `"x"`, `{"specversion":"1.0"`,
 		`{"specversion":"1.0","id":"01JGZ8Q0000000000000000000","type":"turn.started","source":"urn:x","time":"2026-02-19T10:00:00Z","tenant":"acme","session":"chat-42","turn":"t-1","data":{"prompt":"hi"}}`,
@@ -124,6 +134,29 @@ func seedBodies(tb testing.TB) [][]byte {
 		`{"specversion":"1.0","id":"01JGZ8Q0000000000000000000","type":"message.appended","source":"urn:x","time":"2026-02-19T10:00:00.5Z","tenant":"acme","session":"chat-42","turn":"t-1","data":{"role":"user","content":[{"type":"tool_result","tool_use_id":"t","content":null,"is_error":null}]}}`,
 		`{"specversion":"1.0","id":"01JGZ8Q0000000000000000000","type":"message.appended","source":"urn:x","time":"2026-02-19T10:00:00.5Z","tenant":"acme","session":"chat-42","turn":"t-1","data":{"role":"user","Content":[{"type":"text","text":"case"}]}}`,
 		`{"specversion":"1.0","id":"01JGZ8Q0000000000000000000","type":"message.appended","source":"urn:x","time":"2026-02-19T10:00:00.5Z","tenant":"acme","session":"chat-42","turn":"t-1","data":{"role":"assistant","content":[{"type":"thinking","thinking":"hm","signature":"sig","data":"d"}],"usage":null}}`,
+		// The scanner's own reading: escapes, runes, numbers, nesting,
+		// repeated names inside raw values, counts, white space.
+		`{"specversion":"1.0","id":"01JGZ8Q0000000000000000000","type":"message.appended","source":"urn:x","time":"2026-02-19T10:00:00.5Z","tenant":"acme","session":"chat-42","turn":"t-1","data":{"role":"user","content":[{"type":"text","text":"a\"b\\c\n\u00e9\ud83d\ude00 é 😀 end of a longer line"}]}}`,
+		`{"specversion":"1.0","id":"01JGZ8Q0000000000000000000","type":"message.appended","source":"urn:x","time":"2026-02-19T10:00:00.5Z","tenant":"acme","session":"chat-42","turn":"t-1","data":{"role":"user","content":[{"type":"text","text":"lone \ud800 surrogate"}]}}`,
+		`{"specversion":"1.0","id":"01JGZ8Q0000000000000000000","type":"message.appended","source":"urn:x","time":"2026-02-19T10:00:00.5Z","tenant":"acme","session":"chat-42","turn":"t-1","data":{"role":"assistant","message_id":"msg_1","content":[{"type":"tool_use","id":"toolu_1","name":"Bash","input":{"a":[1,-2.5e+3,0,true,false,null,{"b":{}},[]],"c":"x"}}],"usage":{"input_tokens":0,"output_tokens":12,"cache_read_input_tokens":100000,"cache_creation_input_tokens":7,"reasoning_output_tokens":1,"service_tier":"standard"}}}`,
+		`{"specversion":"1.0","id":"01JGZ8Q0000000000000000000","type":"message.appended","source":"urn:x","time":"2026-02-19T10:00:00.5Z","tenant":"acme","session":"chat-42","turn":"t-1","data":{"role":"assistant","content":[{"type":"tool_use","id":"toolu_1","name":"Bash","input":{"a":1,"a":2}}]}}`,
+		`{"specversion":"1.0","id":"01JGZ8Q0000000000000000000","type":"message.appended","source":"urn:x","time":"2026-02-19T10:00:00.5Z","tenant":"acme","session":"chat-42","turn":"t-1","data":{"role":"assistant","content":[{"type":"tool_use","id":"toolu_1","name":"Bash","input":{"a":{"a":1},"b":{"a":2}}}]}}`,
+		`{"specversion":"1.0","id":"01JGZ8Q0000000000000000000","type":"message.appended","source":"urn:x","time":"2026-02-19T10:00:00.5Z","tenant":"acme","session":"chat-42","turn":"t-1","data":{"role":"assistant","content":[{"type":"tool_use","id":"toolu_1","name":"Bash","input":{"n":01}}]}}`,
+		`{"specversion":"1.0","id":"01JGZ8Q0000000000000000000","type":"message.appended","source":"urn:x","time":"2026-02-19T10:00:00.5Z","tenant":"acme","session":"chat-42","turn":"t-1","data":{"role":"assistant","usage":{"input_tokens":1.0,"output_tokens":1e3},"content":[{"type":"text","text":"x"}]}}`,
+		`{"specversion":"1.0","id":"01JGZ8Q0000000000000000000","type":"message.appended","source":"urn:x","time":"2026-02-19T10:00:00.5Z","tenant":"acme","session":"chat-42","turn":"t-1","data":{"role":"assistant","usage":{"input_tokens":-0,"output_tokens":9223372036854775807},"content":[{"type":"text","text":"x"}]}}`,
+		"{\"specversion\":\"1.0\",\"id\":\"01JGZ8Q0000000000000000000\",\"type\":\"message.appended\",\"source\":\"urn:x\",\"time\":\"2026-02-19T10:00:00.5Z\",\"tenant\":\"acme\",\"session\":\"chat-42\",\"data\":{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"tab\tin a string\"}]}}",
+		"{\"specversion\":\"1.0\",\"id\":\"01JGZ8Q0000000000000000000\",\"type\":\"message.appended\",\"source\":\"urn:x\",\"time\":\"2026-02-19T10:00:00.5Z\",\"tenant\":\"acme\",\"session\":\"chat-42\",\"data\":{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"bad \xff\xfe byte\"}]}}",
+		"\t{ \"specversion\" :\n\"1.0\", \"id\":\"01JGZ8Q0000000000000000000\",\"type\":\"message.appended\",\"source\":\"urn:x\",\"time\":\"2026-02-19T10:00:00.5Z\",\"tenant\":\"acme\",\"session\":\"chat-42\",\"x\":{},\"y\":[],\"data\" : { \"role\" : \"user\" , \"content\" : [ { \"type\" : \"text\" , \"text\" : \"x\" , \"z\" : [ 1 , { } ] } ] , \"w\" : \"v\" } }\r\n",
+		`{"specversion":"1.0","id":"01JGZ8Q0000000000000000000","type":"message.appended","source":"urn:x","time":"2026-02-19T10:00:00.5Z","tenant":"acme","session":"chat-42","x":1,"x":2,"data":{"role":"user","content":[{"type":"text","text":"x"}]}}`,
+		`{"specversion":"1.0","id":"01JGZ8Q0000000000000000000","type":"message.appended","source":"urn:x","time":"2026-02-19T10:00:00.5Z","tenant":"acme","session":"chat-42","data":{"role":"user","content":[{"type":"text","text":"x"}]}} {}`,
+		`{"specversion":"1.0","id":"01JGZ8Q0000000000000000000","type":"message.appended","source":"urn:x","time":"2026-02-19T10:00:00.5Z","tenant":"acme","session":"chat-42","data":{"role":"user","content":[{"type":"text","text":"x"}],"deep":[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[1]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]}}`,
+		`{"specversion":"1.0","id":"01JGZ8Q0000000000000000000","type":"turn.started","source":"urn:x","time":"2026-02-19T10:00:00Z","tenant":"acme","session":"chat-42","turn":"t-1","data":{"prompt":"hi","trigger":"user"},"after":{"k":"v"}}`,
+		`{"specversion":"1.0","id":"01JGZ8Q0000000000000000000","type":"turn.started","source":"urn:x","time":"2026-02-19T10:00:00Z","tenant":"acme","session":"chat-42","turn":"t-1","data":{"prompt":"hi"}  ,"turn":"t-2"}`,
+		`{"specversion":"1.0","id":"01JGZ8Q0000000000000000000","type":"turn.started","source":"urn:x","time":"2026-02-19T10:00:00Z","tenant":"acme","session":"chat-42","turn":"t-1","data":{"prompt":null,"deadline_ms":-5,"trigger":"user","x":{"y":[]}}}`,
+		`{"specversion":"1.0","id":"01JGZ8Q0000000000000000000","type":"turn.completed","source":"urn:x","time":"2026-02-19T10:00:00Z","tenant":"acme","session":"chat-42","turn":"t-1","data":{"reason":"end_turn","duration_ms":4200,"duration_ms":1}}`,
+		`{"specversion":"1.0","id":"01JGZ8Q0000000000000000000","type":"turn.stage_completed","source":"urn:x","time":"2026-02-19T10:00:00Z","tenant":"acme","session":"chat-42","turn":"t-1","data":{"stage":"execute","duration_ms":12.5}}`,
+		`{"specversion":"1.0","id":"01JGZ8Q0000000000000000000","type":"tool_call.completed","source":"urn:x","time":"2026-02-19T10:00:00Z","tenant":"acme","session":"chat-42","turn":"t-1","data":{"tool_use_id":"toolu_1","name":"Bash","is_error":null,"duration_ms":null,"extra":"\u00e9"}}`,
+		`{"specversion":"1.0","id":"01JGZ8Q0000000000000000000","type":"tool_call.started","source":"urn:x","time":"2026-02-19T10:00:00Z","tenant":"acme","session":"chat-42","turn":"t-1","data":{"tool_use_id":"toolu_1","name":"Bash"}}`,
 	} {
 		out = append(out, []byte(s))
 	}
@@ -210,12 +243,15 @@ func FuzzDecodeValidate(f *testing.F) {
 			!back.Time.Equal(ev.Time) || back.Tenant != ev.Tenant || back.Session != ev.Session || back.Turn != ev.Turn {
 			t.Fatalf("round trip changed the envelope:\n  %+v\n  %+v", ev, back)
 		}
-		var want bytes.Buffer
-		if err := json.Compact(&want, ev.Data); err != nil {
+		// Encode writes the data compact, its strings escaped as
+		// jsontext does by default ("\u00e9" becomes "é"): the same
+		// values, which the canonical forms (RFC 8785) of both show.
+		want, got := jsontext.Value(append([]byte(nil), ev.Data...)), jsontext.Value(append([]byte(nil), back.Data...))
+		if err := want.Canonicalize(); err != nil {
 			t.Fatalf("valid event data is not JSON: %v", err)
 		}
-		if !bytes.Equal(want.Bytes(), back.Data) {
-			t.Fatalf("round trip changed the data:\n  %s\n  %s", want.Bytes(), back.Data)
+		if err := got.Canonicalize(); err != nil || !bytes.Equal(want, got) {
+			t.Fatalf("round trip changed the data (%v):\n  %s\n  %s", err, ev.Data, back.Data)
 		}
 		again, err := back.Encode()
 		if err != nil || !bytes.Equal(again, enc) {
@@ -238,4 +274,54 @@ func FuzzDecodeValidate(f *testing.F) {
 			t.Fatalf("Encode of a masked valid event: %v", err)
 		}
 	})
+}
+
+// TestStoredBodiesTakeTheOnePass: the bodies Log.Append stores (every
+// payload type built with events.NewAt, a real transcript's events: the
+// canonical form Encode writes) and valid bodies written another way
+// (escapes, runes, white space, unknown members, counts, nested raw
+// values) are read by DecodeStored's own pass, not handed to the library,
+// and give what the library gives.
+func TestStoredBodiesTakeTheOnePass(t *testing.T) {
+	t.Parallel()
+	const envelope = `"specversion":"1.0","id":"01JGZ8Q0000000000000000000","type":"message.appended","source":"urn:x","time":"2026-02-19T10:00:00.5Z","tenant":"acme","session":"chat-42","turn":"t-1"`
+	others := []string{
+		`{` + envelope + `,"data":{"role":"user","content":[{"type":"text","text":"a\"b\\c\n\u00e9\ud83d\ude00 é 😀 中文 end of a longer line"}]}}`,
+		`{` + envelope + `,"data":{"role":"assistant","message_id":"msg_1","content":[{"type":"tool_use","id":"toolu_1","name":"Bash","input":{"a":[1,-2.5e+3,0,true,false,null,{"b":{}},[]],"c":"x\u0041","d":{"a":1}},"cache_control":{"type":"ephemeral"}}],"usage":{"input_tokens":0,"output_tokens":12,"cache_read_input_tokens":100000,"service_tier":"standard"}}}`,
+		"\t{ " + envelope + " ,\"x\":{},\"y\":[],\"data\" : { \"role\" : \"user\" , \"content\" : [ { \"type\" : \"text\" , \"text\" : \"x\" , \"z\" : [ 1 , { } ] } ] , \"w\" : \"v\" } }\r\n",
+		`{` + envelope + `,"data":{"role":"user","content":[{"type":"tool_result","tool_use_id":"toolu_1","content":[{"type":"text","text":"ok"}],"is_error":false}],"meta":true,"synthetic":false}}`,
+		// null where a string, a bool, an object or a count goes: the
+		// library leaves the zero value (a nil Usage).
+		`{` + envelope + `,"data":{"role":"user","content":[{"type":"tool_result","tool_use_id":"toolu_1","content":null,"is_error":null,"text":null}],"usage":null,"model":null}}`,
+		`{` + envelope + `,"data":{"role":"assistant","content":[{"type":"text","text":"x"}],"usage":{"input_tokens":null,"output_tokens":3}}}`,
+		// The other payloads of a turn, with nulls and unknown members.
+		`{"specversion":"1.0","id":"01JGZ8Q0000000000000000000","type":"turn.started","source":"urn:x","time":"2026-02-19T10:00:00Z","tenant":"acme","session":"chat-42","turn":"t-1","data":{"prompt":null,"deadline_ms":60000,"trigger":"user","x":{"y":[]}}}`,
+		`{"specversion":"1.0","id":"01JGZ8Q0000000000000000000","type":"tool_call.completed","source":"urn:x","time":"2026-02-19T10:00:00Z","tenant":"acme","session":"chat-42","turn":"t-1","data":{"tool_use_id":"toolu_1","name":"Bash","is_error":null,"duration_ms":null,"extra":"\u00e9"}}`,
+	}
+	bodies := encodedSeeds(t)
+	if len(bodies) < 30 {
+		t.Fatalf("only %d encoded seed bodies", len(bodies))
+	}
+	for _, o := range others {
+		bodies = append(bodies, []byte(o))
+	}
+	for _, body := range bodies {
+		ev, err := events.Decode(body)
+		if err == nil {
+			err = events.Validate(&ev)
+		}
+		if err != nil {
+			t.Fatalf("a seed meant valid is not: %v\n%s", err, body)
+		}
+		got, ok := events.DecodeValid(body, ev.Tenant, ev.Session)
+		if !ok {
+			t.Errorf("a valid body goes to the library:\n%s", body)
+			continue
+		}
+		want, _ := ev.Payload()
+		gp, _ := got.Payload()
+		if got.ID != ev.ID || got.Type != ev.Type || !got.Time.Equal(ev.Time) || got.Turn != ev.Turn || !bytes.Equal(got.Data, ev.Data) || !reflect.DeepEqual(gp, want) {
+			t.Errorf("the one pass and the library differ on\n%s\n  %#v\n  %#v", body, gp, want)
+		}
+	}
 }

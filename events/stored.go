@@ -3,7 +3,6 @@ package events
 import (
 	"bytes"
 	stdjson "encoding/json"
-	"io"
 	"sync"
 	"time"
 
@@ -11,12 +10,14 @@ import (
 	"github.com/go-json-experiment/json/jsontext"
 )
 
-// storedDecoder is a reusable jsontext.Decoder and the buffer it reads
-// from (a bytes.Buffer, which the decoder reads in place, without a copy).
+// storedDecoder holds what decodeValid reuses from one body to the next:
+// the scanner, a jsontext.Decoder for the payloads read through the
+// library, and the intern table.
 type storedDecoder struct {
+	sc  scanner
 	dec *jsontext.Decoder
-	buf *bytes.Buffer
-	ev  Event // decoded into here (a pointer to a local would escape)
+	buf *bytes.Buffer // what dec reads, in place (no copy)
+	ev  Event         // decoded into here (a pointer to a local would escape)
 	val validator
 	// interned holds the values of the envelope's repetitive members
 	// (source, turn) this decoder has read: a value seen before costs no
@@ -47,104 +48,124 @@ var storedDecoders = sync.Pool{New: func() any {
 	return &storedDecoder{dec: jsontext.NewDecoder(buf), buf: buf, interned: map[string]string{}}
 }}
 
+// Bits of the envelope's members, for the duplicate check.
+const (
+	envSpecVersion = 1 << iota
+	envID
+	envType
+	envSource
+	envTime
+	envTenant
+	envSession
+	envTurn
+	envData
+)
+
 // decodeValid decodes a stored body and checks it against the contract in
-// one pass over its bytes: the envelope's members, and the data member
-// decoded straight into the typed payload of the type read before it (the
-// order Encode writes). Data shares the data member's bytes with body.
+// one pass over its bytes, without reflection for the envelope and for
+// the payloads every turn has (message.appended, most of a log;
+// turn.started, turn.completed, turn.stage_completed, tool_call.started,
+// tool_call.completed): the envelope's members, and the data member
+// decoded straight into the typed payload of the type read before it
+// (the order Encode writes). Data shares the data member's bytes with
+// body.
 //
 // It answers only for a body that is valid: one JSON object (no duplicate
 // names, valid UTF-8, nothing after it), of a known type whose data comes
-// after it, breaking no rule of Validate. For anything else it reports
-// false, and the caller decodes the body with Decode and Validate, whose
-// results and errors are the reference: for a body decodeValid accepts,
-// they give the same Event and payload (FuzzDecodeValidate checks).
+// after it, breaking no rule of Validate. For anything else, and for what
+// its scanner does not read (an escaped name, data before type, an
+// unknown type), it reports false, and the caller decodes the body with Decode and
+// Validate, whose results and errors are the reference: for a body
+// decodeValid accepts, they give the same Event and payload
+// (FuzzDecodeValidate checks).
 //
 // tenant and session are the subject's: a body that names them (as a
 // valid one does) shares their strings rather than allocating its own.
 func decodeValid(body []byte, tenant, session string) (Event, bool) {
 	sd := storedDecoders.Get().(*storedDecoder)
 	defer storedDecoders.Put(sd)
-	sd.buf.Reset()
-	*sd.buf = *bytes.NewBuffer(body)
-	dec := sd.dec
-	dec.Reset(sd.buf)
+	sc := &sd.sc
+	sc.reset(body)
+	defer sc.release()
 	ev := &sd.ev
 	*ev = Event{}
 
-	if tok, err := dec.ReadToken(); err != nil || tok.Kind() != '{' {
+	if !sc.eat('{') {
 		return Event{}, false
 	}
 	var p Payload
-	for dec.PeekKind() == '"' {
-		name, err := dec.ReadValue() // the name as written: quoted, maybe escaped
-		if err != nil {
+	seen := 0
+	for more := !sc.eat('}'); more; { // {} has no type: refused below
+		name, ok := sc.name()
+		if !ok {
 			return Event{}, false
 		}
-		ok := true
+		bit := 0
 		switch string(name) {
-		case `"specversion"`:
-			ok = sd.readInterned(&ev.SpecVersion)
-		case `"id"`:
-			ok = sd.readString(&ev.ID)
-		case `"type"`:
+		case "specversion":
+			bit, ok = envSpecVersion, sd.readInterned(&ev.SpecVersion)
+		case "id":
+			bit, ok = envID, sd.readString(&ev.ID)
+		case "type":
 			var t string
-			ok = sd.readInterned(&t)
+			bit, ok = envType, sd.readInterned(&t)
 			ev.Type = Type(t)
-		case `"source"`:
-			ok = sd.readInterned(&ev.Source)
-		case `"time"`:
-			if dec.PeekKind() != '"' {
-				return Event{}, false
-			}
-			raw, err := dec.ReadValue()
-			if err != nil {
+		case "source":
+			bit, ok = envSource, sd.readInterned(&ev.Source)
+		case "time":
+			bit = envTime
+			q, _, qok := sc.quoted()
+			if !qok {
 				return Event{}, false
 			}
 			// Encode's form is parsed by hand; any other goes through the
 			// library, the reference.
-			if t, ok := parseCanonicalTime(raw); ok {
+			if t, tok := parseCanonicalTime(q); tok {
 				ev.Time = t
-			} else if json.Unmarshal(raw, &ev.Time) != nil {
+			} else if json.Unmarshal(q, &ev.Time) != nil {
 				return Event{}, false
 			}
-		case `"tenant"`:
-			ok = sd.readShared(&ev.Tenant, tenant)
-		case `"session"`:
-			ok = sd.readShared(&ev.Session, session)
-		case `"turn"`:
-			ok = sd.readInterned(&ev.Turn)
-		case `"data"`:
-			if p = newPayload(ev.Type); p == nil || dec.PeekKind() != '{' {
+		case "tenant":
+			bit, ok = envTenant, sd.readShared(&ev.Tenant, tenant)
+		case "session":
+			bit, ok = envSession, sd.readShared(&ev.Session, session)
+		case "turn":
+			bit, ok = envTurn, sd.readInterned(&ev.Turn)
+		case "data":
+			bit = envData
+			if p = newPayload(ev.Type); p == nil || sc.peek() != '{' {
 				return Event{}, false // unknown type, data before type, or not an object
 			}
-			start := dec.InputOffset() // after the name: the colon and white space follow
-			if m, ok := p.(*MessageAppended); ok {
-				// Most of a log: read without reflection.
-				if !sd.messageAppended(m) {
-					return Event{}, false
-				}
-			} else if err := json.UnmarshalDecode(dec, p, rawInPlace); err != nil {
-				return Event{}, false
+			start := sc.i
+			switch p := p.(type) {
+			case *MessageAppended: // most of a log
+				ok = sd.messageAppended(p)
+			case *TurnStarted:
+				ok = sd.turnStarted(p)
+			case *TurnCompleted:
+				ok = sd.turnCompleted(p)
+			case *TurnStageCompleted:
+				ok = sd.stageCompleted(p)
+			case *ToolCallStarted:
+				ok = sd.toolCallStarted(p)
+			case *ToolCallCompleted:
+				ok = sd.toolCallCompleted(p)
+			default:
+				ok = sd.unmarshalAt(p)
 			}
-			data := body[start:dec.InputOffset()]
-			ev.Data = data[bytes.IndexByte(data, '{'):]
+			ev.Data = body[start:sc.i]
 		default:
-			if bytes.IndexByte(name, '\\') >= 0 {
-				return Event{}, false // an escaped name may spell a member's
-			}
-			err = dec.SkipValue()
+			ok = sc.member(0, name) && sc.skip(0)
 		}
-		if err != nil || !ok {
+		if !ok || seen&bit != 0 {
+			return Event{}, false
+		}
+		seen |= bit
+		if more, ok = sc.next(0); !ok {
 			return Event{}, false
 		}
 	}
-	if tok, err := dec.ReadToken(); err != nil || tok.Kind() != '}' {
-		return Event{}, false
-	}
-	if _, err := dec.ReadToken(); err != io.EOF {
-		return Event{}, false // something after the object
-	}
-	if p == nil {
+	if !sc.atEnd() || p == nil {
 		return Event{}, false
 	}
 	v := &sd.val // the decoder's: no allocation per event
@@ -161,156 +182,262 @@ func decodeValid(body []byte, tenant, session string) (Event, bool) {
 	return out, true
 }
 
-// messageAppended decodes the data of a message.appended event into m as
-// json.UnmarshalDecode would (the contract's strictness: the decoder
-// refuses duplicate names and invalid UTF-8; names match exactly; unknown
-// members are skipped; raw values share the body's bytes, as rawInPlace
-// does), without reflection. It reports false for anything it does not
-// read the library's way (an escaped name, a null where a string or a
-// bool goes, a value of another kind), and the caller gives the body to
-// the reference path.
-func (sd *storedDecoder) messageAppended(m *MessageAppended) bool {
-	dec := sd.dec
-	if tok, err := dec.ReadToken(); err != nil || tok.Kind() != '{' {
+// unmarshalAt decodes the object at the scanner's position into p with
+// the library (json.UnmarshalDecode, raw values shared with the body as
+// rawInPlace), and moves the scanner past it.
+func (sd *storedDecoder) unmarshalAt(p Payload) bool {
+	sc := &sd.sc
+	*sd.buf = *bytes.NewBuffer(sc.b[sc.i:])
+	sd.dec.Reset(sd.buf)
+	defer sd.buf.Reset()
+	if json.UnmarshalDecode(sd.dec, p, rawInPlace) != nil {
 		return false
 	}
-	for dec.PeekKind() == '"' {
-		name, err := dec.ReadValue()
-		if err != nil || bytes.IndexByte(name, '\\') >= 0 {
+	sc.i += int(sd.dec.InputOffset())
+	return true
+}
+
+// object reads a JSON object member by member, as the library would:
+// for each name, read reads its value into the payload when it knows the
+// name and returns the name's bit (one per name, for the duplicate check)
+// and whether the value was one it reads; for a name it does not know it
+// returns 0 and reads nothing, and object skips the value (names must not
+// repeat there either). An escaped name is not read.
+func (sd *storedDecoder) object(read func(name []byte) (bit int, ok bool)) bool {
+	sc := &sd.sc
+	if !sc.eat('{') {
+		return false
+	}
+	mark, seen := len(sc.names), 0
+	for more := !sc.eat('}'); more; {
+		name, ok := sc.name()
+		if !ok {
 			return false
 		}
-		switch string(name) {
-		case `"role"`:
-			var r string
-			if !sd.readInterned(&r) {
-				return false
-			}
-			m.Role = Role(r)
-		case `"content"`:
-			if tok, err := dec.ReadToken(); err != nil || tok.Kind() != '[' {
-				return false
-			}
-			for dec.PeekKind() == '{' {
-				m.Content = append(m.Content, ContentBlock{})
-				if !sd.contentBlock(&m.Content[len(m.Content)-1]) {
-					return false
-				}
-			}
-			if tok, err := dec.ReadToken(); err != nil || tok.Kind() != ']' {
-				return false
-			}
-		case `"message_id"`:
-			if !sd.readString(&m.MessageID) {
-				return false
-			}
-		case `"model"`:
-			if !sd.readInterned(&m.Model) {
-				return false
-			}
-		case `"stop_reason"`:
-			if !sd.readInterned(&m.StopReason) {
-				return false
-			}
-		case `"meta"`:
-			if !boolValue(dec, &m.Meta) {
-				return false
-			}
-		case `"synthetic"`:
-			if !boolValue(dec, &m.Synthetic) {
-				return false
-			}
-		case `"usage"`:
-			if dec.PeekKind() != '{' {
-				return false
-			}
-			m.Usage = new(Usage)
-			if json.UnmarshalDecode(dec, m.Usage) != nil {
-				return false
-			}
-		default:
-			if dec.SkipValue() != nil {
-				return false
-			}
+		bit, ok := read(name)
+		if bit == 0 {
+			ok = sc.member(mark, name) && sc.skip(1)
+		}
+		if !ok || seen&bit != 0 {
+			return false
+		}
+		seen |= bit
+		if more, ok = sc.next(mark); !ok {
+			return false
 		}
 	}
-	tok, err := dec.ReadToken()
-	return err == nil && tok.Kind() == '}'
+	return true
+}
+
+// messageAppended decodes the data of a message.appended event into m as
+// json.Unmarshal would (the contract's strictness: no duplicate names,
+// valid UTF-8; names match exactly; unknown members are skipped; a null
+// leaves the zero value; raw values share the body's bytes, as rawInPlace
+// does), without reflection. It reports false for anything it does not
+// read the library's way (an escaped name, a value of another kind, a
+// count that is not a plain integer of at most 18 digits), and the caller
+// gives the body to the reference path.
+func (sd *storedDecoder) messageAppended(m *MessageAppended) bool {
+	sc := &sd.sc
+	return sd.object(func(name []byte) (int, bool) {
+		switch string(name) {
+		case "role":
+			var r string
+			ok := sd.readInterned(&r)
+			m.Role = Role(r)
+			return 1, ok
+		case "content":
+			return 2, sd.contentBlocks(m)
+		case "message_id":
+			return 4, sd.readString(&m.MessageID)
+		case "model":
+			return 8, sd.readInterned(&m.Model)
+		case "stop_reason":
+			return 16, sd.readInterned(&m.StopReason)
+		case "meta":
+			return 32, sc.boolean(&m.Meta)
+		case "synthetic":
+			return 64, sc.boolean(&m.Synthetic)
+		case "usage":
+			if sc.null() {
+				return 128, true
+			}
+			m.Usage = new(Usage)
+			return 128, sd.usage(m.Usage)
+		}
+		return 0, true
+	})
+}
+
+// contentBlocks decodes a message's array of content blocks into
+// m.Content (empty, not nil, for []; nil for null; as the library does).
+func (sd *storedDecoder) contentBlocks(m *MessageAppended) bool {
+	sc := &sd.sc
+	if sc.null() {
+		return true
+	}
+	if !sc.eat('[') {
+		return false
+	}
+	if sc.eat(']') {
+		m.Content = []ContentBlock{}
+		return true
+	}
+	for {
+		m.Content = append(m.Content, ContentBlock{})
+		if !sd.contentBlock(&m.Content[len(m.Content)-1]) {
+			return false
+		}
+		switch sc.peek() {
+		case ',':
+			sc.i++
+		case ']':
+			sc.i++
+			return true
+		default:
+			return false
+		}
+	}
 }
 
 // contentBlock decodes one content block into b, the way messageAppended
 // decodes the message.
 func (sd *storedDecoder) contentBlock(b *ContentBlock) bool {
-	dec := sd.dec
-	if tok, err := dec.ReadToken(); err != nil || tok.Kind() != '{' {
-		return false
-	}
-	for dec.PeekKind() == '"' {
-		name, err := dec.ReadValue()
-		if err != nil || bytes.IndexByte(name, '\\') >= 0 {
-			return false
-		}
-		var dst *string
+	sc := &sd.sc
+	return sd.object(func(name []byte) (int, bool) {
 		switch string(name) {
-		case `"type"`:
-			if !sd.readInterned(&b.Type) {
-				return false
-			}
-			continue
-		case `"name"`:
-			if !sd.readInterned(&b.Name) {
-				return false
-			}
-			continue
-		case `"text"`:
-			dst = &b.Text
-		case `"thinking"`:
-			dst = &b.Thinking
-		case `"signature"`:
-			dst = &b.Signature
-		case `"data"`:
-			dst = &b.Data
-		case `"id"`:
-			dst = &b.ID
-		case `"tool_use_id"`:
-			dst = &b.ToolUseID
-		case `"is_error"`:
-			if !boolValue(dec, &b.IsError) {
-				return false
-			}
-			continue
-		case `"input"`, `"content"`, `"source"`:
-			v, err := dec.ReadValue() // shared with the body, as rawInPlace
-			if err != nil {
-				return false
-			}
-			switch string(name) {
-			case `"input"`:
-				b.Input = stdjson.RawMessage(v)
-			case `"content"`:
-				b.Content = stdjson.RawMessage(v)
-			default:
-				b.Source = stdjson.RawMessage(v)
-			}
-			continue
-		default:
-			if dec.SkipValue() != nil {
-				return false
-			}
-			continue
+		case "type":
+			return 1, sd.readInterned(&b.Type)
+		case "name":
+			return 2, sd.readInterned(&b.Name)
+		case "text":
+			return 4, sd.readString(&b.Text)
+		case "thinking":
+			return 8, sd.readString(&b.Thinking)
+		case "signature":
+			return 16, sd.readString(&b.Signature)
+		case "data":
+			return 32, sd.readString(&b.Data)
+		case "id":
+			return 64, sd.readString(&b.ID)
+		case "tool_use_id":
+			return 128, sd.readString(&b.ToolUseID)
+		case "is_error":
+			return 256, sc.boolean(&b.IsError)
+		case "input":
+			v, ok := sc.raw()
+			b.Input = stdjson.RawMessage(v)
+			return 512, ok
+		case "content":
+			v, ok := sc.raw()
+			b.Content = stdjson.RawMessage(v)
+			return 1024, ok
+		case "source":
+			v, ok := sc.raw()
+			b.Source = stdjson.RawMessage(v)
+			return 2048, ok
 		}
-		if !sd.readString(dst) {
-			return false
+		return 0, true
+	})
+}
+
+// usage decodes a message's token counts into u.
+func (sd *storedDecoder) usage(u *Usage) bool {
+	sc := &sd.sc
+	return sd.object(func(name []byte) (int, bool) {
+		switch string(name) {
+		case "input_tokens":
+			return 1, sc.count(&u.InputTokens)
+		case "output_tokens":
+			return 2, sc.count(&u.OutputTokens)
+		case "cache_read_input_tokens":
+			return 4, sc.count(&u.CacheReadTokens)
+		case "cache_creation_input_tokens":
+			return 8, sc.count(&u.CacheWriteTokens)
+		case "reasoning_output_tokens":
+			return 16, sc.count(&u.ReasoningTokens)
 		}
-	}
-	tok, err := dec.ReadToken()
-	return err == nil && tok.Kind() == '}'
+		return 0, true
+	})
+}
+
+// turnStarted, turnCompleted, stageCompleted, toolCallStarted and
+// toolCallCompleted decode the other payloads every turn has, the way
+// messageAppended decodes a message.
+func (sd *storedDecoder) turnStarted(p *TurnStarted) bool {
+	return sd.object(func(name []byte) (int, bool) {
+		switch string(name) {
+		case "prompt":
+			return 1, sd.readString(&p.Prompt)
+		case "trigger":
+			return 2, sd.readInterned(&p.Trigger)
+		case "deadline_ms":
+			return 4, sd.sc.count(&p.DeadlineMS)
+		}
+		return 0, true
+	})
+}
+
+func (sd *storedDecoder) turnCompleted(p *TurnCompleted) bool {
+	return sd.object(func(name []byte) (int, bool) {
+		switch string(name) {
+		case "reason":
+			return 1, sd.readInterned(&p.Reason)
+		case "duration_ms":
+			return 2, sd.sc.count(&p.DurationMS)
+		}
+		return 0, true
+	})
+}
+
+func (sd *storedDecoder) stageCompleted(p *TurnStageCompleted) bool {
+	return sd.object(func(name []byte) (int, bool) {
+		switch string(name) {
+		case "stage":
+			var st string
+			ok := sd.readInterned(&st)
+			p.Stage = Stage(st)
+			return 1, ok
+		case "duration_ms":
+			return 2, sd.sc.count(&p.DurationMS)
+		}
+		return 0, true
+	})
+}
+
+func (sd *storedDecoder) toolCallStarted(p *ToolCallStarted) bool {
+	return sd.object(func(name []byte) (int, bool) {
+		switch string(name) {
+		case "tool_use_id":
+			return 1, sd.readString(&p.ToolUseID)
+		case "name":
+			return 2, sd.readInterned(&p.Name)
+		}
+		return 0, true
+	})
+}
+
+func (sd *storedDecoder) toolCallCompleted(p *ToolCallCompleted) bool {
+	return sd.object(func(name []byte) (int, bool) {
+		switch string(name) {
+		case "tool_use_id":
+			return 1, sd.readString(&p.ToolUseID)
+		case "name":
+			return 2, sd.readInterned(&p.Name)
+		case "duration_ms":
+			return 4, sd.sc.count(&p.DurationMS)
+		case "is_error":
+			return 8, sd.sc.boolean(&p.IsError)
+		}
+		return 0, true
+	})
 }
 
 // readString reads the next value, which must be a JSON string, into
 // *dst (a string of its own).
 func (sd *storedDecoder) readString(dst *string) bool {
-	v, ok := stringValue(sd.dec)
-	if ok {
+	v, ok := sd.sc.str()
+	if ok && v != nil {
 		*dst = string(v)
 	}
 	return ok
@@ -319,8 +446,8 @@ func (sd *storedDecoder) readString(dst *string) bool {
 // readInterned is readString for a value that repeats (a type, a source,
 // a turn, a model): the string comes from the decoder's table.
 func (sd *storedDecoder) readInterned(dst *string) bool {
-	v, ok := stringValue(sd.dec)
-	if ok {
+	v, ok := sd.sc.str()
+	if ok && v != nil {
 		*dst = sd.intern(v)
 	}
 	return ok
@@ -329,49 +456,15 @@ func (sd *storedDecoder) readInterned(dst *string) bool {
 // readShared is readString for the event's tenant or session: a value
 // that is the subject's, given as s, shares its string.
 func (sd *storedDecoder) readShared(dst *string, s string) bool {
-	v, ok := stringValue(sd.dec)
+	v, ok := sd.sc.str()
 	switch {
-	case !ok:
+	case !ok, v == nil:
 	case string(v) == s:
 		*dst = s
 	default:
 		*dst = string(v)
 	}
 	return ok
-}
-
-// boolValue reads the next value, which must be true or false, into b.
-func boolValue(dec *jsontext.Decoder, b *bool) bool {
-	switch dec.PeekKind() {
-	case 't', 'f':
-		tok, err := dec.ReadToken()
-		if err != nil {
-			return false
-		}
-		*b = tok.Bool()
-		return true
-	}
-	return false
-}
-
-// stringValue reads the next value, which must be a JSON string, and
-// returns its content unquoted: the bytes as they are in the body when
-// they hold no escape (read them before the decoder's next read), else a
-// copy with the escapes decoded. The decoder has checked the string (valid
-// UTF-8, valid escapes).
-func stringValue(dec *jsontext.Decoder) ([]byte, bool) {
-	if dec.PeekKind() != '"' {
-		return nil, false
-	}
-	v, err := dec.ReadValue()
-	if err != nil {
-		return nil, false
-	}
-	if bytes.IndexByte(v, '\\') < 0 {
-		return v[1 : len(v)-1], true
-	}
-	u, err := jsontext.AppendUnquote(nil, v)
-	return u, err == nil
 }
 
 // parseCanonicalTime parses a JSON string in the form Encode writes a

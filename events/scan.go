@@ -1,0 +1,366 @@
+package events
+
+import (
+	"bytes"
+	"encoding/binary"
+	"unicode/utf8"
+
+	"github.com/go-json-experiment/json/jsontext"
+)
+
+// scanner reads JSON in place from a stored body, as strictly as
+// jsontext's Decoder with its defaults (RFC 8259 syntax; strings of valid
+// UTF-8 with valid escapes and no control character; no duplicate member
+// names in any object), for the stored bodies decodeValid reads without
+// the library. It answers only what it reads without doubt: an escaped
+// member name, nesting deeper than maxScanDepth or an object with more
+// than maxScanNames members makes it report false, and the caller hands
+// the body to the library, the reference.
+//
+// Each method consumes what it reads (white space before it included)
+// and reports false when the input is not what it expects; the position
+// after a false is undefined.
+type scanner struct {
+	b []byte
+	i int
+	// names holds the member names (unquoted, unescaped) of the objects
+	// open at this point, innermost last; each object checks its new
+	// names against its own, from the mark it took when it opened.
+	names [][]byte
+	// unq is the scratch an escaped string is unquoted into.
+	unq []byte
+}
+
+// maxScanDepth bounds how deep skip nests, and maxScanNames how many
+// members one object may have (the duplicate check is linear in them);
+// past either, the caller's reference decodes the body (jsontext allows
+// 10,000 levels and any number of members).
+const (
+	maxScanDepth = 64
+	maxScanNames = 128
+)
+
+// reset points s at b, from its start.
+func (s *scanner) reset(b []byte) {
+	s.b, s.i = b, 0
+	s.names = s.names[:0]
+}
+
+// release drops s's references to the last body (the pool keeps s).
+func (s *scanner) release() {
+	s.b = nil
+	clear(s.names[:cap(s.names)])
+	s.names = s.names[:0]
+}
+
+// peek skips white space and returns the next byte, or 0 at the end.
+func (s *scanner) peek() byte {
+	for s.i < len(s.b) {
+		switch c := s.b[s.i]; c {
+		case ' ', '\t', '\n', '\r':
+			s.i++
+		default:
+			return c
+		}
+	}
+	return 0
+}
+
+// eat consumes byte c, after white space, and reports whether it was
+// next.
+func (s *scanner) eat(c byte) bool {
+	if s.peek() == c {
+		s.i++
+		return true
+	}
+	return false
+}
+
+// atEnd reports whether only white space is left.
+func (s *scanner) atEnd() bool { return s.peek() == 0 && s.i == len(s.b) }
+
+// String bytes that end the run quoted reads eight at a time: a quote, a
+// backslash, a control character, a byte of a multi-byte rune.
+const (
+	lsb = 0x0101010101010101
+	msb = 0x8080808080808080
+)
+
+// special reports whether any byte of the eight in x is one quoted must
+// look at: below 0x20, '"', '\\', or 0x80 and above (the classic
+// "has zero byte" tests, exact for whether any byte matches).
+func special(x uint64) bool {
+	quote, backslash := x^(lsb*'"'), x^(lsb*'\\')
+	below := (x - lsb*0x20) &^ x
+	return ((quote-lsb)&^quote|(backslash-lsb)&^backslash|below|x)&msb != 0
+}
+
+// quoted consumes a JSON string and returns it as written, quotes
+// included, and whether it holds an escape. A string with an escape is
+// checked, and unquoted into s.unq, by jsontext.AppendUnquote; one
+// without is checked here (no control character, valid UTF-8).
+func (s *scanner) quoted() (q []byte, escaped, ok bool) {
+	if s.peek() != '"' {
+		return nil, false, false
+	}
+	b, start := s.b, s.i
+	i, ascii := start+1, true
+	for {
+		for i+8 <= len(b) && !special(binary.LittleEndian.Uint64(b[i:])) {
+			i += 8
+		}
+		if i >= len(b) {
+			return nil, false, false
+		}
+		switch c := b[i]; {
+		case c == '"':
+			q = b[start : i+1]
+			s.i = i + 1
+			if escaped {
+				var err error
+				s.unq, err = jsontext.AppendUnquote(s.unq[:0], q)
+				return q, true, err == nil
+			}
+			return q, false, ascii || utf8.Valid(q)
+		case c == '\\':
+			escaped = true
+			i += 2 // the escaped byte cannot end the string; AppendUnquote checks it
+		case c < 0x20:
+			return nil, false, false
+		case c >= utf8.RuneSelf:
+			ascii = false
+			i++
+		default:
+			i++
+		}
+	}
+}
+
+// null consumes a JSON null if one is next, and reports whether it was:
+// the library leaves a string, a bool, a count or a pointer as it is (the
+// zero value, here) for a null.
+func (s *scanner) null() bool { return s.peek() == 'n' && s.literal("null") }
+
+// str consumes a JSON string and returns its content unquoted: the
+// body's own bytes when it holds no escape, else s.unq (read it before
+// the scanner's next string). For a null it returns nil and ok.
+func (s *scanner) str() ([]byte, bool) {
+	if s.null() {
+		return nil, true
+	}
+	q, escaped, ok := s.quoted()
+	switch {
+	case !ok:
+		return nil, false
+	case escaped:
+		return s.unq, true
+	default:
+		return q[1 : len(q)-1], true
+	}
+}
+
+// name consumes a member name and the colon after it, and returns the
+// name; an escaped name (which may spell another) is not read.
+func (s *scanner) name() ([]byte, bool) {
+	q, escaped, ok := s.quoted()
+	if !ok || escaped || !s.eat(':') {
+		return nil, false
+	}
+	return q[1 : len(q)-1], true
+}
+
+// member adds name to the object opened at mark, and reports false if
+// the object already has it (or has too many members to check).
+func (s *scanner) member(mark int, name []byte) bool {
+	if len(s.names)-mark >= maxScanNames {
+		return false
+	}
+	for _, n := range s.names[mark:] {
+		if bytes.Equal(n, name) {
+			return false
+		}
+	}
+	s.names = append(s.names, name)
+	return true
+}
+
+// next consumes what follows an object's member: it reports more when a
+// comma came (another member follows), and ok when that or the object's
+// end did, whose names it then drops from mark on.
+func (s *scanner) next(mark int) (more, ok bool) {
+	switch s.peek() {
+	case ',':
+		s.i++
+		return true, true
+	case '}':
+		s.i++
+		s.names = s.names[:mark]
+		return false, true
+	}
+	return false, false
+}
+
+// boolean consumes true or false into *b, or a null.
+func (s *scanner) boolean(b *bool) bool {
+	switch s.peek() {
+	case 'n':
+		return s.literal("null")
+	case 't':
+		if bytes.HasPrefix(s.b[s.i:], []byte("true")) {
+			*b = true
+			s.i += 4
+			return true
+		}
+	case 'f':
+		if bytes.HasPrefix(s.b[s.i:], []byte("false")) {
+			*b = false
+			s.i += 5
+			return true
+		}
+	}
+	return false
+}
+
+// count consumes a non-negative integer of at most 18 digits, written
+// without sign, fraction or exponent, into *n, or a null; anything else
+// (which may still be a number the library reads, or refuses) is not
+// read.
+func (s *scanner) count(n *int64) bool {
+	if s.null() {
+		return true
+	}
+	b, i := s.b, s.i
+	v := int64(0)
+	for i < len(b) && b[i] >= '0' && b[i] <= '9' && i-s.i < 18 {
+		v = v*10 + int64(b[i]-'0')
+		i++
+	}
+	switch {
+	case i == s.i, b[s.i] == '0' && i > s.i+1:
+		return false
+	case i < len(b) && (b[i] == '.' || b[i] == 'e' || b[i] == 'E' || b[i] >= '0' && b[i] <= '9'):
+		return false
+	}
+	*n, s.i = v, i
+	return true
+}
+
+// number consumes a JSON number (RFC 8259 section 6).
+func (s *scanner) number() bool {
+	b, i := s.b, s.i
+	digits := func() bool {
+		d := i
+		for i < len(b) && b[i] >= '0' && b[i] <= '9' {
+			i++
+		}
+		return i > d
+	}
+	if i < len(b) && b[i] == '-' {
+		i++
+	}
+	switch {
+	case i < len(b) && b[i] == '0':
+		i++
+	case !digits():
+		return false
+	}
+	if i < len(b) && b[i] == '.' {
+		i++
+		if !digits() {
+			return false
+		}
+	}
+	if i < len(b) && (b[i] == 'e' || b[i] == 'E') {
+		i++
+		if i < len(b) && (b[i] == '+' || b[i] == '-') {
+			i++
+		}
+		if !digits() {
+			return false
+		}
+	}
+	s.i = i
+	return true
+}
+
+// literal consumes lit (true, false or null).
+func (s *scanner) literal(lit string) bool {
+	if len(s.b)-s.i >= len(lit) && string(s.b[s.i:s.i+len(lit)]) == lit {
+		s.i += len(lit)
+		return true
+	}
+	return false
+}
+
+// skip consumes one JSON value of any kind, checking it as the library
+// would, at nesting depth depth.
+func (s *scanner) skip(depth int) bool {
+	switch c := s.peek(); c {
+	case '"':
+		_, _, ok := s.quoted()
+		return ok
+	case '{':
+		if depth >= maxScanDepth {
+			return false
+		}
+		s.i++
+		if s.eat('}') {
+			return true
+		}
+		mark := len(s.names)
+		for {
+			name, ok := s.name()
+			if !ok || !s.member(mark, name) || !s.skip(depth+1) {
+				return false
+			}
+			more, ok := s.next(mark)
+			if !ok || !more {
+				return ok
+			}
+		}
+	case '[':
+		if depth >= maxScanDepth {
+			return false
+		}
+		s.i++
+		if s.eat(']') {
+			return true
+		}
+		for {
+			if !s.skip(depth + 1) {
+				return false
+			}
+			switch s.peek() {
+			case ',':
+				s.i++
+			case ']':
+				s.i++
+				return true
+			default:
+				return false
+			}
+		}
+	case 't':
+		return s.literal("true")
+	case 'f':
+		return s.literal("false")
+	case 'n':
+		return s.literal("null")
+	default:
+		if c == '-' || c >= '0' && c <= '9' {
+			return s.number()
+		}
+	}
+	return false
+}
+
+// raw consumes one JSON value and returns its bytes as written, shared
+// with the body.
+func (s *scanner) raw() ([]byte, bool) {
+	s.peek()
+	start := s.i
+	if !s.skip(0) {
+		return nil, false
+	}
+	return s.b[start:s.i], true
+}
