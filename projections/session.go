@@ -761,7 +761,11 @@ func (s *Session) trim() {
 
 // trimFront returns xs without its oldest removable entries once xs is a
 // quarter over keep, down to keep entries (fewer are dropped when too few
-// are removable), in a new slice; and how many it dropped.
+// are removable), and how many it dropped. It moves the kept entries to
+// the front of xs's own array, in order, and clears the rest (the
+// garbage collector keeps nothing they held): a long session's lists
+// reuse their arrays rather than allocating new ones at each trim. Clone
+// copies every list, so no other state shares the array.
 func trimFront[T any](xs []T, keep int, removable func(*T) bool) ([]T, int) {
 	if len(xs) <= keep+keep/4 {
 		return xs, 0
@@ -776,16 +780,17 @@ func trimFront[T any](xs []T, keep int, removable func(*T) bool) ([]T, int) {
 	if !found {
 		return xs, 0 // every entry is still needed
 	}
-	out := make([]T, 0, keep+keep/4+1)
-	dropped := 0
+	k, dropped := 0, 0
 	for i := range xs {
 		if dropped < drop && removable(&xs[i]) {
 			dropped++
 			continue
 		}
-		out = append(out, xs[i])
+		xs[k] = xs[i]
+		k++
 	}
-	return out, dropped
+	clear(xs[k:])
+	return xs[:k], dropped
 }
 
 // since returns the index in a list of n kept entries (out of total ever

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"runtime"
+	"runtime/pprof"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -40,17 +41,20 @@ func (r *runner) foldFigure(ctx context.Context) error {
 		got := 0
 		cpu0 := cpuTime()
 		start := time.Now()
-		err := l.ReadAll(ctx, events.ReadOptions{}, func(ev events.Event) error {
-			// The look-up's key is built on the stack; only a new
-			// session's is kept.
-			s := states[ev.Tenant+"/"+ev.Session]
-			if s == nil {
-				s = &projections.Session{}
-				states[ev.Tenant+"/"+ev.Session] = s
-			}
-			s.Apply(ev)
-			got++
-			return nil
+		var err error
+		pprof.Do(ctx, pprof.Labels("side", "fold"), func(ctx context.Context) {
+			err = l.ReadAll(ctx, events.ReadOptions{}, func(ev events.Event) error {
+				// The look-up's key is built on the stack; only a new
+				// session's is kept.
+				s := states[ev.Tenant+"/"+ev.Session]
+				if s == nil {
+					s = &projections.Session{}
+					states[ev.Tenant+"/"+ev.Session] = s
+				}
+				s.Apply(ev)
+				got++
+				return nil
+			})
 		})
 		d := time.Since(start)
 		foldCPU = append(foldCPU, perEventMicros(cpuTime()-cpu0, got))
@@ -61,7 +65,10 @@ func (r *runner) foldFigure(ctx context.Context) error {
 	}
 	raw := func() (float64, error) {
 		cpu0 := cpuTime()
-		d, got, err := readOrdered(ctx, c.js, n)
+		var d time.Duration
+		var got int
+		var err error
+		pprof.Do(ctx, pprof.Labels("side", "raw"), func(ctx context.Context) { d, got, err = readOrdered(ctx, c.js, n) })
 		rawCPU = append(rawCPU, perEventMicros(cpuTime()-cpu0, got))
 		return rate(got, d), err
 	}
