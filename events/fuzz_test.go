@@ -325,3 +325,34 @@ func TestStoredBodiesTakeTheOnePass(t *testing.T) {
 		}
 	}
 }
+
+// TestDecodedValuesCannotWriteIntoTheBody: the data and the raw values
+// of a decoded event share the stored body, and end where their value
+// ends: appending to one allocates, and leaves the body as it was.
+func TestDecodedValuesCannotWriteIntoTheBody(t *testing.T) {
+	t.Parallel()
+	body := []byte(`{"specversion":"1.0","id":"01JGZ8Q0000000000000000000","type":"message.appended","source":"urn:x","time":"2026-02-19T10:00:00Z","tenant":"acme","session":"chat-42","turn":"t-1","data":{"role":"assistant","content":[{"type":"tool_use","id":"toolu_1","name":"Bash","input":{"command":"ls"}}]},"x":1}`)
+	ev, ok := events.DecodeValid(body, "acme", "chat-42")
+	if !ok {
+		t.Fatal("the one pass refused a valid body")
+	}
+	before := string(body)
+	p, _ := ev.Payload()
+	in := p.(*events.MessageAppended).Content[0].Input
+	_ = append(ev.Data, 'X')
+	_ = append(in, 'Y')
+	if string(body) != before {
+		t.Fatalf("an append to a decoded value wrote into the body:\n%s", body)
+	}
+	// The library's path (a payload read with reflection) shares as well.
+	body = []byte(`{"specversion":"1.0","id":"01JGZ8Q0000000000000000000","type":"session.started","source":"urn:x","time":"2026-02-19T10:00:00Z","tenant":"acme","session":"chat-42","data":{"labels":{"cwd":"/src"}},"x":1}`)
+	before = string(body)
+	ev = events.DecodeStored("agent.evt.3.acme.chat-42", 1, body)
+	if ev.Err != nil {
+		t.Fatal(ev.Err)
+	}
+	_ = append(ev.Data, 'X')
+	if string(body) != before {
+		t.Fatalf("an append to the data wrote into the body:\n%s", body)
+	}
+}

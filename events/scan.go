@@ -355,12 +355,13 @@ func (s *scanner) skip(depth int) bool {
 }
 
 // raw consumes one JSON value and returns its bytes as written, shared
-// with the body.
+// with the body (capacity cut at the value's end: an append to it cannot
+// write into the body).
 func (s *scanner) raw() ([]byte, bool) {
 	s.peek()
 	start := s.i
 	if !s.skip(0) {
 		return nil, false
 	}
-	return s.b[start:s.i], true
+	return s.b[start:s.i:s.i], true
 }

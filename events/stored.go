@@ -89,6 +89,7 @@ func decodeValid(body []byte, tenant, session string) (Event, bool) {
 	defer sc.release()
 	ev := &sd.ev
 	*ev = Event{}
+	defer func() { *ev = Event{} }() // the pool keeps nothing of the body, accepted or not
 
 	if !sc.eat('{') {
 		return Event{}, false
@@ -153,7 +154,7 @@ func decodeValid(body []byte, tenant, session string) (Event, bool) {
 			default:
 				ok = sd.unmarshalAt(p)
 			}
-			ev.Data = body[start:sc.i]
+			ev.Data = body[start:sc.i:sc.i] // an append to it cannot write into the body
 		default:
 			ok = sc.member(0, name) && sc.skip(0)
 		}
@@ -177,9 +178,8 @@ func decodeValid(body []byte, tenant, session string) (Event, bool) {
 		return Event{}, false
 	}
 	ev.payload = p
-	out := *ev
-	*ev = Event{} // the pool keeps nothing of it
-	return out, true
+	ev.decoded = ev.Data // read as strictly as Decode reads: Validate need not again
+	return *ev, true
 }
 
 // unmarshalAt decodes the object at the scanner's position into p with
@@ -189,11 +189,14 @@ func (sd *storedDecoder) unmarshalAt(p Payload) bool {
 	sc := &sd.sc
 	*sd.buf = *bytes.NewBuffer(sc.b[sc.i:])
 	sd.dec.Reset(sd.buf)
-	defer sd.buf.Reset()
-	if json.UnmarshalDecode(sd.dec, p, rawInPlace) != nil {
+	err := json.UnmarshalDecode(sd.dec, p, rawInPlace)
+	off := sd.dec.InputOffset()
+	*sd.buf = bytes.Buffer{}
+	sd.dec.Reset(sd.buf) // the pooled decoder keeps nothing of the body
+	if err != nil {
 		return false
 	}
-	sc.i += int(sd.dec.InputOffset())
+	sc.i += int(off)
 	return true
 }
 
@@ -527,6 +530,6 @@ func parseCanonicalTime(q []byte) (time.Time, bool) {
 // own UnmarshalJSON would copy.
 var rawInPlace = json.WithUnmarshalers(json.UnmarshalFromFunc(func(dec *jsontext.Decoder, v *stdjson.RawMessage) error {
 	val, err := dec.ReadValue()
-	*v = stdjson.RawMessage(val)
+	*v = stdjson.RawMessage(val[:len(val):len(val)]) // an append to it cannot write into the body
 	return err
 }))
