@@ -177,7 +177,9 @@ func (s *Session) endTurn(ev events.Event, t *Turn, status TurnStatus, reason st
 		}
 	}
 	s.endSteps(t)
-	s.judge(ev, id, fmt.Sprintf("turn %s %s", id, status))
+	if len(s.Pending) > 0 { // the reason is built only when a tool_use may be judged
+		s.judge(ev, id, fmt.Sprintf("turn %s %s", id, status))
+	}
 	s.completeOutput(func(m *Message) bool { return m.Turn == id || m.Turn == "" })
 }
 
