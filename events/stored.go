@@ -74,9 +74,9 @@ const (
 // names, valid UTF-8, nothing after it), of a known type whose data comes
 // after it, breaking no rule of Validate. For anything else, and for what
 // its scanner does not read (an escaped name, data before type, an
-// unknown type), it reports false, and the caller decodes the body with Decode and
-// Validate, whose results and errors are the reference: for a body
-// decodeValid accepts, they give the same Event and payload
+// unknown type), it reports false, and the caller decodes the body with
+// Decode and Validate, whose results and errors are the reference: for a
+// body decodeValid accepts, they give the same Event and payload
 // (FuzzDecodeValidate checks).
 //
 // tenant and session are the subject's: a body that names them (as a
