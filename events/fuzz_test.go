@@ -173,6 +173,10 @@ func FuzzDecodeValidate(f *testing.F) {
 		f.Add(b)
 	}
 	f.Fuzz(func(t *testing.T, body []byte) {
+		// The scanner accepts as one object only what the library does.
+		if events.ScannedObject(body) && !jsontext.Value(body).IsValid() {
+			t.Fatalf("the scanner reads an object the library refuses: %q", body)
+		}
 		stored := events.DecodeStored("agent.evt.3.acme.chat-42", 9, body)
 		_ = stored.Summary()
 		_ = stored.String()
@@ -192,6 +196,14 @@ func FuzzDecodeValidate(f *testing.F) {
 		p, perr := ev.Payload()
 		if perr == nil && p.EventType() != ev.Type {
 			t.Fatalf("Payload of a %s event is a %s", ev.Type, p.EventType())
+		}
+		// The payload decoded without reflection (the turn's payloads) is
+		// the library's.
+		if events.KnownType(ev.Type) && len(ev.Data) > 0 {
+			lp, lerr := events.DecodePayloadWithLibrary(ev.Type, ev.Data)
+			if (lerr == nil) != (perr == nil) || lerr == nil && !reflect.DeepEqual(lp, p) {
+				t.Fatalf("Payload and the library differ on %s data %s:\n  %#v (%v)\n  %#v (%v)", ev.Type, ev.Data, p, perr, lp, lerr)
+			}
 		}
 		masked := ev
 		masked.Data = append(json.RawMessage(nil), ev.Data...)

@@ -26,8 +26,13 @@ func marshal(v any) ([]byte, error) { return json.Marshal(v, json.Deterministic(
 func unmarshal(b []byte, v any) error { return json.Unmarshal(b, v) }
 
 // validObject reports whether b is one JSON object (no duplicate names,
-// valid UTF-8) and nothing else.
+// valid UTF-8) and nothing else. The stored-body scanner answers first
+// (the same rules, no allocation); what it does not accept the library
+// judges (an object nested past the scanner's bounds is still valid).
 func validObject(b []byte) bool {
+	if scannedObject(b) {
+		return true
+	}
 	v := jsontext.Value(b)
 	if !v.IsValid() {
 		return false

@@ -29,6 +29,13 @@ type scanner struct {
 	names [][]byte
 	// unq is the scratch an escaped string is unquoted into.
 	unq []byte
+	// spaced is set once peek skips white space, and escaped once a
+	// string holds an escape the library's encoder would not write
+	// (canonicalData reads them).
+	spaced, oddEscape bool
+	// copyRaw makes raw return a copy rather than the input's bytes (for
+	// a caller's Data, which the caller may change).
+	copyRaw bool
 }
 
 // maxScanDepth bounds how deep skip nests, and maxScanNames how many
@@ -44,6 +51,7 @@ const (
 func (s *scanner) reset(b []byte) {
 	s.b, s.i = b, 0
 	s.names = s.names[:0]
+	s.spaced, s.oddEscape, s.copyRaw = false, false, false
 }
 
 // release drops s's references to the last body (the pool keeps s).
@@ -59,6 +67,7 @@ func (s *scanner) peek() byte {
 		switch c := s.b[s.i]; c {
 		case ' ', '\t', '\n', '\r':
 			s.i++
+			s.spaced = true
 		default:
 			return c
 		}
@@ -119,6 +128,7 @@ func (s *scanner) quoted() (q []byte, escaped, ok bool) {
 			if escaped {
 				var err error
 				s.unq, err = jsontext.AppendUnquote(s.unq[:0], q)
+				s.oddEscape = s.oddEscape || !encoderEscapes(q)
 				return q, true, err == nil
 			}
 			return q, false, ascii || utf8.Valid(q)
@@ -140,6 +150,49 @@ func (s *scanner) quoted() (q []byte, escaped, ok bool) {
 // the library leaves a string, a bool, a count or a pointer as it is (the
 // zero value, here) for a null.
 func (s *scanner) null() bool { return s.peek() == 'n' && s.literal("null") }
+
+// encoderEscapes reports whether every escape in the valid JSON string q
+// is one the library's encoder writes: \" \\ \b \f \n \r \t, and
+// \u00XX (lower-case hex) for the other control characters.
+func encoderEscapes(q []byte) bool {
+	for i := 0; ; {
+		k := bytes.IndexByte(q[i:], '\\')
+		if k < 0 {
+			return true
+		}
+		i += k
+		if i+1 >= len(q) {
+			return false
+		}
+		switch q[i+1] {
+		case '"', '\\', 'b', 'f', 'n', 'r', 't':
+			i += 2
+			continue
+		case 'u':
+		default:
+			return false
+		}
+		if i+5 >= len(q) || q[i+2] != '0' || q[i+3] != '0' {
+			return false
+		}
+		var code byte
+		switch hi, lo := q[i+4], q[i+5]; {
+		case hi != '0' && hi != '1':
+			return false
+		case lo >= '0' && lo <= '9':
+			code = (hi-'0')<<4 | (lo - '0')
+		case lo >= 'a' && lo <= 'f':
+			code = (hi-'0')<<4 | (lo - 'a' + 10)
+		default:
+			return false
+		}
+		switch code {
+		case '\b', '\f', '\n', '\r', '\t':
+			return false // the encoder writes the short form
+		}
+		i += 6
+	}
+}
 
 // str consumes a JSON string and returns its content unquoted: the
 // body's own bytes when it holds no escape, else s.unq (read it before
@@ -362,6 +415,9 @@ func (s *scanner) raw() ([]byte, bool) {
 	start := s.i
 	if !s.skip(0) {
 		return nil, false
+	}
+	if s.copyRaw {
+		return bytes.Clone(s.b[start:s.i]), true
 	}
 	return s.b[start:s.i:s.i], true
 }

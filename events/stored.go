@@ -138,20 +138,9 @@ func decodeValid(body []byte, tenant, session string) (Event, bool) {
 				return Event{}, false // unknown type, data before type, or not an object
 			}
 			start := sc.i
-			switch p := p.(type) {
-			case *MessageAppended: // most of a log
-				ok = sd.messageAppended(p)
-			case *TurnStarted:
-				ok = sd.turnStarted(p)
-			case *TurnCompleted:
-				ok = sd.turnCompleted(p)
-			case *TurnStageCompleted:
-				ok = sd.stageCompleted(p)
-			case *ToolCallStarted:
-				ok = sd.toolCallStarted(p)
-			case *ToolCallCompleted:
-				ok = sd.toolCallCompleted(p)
-			default:
+			if known, read := sd.payload(p); known {
+				ok = read
+			} else {
 				ok = sd.unmarshalAt(p)
 			}
 			ev.Data = body[start:sc.i:sc.i] // an append to it cannot write into the body
@@ -180,6 +169,43 @@ func decodeValid(body []byte, tenant, session string) (Event, bool) {
 	ev.payload = p
 	ev.decoded = ev.Data // read as strictly as Decode reads: Validate need not again
 	return *ev, true
+}
+
+// payload decodes the object at the scanner's position into p when p is
+// one of the payloads the scanner reads (known), and reports whether it
+// read it.
+func (sd *storedDecoder) payload(p Payload) (known, ok bool) {
+	switch p := p.(type) {
+	case *MessageAppended: // most of a log
+		return true, sd.messageAppended(p)
+	case *TurnStarted:
+		return true, sd.turnStarted(p)
+	case *TurnCompleted:
+		return true, sd.turnCompleted(p)
+	case *TurnStageCompleted:
+		return true, sd.stageCompleted(p)
+	case *ToolCallStarted:
+		return true, sd.toolCallStarted(p)
+	case *ToolCallCompleted:
+		return true, sd.toolCallCompleted(p)
+	}
+	return false, false
+}
+
+// readPayload decodes data, a payload's JSON object as a caller gave it,
+// into p with the scanner, as decodePayload's library path would (raw
+// values copied, not shared with data), and reports whether it could: a
+// payload it does not read, or data it does not read without doubt,
+// goes to the library (p is then to be dropped: it may be half filled).
+func readPayload(p Payload, data []byte) bool {
+	sd := storedDecoders.Get().(*storedDecoder)
+	defer storedDecoders.Put(sd)
+	sc := &sd.sc
+	sc.reset(data)
+	defer sc.release()
+	sc.copyRaw = true
+	known, ok := sd.payload(p)
+	return known && ok && sc.atEnd()
 }
 
 // unmarshalAt decodes the object at the scanner's position into p with
