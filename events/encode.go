@@ -10,12 +10,15 @@ import (
 // reference), to dst without reflection, and reports whether it could:
 // the envelope's strings quoted by jsontext.AppendQuote (the library's
 // own quoting), the time in RFC 3339 with nanoseconds (the library's
-// form, for years 0 to 9999), and Data as it is when it is already in the
+// form, for years 0 to 9999 and zones within 24 hours of UTC), and Data as it is when it is already in the
 // form the library would write it in (canonicalData). For anything else
 // (invalid UTF-8, a time out of range, data to reformat or refuse) it
 // reports false, and Encode asks the library.
 func (e *Event) appendEncoded(dst []byte) ([]byte, bool) {
-	if y := e.Time.Year(); y < 0 || y > 9999 || !canonicalData(e.Data) {
+	// The library refuses a year outside 0-9999 and a zone 24 hours or
+	// more from UTC (go-json-experiment/json, arshal_time.go).
+	_, offset := e.Time.Zone()
+	if y := e.Time.Year(); y < 0 || y > 9999 || offset <= -24*3600 || offset >= 24*3600 || !canonicalData(e.Data) {
 		return nil, false
 	}
 	var err error

@@ -22,6 +22,8 @@ func FuzzEncode(f *testing.F) {
 	}
 	f.Add("1.0", "id\x00\"é", "t", "urn:x", "a\xffb", "s", "", int64(-1<<62), 3600*5+1800, []byte(`{"a":"\u001f\u00e9\/"}`))
 	f.Add("1.0", "id", "t", "urn:x", "a", "s", "t1", int64(1), -75, []byte(` {"a" : [1, 2.50, -0, 1E3]} `))
+	f.Add("1.0", "id", "t", "urn:x", "a", "s", "t1", int64(1), 25*3600, []byte(`{}`)) // a zone the library refuses
+	f.Add("1.0", "id", "t", "urn:x", "a", "s", "t1", int64(1), -24*3600, []byte(`{}`))
 	f.Fuzz(func(t *testing.T, spec, id, typ, source, tenant, session, turn string, nanos int64, offset int, data []byte) {
 		ev := events.Event{SpecVersion: spec, ID: id, Type: events.Type(typ), Source: source, Tenant: tenant, Session: session, Turn: turn,
 			Time: time.Unix(0, nanos).In(time.FixedZone("z", offset%(26*3600))), Data: data}

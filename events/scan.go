@@ -29,7 +29,7 @@ type scanner struct {
 	names [][]byte
 	// unq is the scratch an escaped string is unquoted into.
 	unq []byte
-	// spaced is set once peek skips white space, and escaped once a
+	// spaced is set once peek skips white space, and oddEscape once a
 	// string holds an escape the library's encoder would not write
 	// (canonicalData reads them).
 	spaced, oddEscape bool
