@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-json-experiment/json/jsontext"
 	"github.com/turnstone-dev/turnstone/events"
 )
 
@@ -91,3 +92,39 @@ func TestAValidatedPayloadSharesNothingWithData(t *testing.T) {
 		t.Fatalf("the payload's input changed with the caller's Data: %s", in)
 	}
 }
+
+// TestTheScannerReadsStringsAsTheLibraryDoes: a string of 17 bytes with
+// any two byte values at any two nearby positions (the runs the scanner
+// reads eight at a time, their ends, escapes, quotes, control characters,
+// multi-byte runes) inside an object: the scanner accepts exactly what
+// the library accepts (it never hands on a valid one either, as no
+// nesting or escaped name is involved). Under the race detector or
+// -short, every 17th first byte (scripts/fullsize runs all 256).
+func TestTheScannerReadsStringsAsTheLibraryDoes(t *testing.T) {
+	t.Parallel()
+	s := make([]byte, 17)
+	step := 1
+	if sampled() {
+		step = 17 // 0, 17, 34 ("), ... 255: both ends and the quote
+	}
+	for p := 0; p < len(s); p++ {
+		for q := p + 1; q < len(s) && q < p+4; q++ {
+			for c := 0; c < 256; c += step {
+				for d := 0; d < 256; d++ {
+					for i := range s {
+						s[i] = 'a'
+					}
+					s[p], s[q] = byte(c), byte(d)
+					b := append(append([]byte(`{"a":"`), s...), `"}`...)
+					if got, want := events.ScannedObject(b), jsontext.Value(b).IsValid(); got != want {
+						t.Fatalf("scanner %v, library %v on %q", got, want, b)
+					}
+				}
+			}
+		}
+	}
+}
+
+// sampled reports whether the tests read a sample (under the race
+// detector or -short).
+func sampled() bool { return raceEnabled || testing.Short() }

@@ -88,26 +88,48 @@ func (s *scanner) eat(c byte) bool {
 // atEnd reports whether only white space is left.
 func (s *scanner) atEnd() bool { return s.peek() == 0 && s.i == len(s.b) }
 
-// String bytes that end the run quoted reads eight at a time: a quote, a
-// backslash, a control character, a byte of a multi-byte rune.
+// Eight bytes at a time: lsb has the low bit of each byte set, msb the
+// high bit.
 const (
 	lsb = 0x0101010101010101
 	msb = 0x8080808080808080
 )
 
-// special reports whether any byte of the eight in x is one quoted must
-// look at: below 0x20, '"', '\\', or 0x80 and above (the classic
-// "has zero byte" tests, exact for whether any byte matches).
-func special(x uint64) bool {
-	quote, backslash := x^(lsb*'"'), x^(lsb*'\\')
-	below := (x - lsb*0x20) &^ x
-	return ((quote-lsb)&^quote|(backslash-lsb)&^backslash|below|x)&msb != 0
+// scanRun checks seg, a run of a JSON string with no quote and no
+// backslash, eight bytes at a time: it reports false when a byte is a
+// control character (below 0x20: invalid in a string), and clears
+// *ascii when one is 0x80 or above (a multi-byte rune, for utf8.Valid).
+// (x - lsb*0x20) &^ x has a high bit set exactly when some byte of x is
+// below 0x20 (the classic "has less" test, exact for n <= 128).
+func scanRun(seg []byte, ascii *bool) bool {
+	var high uint64
+	for len(seg) >= 8 {
+		x := binary.LittleEndian.Uint64(seg)
+		if (x-lsb*0x20)&^x&msb != 0 {
+			return false
+		}
+		high |= x
+		seg = seg[8:]
+	}
+	for _, c := range seg {
+		if c < 0x20 {
+			return false
+		}
+		high |= uint64(c)
+	}
+	if high&msb != 0 || high&0x80 != 0 {
+		*ascii = false
+	}
+	return true
 }
 
 // quoted consumes a JSON string and returns it as written, quotes
-// included, and whether it holds an escape. A string with an escape is
-// checked, and unquoted into s.unq, by jsontext.AppendUnquote; one
-// without is checked here (no control character, valid UTF-8).
+// included, and whether it holds an escape. It finds the closing quote
+// with bytes.IndexByte (a quote after a backslash is escaped, and the
+// search goes on past it) and checks the runs between with scanRun. A
+// string with an escape is checked, and unquoted into s.unq, by
+// jsontext.AppendUnquote; one without is checked here (no control
+// character, valid UTF-8).
 func (s *scanner) quoted() (q []byte, escaped, ok bool) {
 	if s.peek() != '"' {
 		return nil, false, false
@@ -115,34 +137,35 @@ func (s *scanner) quoted() (q []byte, escaped, ok bool) {
 	b, start := s.b, s.i
 	i, ascii := start+1, true
 	for {
-		for i+8 <= len(b) && !special(binary.LittleEndian.Uint64(b[i:])) {
-			i += 8
-		}
 		if i >= len(b) {
 			return nil, false, false
 		}
-		switch c := b[i]; {
-		case c == '"':
-			q = b[start : i+1]
-			s.i = i + 1
-			if escaped {
-				var err error
-				s.unq, err = jsontext.AppendUnquote(s.unq[:0], q)
-				s.oddEscape = s.oddEscape || !encoderEscapes(q)
-				return q, true, err == nil
-			}
-			return q, false, ascii || utf8.Valid(q)
-		case c == '\\':
-			escaped = true
-			i += 2 // the escaped byte cannot end the string; AppendUnquote checks it
-		case c < 0x20:
+		k := bytes.IndexByte(b[i:], '"')
+		if k < 0 {
 			return nil, false, false
-		case c >= utf8.RuneSelf:
-			ascii = false
-			i++
-		default:
-			i++
 		}
+		run := b[i : i+k]
+		if bs := bytes.IndexByte(run, '\\'); bs >= 0 {
+			if !scanRun(run[:bs], &ascii) {
+				return nil, false, false
+			}
+			escaped = true
+			i += bs + 2 // the escaped byte cannot end the string; AppendUnquote checks it
+			continue
+		}
+		if !scanRun(run, &ascii) {
+			return nil, false, false
+		}
+		i += k
+		q = b[start : i+1]
+		s.i = i + 1
+		if escaped {
+			var err error
+			s.unq, err = jsontext.AppendUnquote(s.unq[:0], q)
+			s.oddEscape = s.oddEscape || !encoderEscapes(q)
+			return q, true, err == nil
+		}
+		return q, false, ascii || utf8.Valid(q)
 	}
 }
 
