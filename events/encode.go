@@ -10,10 +10,11 @@ import (
 // reference), to dst without reflection, and reports whether it could:
 // the envelope's strings quoted by jsontext.AppendQuote (the library's
 // own quoting), the time in RFC 3339 with nanoseconds (the library's
-// form, for years 0 to 9999 and zones within 24 hours of UTC), and Data as it is when it is already in the
-// form the library would write it in (canonicalData). For anything else
-// (invalid UTF-8, a time out of range, data to reformat or refuse) it
-// reports false, and Encode asks the library.
+// form, for years 0 to 9999 and zones within 24 hours of UTC), and Data
+// as it is when it is already in the form the library would write it in
+// (canonicalData). For anything else (invalid UTF-8, a time out of range,
+// data to reformat or refuse) it reports false, and Encode asks the
+// library.
 func (e *Event) appendEncoded(dst []byte) ([]byte, bool) {
 	// The library refuses a year outside 0-9999 and a zone 24 hours or
 	// more from UTC (go-json-experiment/json, arshal_time.go).
@@ -59,24 +60,18 @@ func (e *Event) appendEncoded(dst []byte) ([]byte, bool) {
 // in a string but \" \\ \b \f \n \r \t and \u00XX (lower-case hex) for
 // the other control characters. Numbers are written as they are.
 func canonicalData(data []byte) bool {
-	if len(data) == 0 {
-		return false
-	}
-	sd := storedDecoders.Get().(*storedDecoder)
-	defer storedDecoders.Put(sd)
-	sc := &sd.sc
-	sc.reset(data)
-	defer sc.release()
-	return sc.skip(0) && sc.i == len(data) && !sc.spaced && !sc.oddEscape
+	return len(data) > 0 && withScanner(data, func(sd *storedDecoder) bool {
+		sc := &sd.sc
+		sc.checkEscapes = true
+		return sc.skip(0) && sc.i == len(data) && !sc.spaced && !sc.oddEscape
+	})
 }
 
 // scannedObject reports whether the scanner reads b as one JSON object
 // and nothing else (validObject's first answer).
 func scannedObject(b []byte) bool {
-	sd := storedDecoders.Get().(*storedDecoder)
-	defer storedDecoders.Put(sd)
-	sc := &sd.sc
-	sc.reset(b)
-	defer sc.release()
-	return sc.peek() == '{' && sc.skip(0) && sc.atEnd()
+	return withScanner(b, func(sd *storedDecoder) bool {
+		sc := &sd.sc
+		return sc.peek() == '{' && sc.skip(0) && sc.atEnd()
+	})
 }

@@ -159,8 +159,20 @@ func (e Event) Payload() (Payload, error) {
 	return decodePayload(e.Type, e.Data)
 }
 
-// decodePayload decodes data into a new payload of type t.
+// decodePayload decodes data into a new payload of type t: the turn's
+// payloads with the scanner (readPayload), anything else, or what it does
+// not read, with the library (unmarshalPayload).
 func decodePayload(t Type, data []byte) (Payload, error) {
+	if p := newPayload(t); p != nil && readPayload(p, data) {
+		return p, nil // without reflection (FuzzDecodeValidate compares)
+	}
+	return unmarshalPayload(t, data)
+}
+
+// unmarshalPayload decodes data into a new payload of type t with the
+// library: decodePayload's reference, and its errors (ErrUnknownType,
+// ErrMalformed).
+func unmarshalPayload(t Type, data []byte) (Payload, error) {
 	p := newPayload(t)
 	if p == nil {
 		return nil, fmt.Errorf("%w: %q", ErrUnknownType, t)
@@ -168,10 +180,6 @@ func decodePayload(t Type, data []byte) (Payload, error) {
 	if len(data) == 0 {
 		return nil, fmt.Errorf("%w: %s event has no data", ErrMalformed, t)
 	}
-	if readPayload(p, data) {
-		return p, nil // the turn's payloads, without reflection (FuzzDecodeValidate compares)
-	}
-	p = newPayload(t)
 	if err := unmarshal(data, p); err != nil {
 		return nil, fmt.Errorf("%w: %s data: %s", ErrMalformed, t, decodeProblem(err))
 	}

@@ -10,18 +10,9 @@ func EncodeWithoutLibrary(e Event) ([]byte, bool) { return e.appendEncoded(nil) 
 
 func EncodeWithLibrary(e Event) ([]byte, error) { return marshal(e) }
 
-// DecodePayloadWithLibrary decodes data into a new payload of type t with
-// the library alone: decodePayload's reference.
-func DecodePayloadWithLibrary(t Type, data []byte) (Payload, error) {
-	p := newPayload(t)
-	if p == nil {
-		return nil, ErrUnknownType
-	}
-	if err := unmarshal(data, p); err != nil {
-		return nil, err
-	}
-	return p, nil
-}
+// DecodePayloadWithLibrary is unmarshalPayload: decodePayload's
+// reference.
+var DecodePayloadWithLibrary = unmarshalPayload
 
 // ScannedObject is the scanner's answer to validObject.
 var ScannedObject = scannedObject

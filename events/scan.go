@@ -29,10 +29,11 @@ type scanner struct {
 	names [][]byte
 	// unq is the scratch an escaped string is unquoted into.
 	unq []byte
-	// spaced is set once peek skips white space, and oddEscape once a
-	// string holds an escape the library's encoder would not write
-	// (canonicalData reads them).
-	spaced, oddEscape bool
+	// spaced is set once peek skips white space, and, when checkEscapes
+	// is set, oddEscape once a string holds an escape the library's
+	// encoder would not write (canonicalData reads them; a read does not
+	// pay for the check).
+	spaced, checkEscapes, oddEscape bool
 	// copyRaw makes raw return a copy rather than the input's bytes (for
 	// a caller's Data, which the caller may change).
 	copyRaw bool
@@ -51,7 +52,7 @@ const (
 func (s *scanner) reset(b []byte) {
 	s.b, s.i = b, 0
 	s.names = s.names[:0]
-	s.spaced, s.oddEscape, s.copyRaw = false, false, false
+	s.spaced, s.checkEscapes, s.oddEscape, s.copyRaw = false, false, false, false
 }
 
 // release drops s's references to the last body (the pool keeps s).
@@ -117,7 +118,7 @@ func scanRun(seg []byte, ascii *bool) bool {
 		}
 		high |= uint64(c)
 	}
-	if high&msb != 0 || high&0x80 != 0 {
+	if high&msb != 0 { // the tail's bytes are in the low byte
 		*ascii = false
 	}
 	return true
@@ -162,7 +163,7 @@ func (s *scanner) quoted() (q []byte, escaped, ok bool) {
 		if escaped {
 			var err error
 			s.unq, err = jsontext.AppendUnquote(s.unq[:0], q)
-			s.oddEscape = s.oddEscape || !encoderEscapes(q)
+			s.oddEscape = s.oddEscape || s.checkEscapes && !encoderEscapes(q)
 			return q, true, err == nil
 		}
 		return q, false, ascii || utf8.Valid(q)
@@ -282,15 +283,13 @@ func (s *scanner) boolean(b *bool) bool {
 	case 'n':
 		return s.literal("null")
 	case 't':
-		if bytes.HasPrefix(s.b[s.i:], []byte("true")) {
+		if s.literal("true") {
 			*b = true
-			s.i += 4
 			return true
 		}
 	case 'f':
-		if bytes.HasPrefix(s.b[s.i:], []byte("false")) {
+		if s.literal("false") {
 			*b = false
-			s.i += 5
 			return true
 		}
 	}

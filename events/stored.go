@@ -198,14 +198,21 @@ func (sd *storedDecoder) payload(p Payload) (known, ok bool) {
 // payload it does not read, or data it does not read without doubt,
 // goes to the library (p is then to be dropped: it may be half filled).
 func readPayload(p Payload, data []byte) bool {
+	return withScanner(data, func(sd *storedDecoder) bool {
+		sd.sc.copyRaw = true
+		known, ok := sd.payload(p)
+		return known && ok && sd.sc.atEnd()
+	})
+}
+
+// withScanner runs f with a pooled decoder whose scanner is at the start
+// of b, and returns what f does; the pool keeps nothing of b.
+func withScanner(b []byte, f func(sd *storedDecoder) bool) bool {
 	sd := storedDecoders.Get().(*storedDecoder)
 	defer storedDecoders.Put(sd)
-	sc := &sd.sc
-	sc.reset(data)
-	defer sc.release()
-	sc.copyRaw = true
-	known, ok := sd.payload(p)
-	return known && ok && sc.atEnd()
+	sd.sc.reset(b)
+	defer sd.sc.release()
+	return f(sd)
 }
 
 // unmarshalAt decodes the object at the scanner's position into p with

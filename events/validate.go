@@ -25,12 +25,19 @@ func Validate(e *Event) error {
 	v := &validator{}
 	v.envelope(e)
 	e.payload = nil
-	if !dataObject(e) {
+	// The turn's payloads are read in one pass that also shows data is
+	// one object; for anything else, data is checked, then decoded.
+	p := newPayload(e.Type)
+	scanned := p != nil && readPayload(p, e.Data)
+	if !scanned && !dataObject(e) {
 		v.add("data", "must be one JSON object (no duplicate member names, valid UTF-8)", "")
 		return v.err()
 	}
-	if newPayload(e.Type) != nil {
-		p, err := decodePayload(e.Type, e.Data)
+	if p != nil {
+		var err error
+		if !scanned {
+			p, err = unmarshalPayload(e.Type, e.Data)
+		}
 		if err != nil {
 			v.add("data", "must fit the "+string(e.Type)+" shape: "+strings.TrimPrefix(err.Error(), ErrMalformed.Error()+": "+string(e.Type)+" data: "), "")
 			return v.err()

@@ -181,18 +181,8 @@ func TestAPinMoveRewritesTheRowsItsDroppedStatesOwed(t *testing.T) {
 	js, log := oneIndexedPartition(t, ctx)
 	moved := make(chan int, 4)
 	// IndexEvery an hour: only the pin move can write the counts' row.
-	p, err := NewProjector(log, newStore(t, js), ProjectorConfig{Durable: "pinmove", Shared: true, Index: true,
-		IndexEvery: time.Hour, OnPinMoved: func(part int) { moved <- part }}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := p.Open(ctx); err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close(ctx)
-	if err := p.Acquire(ctx, 0, false); err != nil {
-		t.Fatal(err)
-	}
+	p := heldIndexProjector(t, ctx, js, log, ProjectorConfig{Durable: "pinmove", IndexEvery: time.Hour,
+		OnPinMoved: func(part int) { moved <- part }})
 	steps := []step{at(&events.SessionStarted{}), in("t1", started("go")), in("t1", user(text("list the files")))}
 	for i := 0; i < 6; i++ {
 		steps = append(steps, in("t1", asst(text(fmt.Sprintf("thinking, step %d", i)))))
@@ -264,18 +254,7 @@ func waitUntil(t *testing.T, within time.Duration, what string, cond func() bool
 func TestAFailedIndexWriteGetsItsPartitionReconciled(t *testing.T) {
 	ctx := testContext(t)
 	js, log := oneIndexedPartition(t, ctx)
-	p, err := NewProjector(log, newStore(t, js), ProjectorConfig{Durable: "settle", Shared: true, Index: true,
-		IndexEvery: 100 * time.Millisecond}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := p.Open(ctx); err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close(ctx)
-	if err := p.Acquire(ctx, 0, false); err != nil {
-		t.Fatal(err)
-	}
+	p := heldIndexProjector(t, ctx, js, log, ProjectorConfig{Durable: "settle", IndexEvery: 100 * time.Millisecond})
 	evs := build(t, []step{at(&events.SessionStarted{}), in("t1", started("go")), in("t1", user(text("hi"))),
 		in("t1", asst(text("hello"))), in("t1", completed())})
 	for i := range evs {
@@ -324,6 +303,25 @@ func oneIndexedPartition(t *testing.T, ctx context.Context) (jetstream.JetStream
 		t.Fatal(err)
 	}
 	return js, log
+}
+
+// heldIndexProjector opens a shared, indexing projector of cfg on log
+// (closed when the test ends) and acquires partition 0.
+func heldIndexProjector(t *testing.T, ctx context.Context, js jetstream.JetStream, log *events.Log, cfg ProjectorConfig) *Projector {
+	t.Helper()
+	cfg.Shared, cfg.Index = true, true
+	p, err := NewProjector(log, newStore(t, js), cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Open(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = p.Close(context.Background()) })
+	if err := p.Acquire(ctx, 0, false); err != nil {
+		t.Fatal(err)
+	}
+	return p
 }
 
 // testSessionRow reads testTenant/testSession's row of partition 0 from
