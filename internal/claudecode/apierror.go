@@ -2,11 +2,12 @@ package claudecode
 
 import (
 	"bytes"
-	"encoding/json"
 	"fmt"
 	"regexp"
 	"strconv"
 	"strings"
+
+	json "github.com/go-json-experiment/json/v1"
 
 	"github.com/turnstone-dev/turnstone/events"
 )

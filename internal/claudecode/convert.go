@@ -1,12 +1,13 @@
 package claudecode
 
 import (
-	"encoding/json"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
 	"strings"
+
+	json "github.com/go-json-experiment/json/v1"
 
 	"github.com/turnstone-dev/turnstone/events"
 	"github.com/turnstone-dev/turnstone/internal/importer"

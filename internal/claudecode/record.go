@@ -2,11 +2,12 @@ package claudecode
 
 import (
 	"bytes"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
 	"time"
+
+	json "github.com/go-json-experiment/json/v1"
 
 	"github.com/turnstone-dev/turnstone/events"
 	"github.com/turnstone-dev/turnstone/internal/importer"
@@ -292,9 +293,7 @@ func parseRecord(line []byte) (*record, error) {
 	switch raw.Type {
 	case recUser, recAssistant, recSystem:
 	case recProgress:
-		if len(nonNull(raw.ParentToolUseID)) > 0 && len(nonNull(raw.Data)) > 0 {
-			r.progress = parseProgress(line)
-		}
+		r.progress = progressLink(raw.ParentToolUseID, raw.Data)
 		return r, nil
 	default:
 		return r, nil
@@ -376,10 +375,29 @@ func parseRecord(line []byte) (*record, error) {
 // when the line has none.
 func parseProgress(line []byte) *progressRecord {
 	var p progressRecord
-	if json.Unmarshal(line, &p) == nil && p.Data.Type == progressAgent && p.Data.AgentID != "" && p.ParentToolUseID != "" {
+	if json.Unmarshal(line, &p) == nil && p.linked() {
 		return &p
 	}
 	return nil
+}
+
+// progressLink is parseProgress for a line already read as a rawRecord:
+// it reads only the record's parentToolUseID and data, not the line again.
+func progressLink(parent, data json.RawMessage) *progressRecord {
+	parent, data = nonNull(parent), nonNull(data)
+	if parent == nil || data == nil {
+		return nil
+	}
+	var p progressRecord
+	if json.Unmarshal(parent, &p.ParentToolUseID) != nil || json.Unmarshal(data, &p.Data) != nil || !p.linked() {
+		return nil
+	}
+	return &p
+}
+
+// linked reports whether p links a subagent to its Task tool call.
+func (p *progressRecord) linked() bool {
+	return p.Data.Type == progressAgent && p.Data.AgentID != "" && p.ParentToolUseID != ""
 }
 
 func parseSystem(r *record, raw *rawRecord) error {
@@ -535,6 +553,26 @@ func between(s, open, close string) string {
 // clip returns the first n runes of s (importer.Clip).
 func clip(s string, n int) string { return importer.Clip(s, n) }
 
+// jsonPlace names a decoder's path of names and array indexes ("0.text")
+// for a person: `field "text" of element 0`, `element 0`, `field "type"`.
+func jsonPlace(path string) string {
+	i := strings.LastIndexByte(path, '.')
+	last, at := path[i+1:], ""
+	if i >= 0 {
+		at = path[:i]
+	}
+	if strings.Trim(last, "0123456789") == "" {
+		return "element " + path
+	}
+	if at == "" {
+		return fmt.Sprintf("field %q", last)
+	}
+	if strings.Trim(at, "0123456789") == "" {
+		return fmt.Sprintf("field %q of element %s", last, at)
+	}
+	return fmt.Sprintf("field %q of %s", last, at)
+}
+
 func nonNull(raw json.RawMessage) json.RawMessage {
 	raw = bytes.TrimSpace(raw)
 	if len(raw) == 0 || string(raw) == "null" {
@@ -543,12 +581,14 @@ func nonNull(raw json.RawMessage) json.RawMessage {
 	return raw
 }
 
-// jsonProblem shortens encoding/json errors to what a person can act on.
+// jsonProblem shortens the JSON decoder's errors to what a person can act
+// on. A type error names where it is as a path of names and array indexes
+// ("0.text": the text of the first element).
 func jsonProblem(err error) string {
 	var te *json.UnmarshalTypeError
 	if errors.As(err, &te) {
 		if te.Field != "" {
-			return fmt.Sprintf("field %q is a JSON %s, want %s", te.Field, te.Value, te.Type)
+			return fmt.Sprintf("%s is a JSON %s, want %s", jsonPlace(te.Field), te.Value, te.Type)
 		}
 		return fmt.Sprintf("a JSON %s where %s was expected", te.Value, te.Type)
 	}

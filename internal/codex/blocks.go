@@ -2,10 +2,11 @@ package codex
 
 import (
 	"bytes"
-	"encoding/json"
 	"regexp"
 	"strconv"
 	"strings"
+
+	json "github.com/go-json-experiment/json/v1"
 
 	"github.com/turnstone-dev/turnstone/events"
 )
@@ -179,7 +180,7 @@ func serverToolBlock(it *responseItem) events.ContentBlock {
 	if id == "" {
 		id = name
 	}
-	return events.ContentBlock{Type: blockServerToolUse, ID: id, Name: name, Input: in}
+	return events.ContentBlock{Type: blockServerToolUse, ID: id, Name: name, Input: []byte(in)}
 }
 
 // output is a tool output converted: its content (a string, or an array

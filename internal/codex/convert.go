@@ -1,13 +1,14 @@
 package codex
 
 import (
-	"encoding/json"
 	"fmt"
 	"io"
 	"path/filepath"
 	"regexp"
 	"strings"
 	"time"
+
+	json "github.com/go-json-experiment/json/v1"
 
 	"github.com/turnstone-dev/turnstone/events"
 	"github.com/turnstone-dev/turnstone/internal/importer"
@@ -439,7 +440,7 @@ func (cv *conv) responseItem(l *line) {
 			return
 		}
 		c := &call{id: id, name: name, time: l.time, line: l.n}
-		cv.assistant(l, []events.ContentBlock{{Type: events.BlockToolUse, ID: id, Name: name, Input: in}}, c)
+		cv.assistant(l, []events.ContentBlock{{Type: events.BlockToolUse, ID: id, Name: name, Input: []byte(in)}}, c)
 	case "web_search_call", "image_generation_call", "tool_search_call":
 		if id := it.callID(); id != "" {
 			cv.server[id] = true
@@ -453,7 +454,7 @@ func (cv *conv) responseItem(l *line) {
 			cv.skip("response_item/tool_search_output (no response open)")
 			return
 		}
-		cv.assistant(l, []events.ContentBlock{{Type: "tool_search_tool_result", ToolUseID: it.callID(), Content: it.Tools}}, nil)
+		cv.assistant(l, []events.ContentBlock{{Type: "tool_search_tool_result", ToolUseID: it.callID(), Content: []byte(it.Tools)}}, nil)
 	case "function_call_output", "custom_tool_call_output", "local_shell_call_output", "mcp_tool_call_output":
 		if it.CallID == "" {
 			cv.res.Diagnostics = append(cv.res.Diagnostics, importer.Diagnostic{File: cv.s.File, Line: l.n,
@@ -661,7 +662,7 @@ func (cv *conv) output(l *line, it *responseItem) {
 		}
 	}
 	cv.em.Emit(l.time, l.key()+"/message", turn, &events.MessageAppended{
-		Role: events.RoleUser, Content: []events.ContentBlock{{Type: events.BlockToolResult, ToolUseID: it.CallID, IsError: isError, Content: o.content}},
+		Role: events.RoleUser, Content: []events.ContentBlock{{Type: events.BlockToolResult, ToolUseID: it.CallID, IsError: isError, Content: []byte(o.content)}},
 	}, l.n)
 	if c != nil && c.turn != nil {
 		c.turn.awaiting = true // the model has not answered the output yet

@@ -433,7 +433,7 @@ func TestOutputErrorFlags(t *testing.T) {
 		{`{"type":"input_text","text":"a.txt"}`, false, false},
 		{`"plain text"`, false, false},
 	} {
-		o := parseOutput(json.RawMessage(tt.raw))
+		o := parseOutput([]byte(tt.raw))
 		if o.isError != tt.isError || o.known != tt.known {
 			t.Errorf("%s: error %v known %v, want %v %v", tt.raw, o.isError, o.known, tt.isError, tt.known)
 		}
