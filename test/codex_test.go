@@ -170,26 +170,36 @@ func TestCodexImportInspectAndWebView(t *testing.T) {
 		return strings.Contains(out, "interrupted: default/"+pending+" ends mid-turn") &&
 			strings.Contains(out, "tool_use without its result: "+call)
 	})
-	var rows []struct {
-		Session           string   `json:"session"`
-		Status            string   `json:"status"`
-		PendingToolUseIDs []string `json:"pending_tool_use_ids"`
-	}
-	if err := json.Unmarshal([]byte(run(t, eng.url, "sessions", "--tenant", "default", "--json")), &rows); err != nil {
-		t.Fatal(err)
-	}
 	// The three rollouts that end inside a turn (wantCodexDetected's
-	// inFlight) are interrupted; only 019c8a70 left a call unanswered.
-	got := map[string]string{}
-	for _, r := range rows {
-		if r.Status == "interrupted" {
-			got[r.Session] = strings.Join(r.PendingToolUseIDs, ",")
+	// inFlight) are interrupted; only 019c8a70 left a call unanswered. Each
+	// session's row is written within --sync of its own last event, so a
+	// row may still show an earlier state (a call that its next line
+	// answers) for that long: the rows are read until all are current.
+	want := fmt.Sprint(map[string]string{pending: call, "019b7f94-51b4-7593-922e-ba12b5b73b52": "", "019fc8be-3658-7ca3-9e29-000000000000": ""})
+	var got string
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("sessions --json, interrupted sessions and their pending calls: %s, want %s", got, want)
 		}
-	}
-	want := map[string]string{pending: call, "019b7f94-51b4-7593-922e-ba12b5b73b52": "", "019fc8be-3658-7ca3-9e29-000000000000": ""}
-	if fmt.Sprint(got) != fmt.Sprint(want) {
-		t.Errorf("sessions --json: interrupted sessions and their pending calls %v, want %v", got, want)
-	}
+	})
+	waitFor(t, "sessions --json lists the interrupted Codex sessions with their pending calls", func() bool {
+		var rows []struct {
+			Session           string   `json:"session"`
+			Status            string   `json:"status"`
+			PendingToolUseIDs []string `json:"pending_tool_use_ids"`
+		}
+		if err := json.Unmarshal([]byte(run(t, eng.url, "sessions", "--tenant", "default", "--json")), &rows); err != nil {
+			t.Fatal(err)
+		}
+		m := map[string]string{}
+		for _, r := range rows {
+			if r.Status == "interrupted" {
+				m[r.Session] = strings.Join(r.PendingToolUseIDs, ",")
+			}
+		}
+		got = fmt.Sprint(m)
+		return got == want
+	})
 
 	get := httpGet
 	waitFor(t, "the web view lists the Codex sessions with their runtime", func() bool {
