@@ -2,11 +2,14 @@ package claudecode
 
 import (
 	"bytes"
+	stdjson "encoding/json"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 
+	json "github.com/go-json-experiment/json/v1"
 	"github.com/turnstone-dev/turnstone/events"
 )
 
@@ -84,6 +87,45 @@ func FuzzParseRecord(f *testing.F) {
 
 // FuzzConvert checks that converting any input never panics and yields
 // only valid events. Seeds: small real transcripts and their cuts.
+// FuzzRecordDecodeKeepsEncodingJSONSemantics: the parser decodes a line
+// with go-json-experiment's v1 package, which promises encoding/json's
+// semantics (names matched without regard to case, the last of duplicate
+// names, invalid UTF-8 replaced, a type error not stopping the rest); on
+// any input, a record and a content block array decode to the same values
+// and fail on the same inputs as with encoding/json itself. (The content
+// inside a record decodes with the package's own call in both.)
+func FuzzRecordDecodeKeepsEncodingJSONSemantics(f *testing.F) {
+	seedLines(f)
+	for _, s := range []string{
+		`{"type":"assistant","uuid":"u","TYPE":"x","message":{"id":"m","content":[{"type":"text","text":"\ud800"}],"usage":{"input_tokens":1e400}}}`,
+		`{"type":"progress","data":{"type":"agent_progress","agentId":"a"},"parentToolUseID":"t","type":"user"}`,
+		"{\"type\":\"user\",\"cwd\":\"\xff\xfe\"}",
+		`{"type":"system","subtype":"api_error","content":"x","retryAttempt":1.5,"maxRetries":-1,"error":{"a":[1,2]}}`,
+		`{"type":"user","isMeta":true,"ismeta":false,"message":{"content":[{"type":"tool_result","tool_use_id":"t","content":[{"type":"text","text":"a"}]}]}}`,
+		`[{"type":"text","text":"a","TEXT":"b"},{"type":"tool_use","id":"t","input":{"a":1}}]`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		var want, got rawRecord
+		werr, gerr := stdjson.Unmarshal(b, &want), json.Unmarshal(b, &got)
+		if (werr == nil) != (gerr == nil) {
+			t.Fatalf("record: encoding/json error %v, the parser's %v", werr, gerr)
+		}
+		if werr == nil && !reflect.DeepEqual(want, got) {
+			t.Fatalf("record:\nencoding/json %+v\nthe parser    %+v", want, got)
+		}
+		var wantBlocks, gotBlocks []events.ContentBlock
+		werr, gerr = stdjson.Unmarshal(b, &wantBlocks), json.Unmarshal(b, &gotBlocks)
+		if (werr == nil) != (gerr == nil) {
+			t.Fatalf("blocks: encoding/json error %v, the parser's %v", werr, gerr)
+		}
+		if werr == nil && !reflect.DeepEqual(wantBlocks, gotBlocks) {
+			t.Fatalf("blocks:\nencoding/json %+v\nthe parser    %+v", wantBlocks, gotBlocks)
+		}
+	})
+}
+
 func FuzzConvert(f *testing.F) {
 	// Small inputs: the fuzzer minimizes every new input it finds, which
 	// is slow for large ones.
