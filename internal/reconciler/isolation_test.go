@@ -25,18 +25,27 @@ func (e *env) appendAll(session string, steps ...st) {
 // held polls cond on the projector's copy of a session's state (real
 // time, up to 60 s), advancing the reconciler's clock a second each round:
 // for sessions too large to restore from their whole log at every poll.
+// A state the projector no longer holds (idle for its IdleEvict, a minute
+// of real time, while the test waited on another session) is restored
+// from the log, as the engine would at the session's next event.
 func (e *env) held(what string, cond func(*projections.Session) bool, session string) *projections.Session {
 	e.t.Helper()
+	state := func() *projections.Session {
+		if s, ok := e.Projector.Session("acme", session); ok {
+			return s
+		}
+		return e.state(session)
+	}
 	deadline := time.Now().Add(60 * time.Second)
 	for time.Now().Before(deadline) {
-		if s, ok := e.Projector.Session("acme", session); ok && cond(s) {
+		if s := state(); cond(s) {
 			return s
 		}
 		e.clock.Advance(time.Second)
 		time.Sleep(50 * time.Millisecond)
 	}
-	s, _ := e.Projector.Session("acme", session)
-	e.t.Fatalf("%s: not reached; the projector holds %+v", what, s)
+	s := state()
+	e.t.Fatalf("%s: not reached; the state: paused %v (%s), %d orphans, commands %+v", what, s.Paused, s.PauseCause, s.Totals.Orphans, s.Commands)
 	return nil
 }
 
