@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	json "github.com/go-json-experiment/json/v1"
+
 	"github.com/turnstone-dev/turnstone/events"
 )
 
@@ -85,8 +86,6 @@ func FuzzParseRecord(f *testing.F) {
 	})
 }
 
-// FuzzConvert checks that converting any input never panics and yields
-// only valid events. Seeds: small real transcripts and their cuts.
 // FuzzRecordDecodeKeepsEncodingJSONSemantics: the parser decodes a line
 // with go-json-experiment's v1 package, which promises encoding/json's
 // semantics (names matched without regard to case, the last of duplicate
@@ -126,6 +125,8 @@ func FuzzRecordDecodeKeepsEncodingJSONSemantics(f *testing.F) {
 	})
 }
 
+// FuzzConvert checks that converting any input never panics and yields
+// only valid events. Seeds: small real transcripts and their cuts.
 func FuzzConvert(f *testing.F) {
 	// Small inputs: the fuzzer minimizes every new input it finds, which
 	// is slow for large ones.

@@ -554,20 +554,22 @@ func between(s, open, close string) string {
 func clip(s string, n int) string { return importer.Clip(s, n) }
 
 // jsonPlace names a decoder's path of names and array indexes ("0.text")
-// for a person: `field "text" of element 0`, `element 0`, `field "type"`.
+// for a person: `field "text" of element 0`, `element 0`, `element 1.2`
+// (of an array in an array), `field "type"`, `field "input_tokens" of
+// message.usage`.
 func jsonPlace(path string) string {
 	i := strings.LastIndexByte(path, '.')
 	last, at := path[i+1:], ""
 	if i >= 0 {
 		at = path[:i]
 	}
-	if strings.Trim(last, "0123456789") == "" {
+	if strings.Trim(last, "0123456789") == "" { // an array index
 		return "element " + path
 	}
 	if at == "" {
 		return fmt.Sprintf("field %q", last)
 	}
-	if strings.Trim(at, "0123456789") == "" {
+	if strings.Trim(at, "0123456789.") == "" {
 		return fmt.Sprintf("field %q of element %s", last, at)
 	}
 	return fmt.Sprintf("field %q of %s", last, at)
