@@ -774,6 +774,38 @@ func TestCutAfterToolUseLeavesTheTurnInFlight(t *testing.T) {
 	}
 }
 
+// TestRepeatedToolUseStartsOneCall: a tool_use id names one call. An
+// assistant record copied under a new uuid after its call was answered
+// (found by FuzzConvert), or a block repeating an id inside one message,
+// starts no second tool_call.started; the skip is counted.
+func TestRepeatedToolUseStartsOneCall(t *testing.T) {
+	t.Parallel()
+	use := `[{"type":"tool_use","id":"toolu_A","name":"Glob","input":{}}]`
+	res := convertLines(t, "main.jsonl", []string{
+		userAt("p1", 0, `"find mix.exs"`, ""),
+		assistantAt("a1", 1, "msg_1", use),
+		userAt("r1", 2, `[{"type":"tool_result","tool_use_id":"toolu_A","content":"rejected","is_error":true}]`, ""),
+		assistantAt("a1-copy", 3, "msg_1", use),
+		assistantAt("a2", 4, "msg_2", `[{"type":"tool_use","id":"toolu_B","name":"Read","input":{}},{"type":"tool_use","id":"toolu_B","name":"Read","input":{}}]`),
+	})
+	s := res.Sessions[0]
+	for _, p := range checkSession(t, s) {
+		t.Error(p)
+	}
+	started := map[string]int{}
+	for _, ev := range s.Events {
+		if ev.Type == events.TypeToolCallStarted {
+			started[payload[events.ToolCallStarted](t, ev).ToolUseID]++
+		}
+	}
+	if started["toolu_A"] != 1 || started["toolu_B"] != 1 {
+		t.Errorf("tool_call.started per id: %v; want one each", started)
+	}
+	if n := res.Skipped["tool_use (id repeated)"]; n != 2 {
+		t.Errorf("skipped repeated tool_use: %d; want 2 (%v)", n, res.Skipped)
+	}
+}
+
 func TestMalformedLinesAreReportedAndSkipped(t *testing.T) {
 	lines := readLines(t, corpusFile(t, "spotter/tool_heavy.jsonl"))
 	clean := convertLines(t, "x.jsonl", lines)

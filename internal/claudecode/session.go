@@ -129,6 +129,7 @@ type sessionConv struct {
 	pending    *pendingMessage
 	settled    bool                // a record after the pending message says it is complete
 	open       map[string]toolCall // tool calls started and not completed
+	calls      map[string]bool     // tool_use ids taken for a tool_call.started: each starts once
 	unanswered []string            // tool_use ids of the latest assistant message without a result yet
 
 	taskPrompt string // the prompt of the Task call that ran this sidechain, when known
@@ -146,7 +147,7 @@ func newSessionConv(c *Converter, s *Session, recs []*record, res *Result, in im
 	return &sessionConv{
 		c: c, s: s, recs: recs, res: res, seen: map[string]bool{},
 		em: importer.NewEmitter(s, res, src, in.Stored), live: in.Live,
-		open: map[string]toolCall{},
+		open: map[string]toolCall{}, calls: map[string]bool{},
 	}
 }
 
@@ -369,9 +370,19 @@ func (sc *sessionConv) assistant(r *record) {
 	}
 	p.recs = append(p.recs, pieceRecord{uuid: r.uuid, time: r.time, line: r.line, blocks: r.blocks, stopReason: r.stopReason, usage: p.usage})
 	for _, b := range r.blocks {
-		if b.Type == events.BlockToolUse {
-			p.calls = append(p.calls, toolCall{id: b.ID, name: b.Name, uuid: r.uuid, time: r.time, line: r.line})
+		if b.Type != events.BlockToolUse {
+			continue
 		}
+		// A tool_use id names one call (the Messages API refuses a
+		// history that repeats one): a block that repeats an earlier id,
+		// as a record copied under a new uuid does, stays in the message
+		// the transcript holds but starts no second call.
+		if sc.calls[b.ID] {
+			sc.skip("tool_use (id repeated)")
+			continue
+		}
+		sc.calls[b.ID] = true
+		p.calls = append(p.calls, toolCall{id: b.ID, name: b.Name, uuid: r.uuid, time: r.time, line: r.line})
 	}
 }
 

@@ -118,6 +118,7 @@ type conv struct {
 
 	resp    *response
 	calls   map[string]*call // tool_use blocks recorded, by call_id
+	taken   map[string]bool  // call ids given a tool_call.started (or about to be): each starts once
 	pending []*call          // those without an output yet, in order
 	server  map[string]bool  // call ids of calls the provider runs itself
 	ends    map[string]bool  // call id -> failed, from the *_end events
@@ -208,7 +209,7 @@ type compaction struct {
 
 func newConv(c *Converter, res *importer.Result, path string, lines []*line, in importer.Input) *conv {
 	cv := &conv{c: c, res: res, live: in.Live, lines: lines,
-		calls: map[string]*call{}, server: map[string]bool{}, ends: map[string]bool{}, endSeen: map[string]bool{},
+		calls: map[string]*call{}, taken: map[string]bool{}, server: map[string]bool{}, ends: map[string]bool{}, endSeen: map[string]bool{},
 		turnIDs: map[string]bool{}}
 	token := ""
 	for _, l := range lines {
@@ -561,7 +562,14 @@ func (cv *conv) assistant(l *line, blocks []events.ContentBlock, c *call) {
 	}
 	r := cv.resp
 	r.recs = append(r.recs, piece{l: l, blocks: blocks})
-	if c != nil {
+	switch {
+	case c == nil:
+	case cv.taken[c.id]:
+		// A call_id names one call: an item repeating an earlier one stays
+		// in the message the rollout holds but starts no second call.
+		cv.skip("tool call (call_id repeated)")
+	default:
+		cv.taken[c.id] = true
 		if cv.turn != nil && !cv.turn.ended {
 			c.turn = cv.turn
 		}

@@ -539,3 +539,37 @@ func TestRepeatedTurnIDs(t *testing.T) {
 		t.Fatalf("folded: %d turns, violations %+v", s.Totals.Turns, s.Violations)
 	}
 }
+
+// TestRepeatedCallID: a call_id names one call. An item that repeats an
+// earlier call's id (in a later response, or twice in one) stays in the
+// history but starts no second tool_call.started; the skip is counted.
+func TestRepeatedCallID(t *testing.T) {
+	r := newRollout("sess-repeat-call")
+	r.task("turn-a", "list")
+	r.call("call_x", "ls", 100)
+	r.output("call_x", "Process exited with code 0\nOutput:\na.go")
+	r.call("call_x", "ls", 200)
+	r.call("call_y", "pwd", 300)
+	r.call("call_y", "pwd", 300)
+	r.output("call_y", "Process exited with code 0\nOutput:\n/repo")
+	r.add("response_item", `{"type":"message","role":"assistant","content":[{"type":"output_text","text":"done"}]}`)
+	r.add("event_msg", `{"type":"task_complete","turn_id":"turn-a","last_agent_message":"done"}`)
+
+	c, _ := NewConverter(importer.Options{})
+	res, err := c.Convert(strings.NewReader(r.String()), "rollout-built.jsonl", importer.Input{})
+	if err != nil || len(res.Diagnostics) > 0 {
+		t.Fatalf("convert: %v %v", err, res.Diagnostics)
+	}
+	started := map[string]int{}
+	for _, ev := range res.Sessions[0].Events {
+		if ev.Type == events.TypeToolCallStarted {
+			started[payload[events.ToolCallStarted](t, ev).ToolUseID]++
+		}
+	}
+	if started["call_x"] != 1 || started["call_y"] != 1 {
+		t.Errorf("tool_call.started per id: %v; want one each", started)
+	}
+	if n := res.Skipped["tool call (call_id repeated)"]; n != 2 {
+		t.Errorf("skipped repeated calls: %d; want 2 (%v)", n, res.Skipped)
+	}
+}

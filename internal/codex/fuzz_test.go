@@ -48,7 +48,7 @@ func FuzzConvert(f *testing.F) {
 			if !events.ValidToken(s.Session) {
 				t.Fatalf("session token %q", s.Session)
 			}
-			seen := map[string]bool{}
+			seen, started := map[string]bool{}, map[string]bool{}
 			for _, ev := range s.Events {
 				if err := events.Validate(&ev); err != nil {
 					t.Fatalf("%s: %v", ev, err)
@@ -57,6 +57,13 @@ func FuzzConvert(f *testing.F) {
 					t.Fatalf("event id %s twice", ev.ID)
 				}
 				seen[ev.ID] = true
+				if ev.Type == events.TypeToolCallStarted {
+					p := payload[events.ToolCallStarted](t, ev)
+					if started[p.ToolUseID] {
+						t.Fatalf("tool call %s started twice", p.ToolUseID)
+					}
+					started[p.ToolUseID] = true
+				}
 			}
 		}
 	})
