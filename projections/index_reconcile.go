@@ -19,7 +19,8 @@ import (
 // holds (written within IndexEvery), or restored from the log (snapshot
 // and tail) and written at once. A rebuilt row is written only if the row
 // did not change since it was read (the KV revision), so a row the
-// projector writes meanwhile, which is newer, is never overwritten. The
+// projector writes meanwhile, which is newer, is never overwritten (the
+// partition is reconciled again, to check the row it found). The
 // engine runs it when it takes a partition. It returns how many rows it
 // rebuilt. Errors: JetStream's; jetstream.ErrBucketNotFound (wrapped)
 // without an index. When it fails, or leaves a row it could not read
@@ -64,10 +65,16 @@ func (p *Projector) ReconcileIndex(ctx context.Context, part int) (n int, err er
 		if ok && row.sum.Status.Valid() && uint64(row.sum.Events) == ref.Events {
 			continue
 		}
+		// A state held writes the row within IndexEvery once dirty. One
+		// held in compressed form (idle: a finished session) is never
+		// dirty, so it is made whole first; one that does not expand is
+		// dropped, and restored below.
 		p.mu.Lock()
 		t, held := p.sessions[ref.Tenant+"/"+ref.Session]
-		if held && t.state != nil {
+		if held && p.expand(t) {
 			t.dirty = true
+		} else {
+			held = false
 		}
 		p.mu.Unlock()
 		if held {
@@ -109,7 +116,10 @@ func (p *Projector) ReconcileIndex(ctx context.Context, part int) (n int, err er
 		case err == nil:
 			n++
 		case errors.Is(err, jetstream.ErrKeyExists), errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence:
-			// Written meanwhile by the projector: newer than this.
+			// Written meanwhile: by the projector (newer than this), or a
+			// write the stream stored late (older). The next reconcile
+			// reads it back and tells which.
+			left++
 		case errors.Is(err, events.ErrSessionNotFound):
 			// Erased meanwhile.
 		default:

@@ -1124,9 +1124,10 @@ func (p *Projector) writeRows(ctx context.Context, part *int) {
 		if part == nil && !leased(int(t.partition)) {
 			continue
 		}
-		// A state held in compressed form is never dirty (compressIdle
-		// leaves dirty states whole).
-		if t.dirty && t.state != nil {
+		// compressIdle leaves dirty states whole, but a state compressed
+		// while its row was being written is marked dirty again when the
+		// write fails (redo, indexFailed): made whole, its row is written.
+		if t.dirty && p.expand(t) {
 			due = append(due, t.summary(t.state))
 			keys = append(keys, key)
 			t.dirty = false
@@ -1142,8 +1143,10 @@ func (p *Projector) writeRows(ctx context.Context, part *int) {
 			delete(p.unsent, key)
 			continue
 		}
-		if t, ok := p.sessions[key]; ok && t.state != nil {
-			delete(p.unsent, key) // held again: its state is the newer
+		if _, ok := p.sessions[key]; ok {
+			// Held again (whole or compressed): its state is the newer,
+			// and its first fold since wrote its own row.
+			delete(p.unsent, key)
 			continue
 		}
 		due = append(due, r)
@@ -1231,7 +1234,7 @@ func (p *Projector) flushRows(ctx context.Context, part int) {
 		p.mu.Lock()
 		left := 0
 		for _, t := range p.sessions {
-			if int(t.partition) == part && t.dirty && t.state != nil {
+			if int(t.partition) == part && t.dirty {
 				left++
 			}
 		}
@@ -1394,7 +1397,7 @@ func (p *Projector) forgetKey(key string) {
 // keeping its index row to write when the last one was not stored; p.mu
 // must be held.
 func (p *Projector) retire(t *tracked) {
-	if p.cfg.Index && t.dirty && t.state != nil {
+	if p.cfg.Index && t.dirty && p.expand(t) {
 		p.unsent[t.key] = t.summary(t.state)
 	}
 	p.drop(t)
