@@ -255,28 +255,11 @@ func TestAFailedIndexWriteGetsItsPartitionReconciled(t *testing.T) {
 	ctx := testContext(t)
 	js, log := oneIndexedPartition(t, ctx)
 	p := heldIndexProjector(t, ctx, js, log, ProjectorConfig{Durable: "settle", IndexEvery: 100 * time.Millisecond})
-	evs := build(t, []step{at(&events.SessionStarted{}), in("t1", started("go")), in("t1", user(text("hi"))),
-		in("t1", asst(text("hello"))), in("t1", completed())})
-	for i := range evs {
-		evs[i].Seq = 0
-	}
-	if _, err := log.Append(ctx, evs); err != nil {
-		t.Fatal(err)
-	}
+	evs := appendFinishedSession(t, ctx, js, log)
 	row := func() Summary { return testSessionRow(t, ctx, js) }
-	waitUntil(t, 10*time.Second, "the row counts every event", func() bool { return row().Events == len(evs) })
 	// A stale row lands late, over the current one, and the projector
 	// heard its write fail.
-	stale := row()
-	stale.Events, stale.Status = 2, StatusInTurn
-	b, _ := json.Marshal(stale)
-	kv, err := js.KeyValue(ctx, IndexBucket)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := kv.Put(ctx, IndexKey(0, testTenant, testSession), b); err != nil {
-		t.Fatal(err)
-	}
+	putStaleRow(t, ctx, js, 2)
 	p.mu.Lock()
 	p.suspectIndexLater(0)
 	p.mu.Unlock()
@@ -303,27 +286,10 @@ func TestAStaleRowOfACompressedStateIsSetRight(t *testing.T) {
 	js, log := oneIndexedPartition(t, ctx)
 	p := heldIndexProjector(t, ctx, js, log, ProjectorConfig{Durable: "compressed", IndexEvery: 50 * time.Millisecond,
 		CompressAfter: 50 * time.Millisecond})
-	evs := build(t, []step{at(&events.SessionStarted{}), in("t1", started("go")), in("t1", user(text("hi"))),
-		in("t1", asst(text("hello"))), in("t1", completed())})
-	for i := range evs {
-		evs[i].Seq = 0
-	}
-	if _, err := log.Append(ctx, evs); err != nil {
-		t.Fatal(err)
-	}
+	evs := appendFinishedSession(t, ctx, js, log)
 	row := func() Summary { return testSessionRow(t, ctx, js) }
-	waitUntil(t, 10*time.Second, "the row counts every event", func() bool { return row().Events == len(evs) })
 	waitUntil(t, 10*time.Second, "the idle state is held compressed", func() bool { return p.Compressed() == 1 })
-	stale := row()
-	stale.Events, stale.Status = 3, StatusInTurn
-	b, _ := json.Marshal(stale)
-	kv, err := js.KeyValue(ctx, IndexBucket)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := kv.Put(ctx, IndexKey(0, testTenant, testSession), b); err != nil {
-		t.Fatal(err)
-	}
+	putStaleRow(t, ctx, js, 3)
 	if n, err := p.ReconcileIndex(ctx, 0); err != nil || n != 1 {
 		t.Fatalf("reconcile: %d rows, %v; want the stale one", n, err)
 	}
@@ -340,9 +306,7 @@ func TestAStaleRowOfACompressedStateIsSetRight(t *testing.T) {
 	// again (writeWindow's redo): the index loop makes it whole and
 	// writes its row.
 	waitUntil(t, 10*time.Second, "the idle state is held compressed again", func() bool { return p.Compressed() == 1 })
-	if _, err := kv.Put(ctx, IndexKey(0, testTenant, testSession), b); err != nil {
-		t.Fatal(err)
-	}
+	putStaleRow(t, ctx, js, 3)
 	p.mu.Lock()
 	tr := p.sessions[testTenant+"/"+testSession]
 	if tr == nil || tr.state != nil {
@@ -355,6 +319,44 @@ func TestAStaleRowOfACompressedStateIsSetRight(t *testing.T) {
 		m := row()
 		return m.Events == len(evs) && m.Status == StatusIdle
 	})
+}
+
+// appendFinishedSession appends testTenant/testSession's whole life (a
+// turn started, answered and completed) and waits until its fleet index
+// row counts every event; it returns the events.
+func appendFinishedSession(t *testing.T, ctx context.Context, js jetstream.JetStream, log *events.Log) []events.Event {
+	t.Helper()
+	evs := build(t, []step{at(&events.SessionStarted{}), in("t1", started("go")), in("t1", user(text("hi"))),
+		in("t1", asst(text("hello"))), in("t1", completed())})
+	for i := range evs {
+		evs[i].Seq = 0
+	}
+	if _, err := log.Append(ctx, evs); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, 10*time.Second, "the row counts every event", func() bool {
+		return testSessionRow(t, ctx, js).Events == len(evs)
+	})
+	return evs
+}
+
+// putStaleRow writes over testTenant/testSession's row a stale one: its
+// first n events, its turn in flight (a write that landed late).
+func putStaleRow(t *testing.T, ctx context.Context, js jetstream.JetStream, n int) {
+	t.Helper()
+	stale := testSessionRow(t, ctx, js)
+	stale.Events, stale.Status = n, StatusInTurn
+	b, err := json.Marshal(stale)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kv, err := js.KeyValue(ctx, IndexBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.Put(ctx, IndexKey(0, testTenant, testSession), b); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // oneIndexedPartition starts a JetStream server of the test's own and
