@@ -126,9 +126,6 @@ func (p *Projector) ReconcileIndex(ctx context.Context, part int) (n int, err er
 			return n, fmt.Errorf("reconcile index of partition %d: %s/%s: %w", part, ref.Tenant, ref.Session, err)
 		}
 	}
-	if n > 0 {
-		p.l.Info().Int("partition", part).Int("rows", n).Msg("fleet index: rows the log holds but the index missed, rebuilt")
-	}
 	return n, nil
 }
 

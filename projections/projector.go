@@ -954,6 +954,10 @@ func (p *Projector) apply(ctx context.Context, part int, ev events.Event) (jetst
 			// that is what is saved.
 			p.mu.Lock()
 			if p.sessions[key] == t {
+				if t.state == nil { // compressed while the log was read
+					t.compressed = nil
+					p.nCompressed--
+				}
 				t.state, t.indexed, t.dirty = fresh, attention{}, true
 			}
 			p.mu.Unlock()
@@ -1091,8 +1095,14 @@ func (p *Projector) reconcileSuspects() {
 			ctx, cancel := context.WithCancel(j.lease)
 			defer cancel()
 			defer context.AfterFunc(p.runCtx, cancel)()
-			if _, err := p.ReconcileIndex(ctx, j.part); err != nil && ctx.Err() == nil {
+			n, err := p.ReconcileIndex(ctx, j.part)
+			switch {
+			case err != nil && ctx.Err() == nil:
 				p.l.Warn().Err(err).Int("partition", j.part).Msg("fleet index not reconciled with the log; tried again")
+			case n > 0:
+				// Rows that were wrong for a while: a write failed or went
+				// unanswered, or states were dropped owing their rows.
+				p.l.Warn().Int("partition", j.part).Int("rows", n).Msg("fleet index: rows found stale or missing after a failed write or a pin move, set right from the log")
 			}
 			p.mu.Lock()
 			delete(p.reconciling, j.part)

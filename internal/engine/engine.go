@@ -511,8 +511,12 @@ func (e *Engine) acquire(ctx context.Context, p int, lease pgroup.Lease) error {
 		_ = e.Reconciler.Scan(ctx, []int{p}, restart)
 		// The fleet index holds every session of the partition: rows a
 		// previous owner could not store are rebuilt from the log.
-		if _, err := e.Projector.ReconcileIndex(ctx, p); err != nil && ctx.Err() == nil {
+		n, err := e.Projector.ReconcileIndex(ctx, p)
+		switch {
+		case err != nil && ctx.Err() == nil:
 			e.l.Warn().Err(err).Int("partition", p).Msg("fleet index not reconciled with the log; the projector tries again while it holds the partition")
+		case n > 0:
+			e.l.Info().Int("partition", p).Int("rows", n).Msg("fleet index: rows the log holds but the index missed, rebuilt")
 		}
 	}()
 	return nil
