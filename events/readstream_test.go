@@ -30,7 +30,12 @@ func TestReadStreamOnAReplicatedStream(t *testing.T) {
 	var st jetstream.Stream
 	var err error
 	for {
-		st, err = js.CreateStream(ctx, jetstream.StreamConfig{Name: "RS", Subjects: []string{"rs.>"}, Replicas: 3})
+		// Each try on a deadline of its own: a request the cluster does
+		// not answer (its meta leader still being elected) would
+		// otherwise wait out the whole test's (CI, once: 150 s).
+		tctx, tcancel := context.WithTimeout(ctx, 5*time.Second)
+		st, err = js.CreateStream(tctx, jetstream.StreamConfig{Name: "RS", Subjects: []string{"rs.>"}, Replicas: 3})
+		tcancel()
 		if err == nil || ctx.Err() != nil {
 			break
 		}
