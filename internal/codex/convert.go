@@ -5,6 +5,7 @@ import (
 	"io"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"time"
 
@@ -118,7 +119,6 @@ type conv struct {
 
 	resp    *response
 	calls   map[string]*call // tool_use blocks recorded, by call_id
-	taken   map[string]bool  // call ids given a tool_call.started (or about to be): each starts once
 	pending []*call          // those without an output yet, in order
 	server  map[string]bool  // call ids of calls the provider runs itself
 	ends    map[string]bool  // call id -> failed, from the *_end events
@@ -209,7 +209,7 @@ type compaction struct {
 
 func newConv(c *Converter, res *importer.Result, path string, lines []*line, in importer.Input) *conv {
 	cv := &conv{c: c, res: res, live: in.Live, lines: lines,
-		calls: map[string]*call{}, taken: map[string]bool{}, server: map[string]bool{}, ends: map[string]bool{}, endSeen: map[string]bool{},
+		calls: map[string]*call{}, server: map[string]bool{}, ends: map[string]bool{}, endSeen: map[string]bool{},
 		turnIDs: map[string]bool{}}
 	token := ""
 	for _, l := range lines {
@@ -564,12 +564,12 @@ func (cv *conv) assistant(l *line, blocks []events.ContentBlock, c *call) {
 	r.recs = append(r.recs, piece{l: l, blocks: blocks})
 	switch {
 	case c == nil:
-	case cv.taken[c.id]:
-		// A call_id names one call: an item repeating an earlier one stays
-		// in the message the rollout holds but starts no second call.
+	case cv.calls[c.id] != nil || slices.ContainsFunc(r.calls, func(o *call) bool { return o.id == c.id }):
+		// A call_id names one call (started, or in this response): an
+		// item repeating one stays in the message the rollout holds but
+		// starts no second call.
 		cv.skip("tool call (call_id repeated)")
 	default:
-		cv.taken[c.id] = true
 		if cv.turn != nil && !cv.turn.ended {
 			c.turn = cv.turn
 		}
