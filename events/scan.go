@@ -131,21 +131,31 @@ func scanRun(seg []byte, ascii *bool) bool {
 // string with an escape is checked, and unquoted into s.unq, by
 // jsontext.AppendUnquote; one without is checked here (no control
 // character, valid UTF-8).
+//
+// Linear in the string's length whatever its escapes: the quote found is
+// kept until an escape consumes it, and each escape searches only the
+// bytes up to the next backslash. (Searching for the quote again after
+// every escape read a tool output of 900 KB with 50,000 escaped line
+// breaks 50,000 times: seconds per event.)
 func (s *scanner) quoted() (q []byte, escaped, ok bool) {
 	if s.peek() != '"' {
 		return nil, false, false
 	}
 	b, start := s.b, s.i
 	i, ascii := start+1, true
+	end := -1 // b[end] is the first quote at or after i, once end >= i
 	for {
 		if i >= len(b) {
 			return nil, false, false
 		}
-		k := bytes.IndexByte(b[i:], '"')
-		if k < 0 {
-			return nil, false, false
+		if end < i {
+			k := bytes.IndexByte(b[i:], '"')
+			if k < 0 {
+				return nil, false, false
+			}
+			end = i + k
 		}
-		run := b[i : i+k]
+		run := b[i:end]
 		if bs := bytes.IndexByte(run, '\\'); bs >= 0 {
 			if !scanRun(run[:bs], &ascii) {
 				return nil, false, false
@@ -157,7 +167,7 @@ func (s *scanner) quoted() (q []byte, escaped, ok bool) {
 		if !scanRun(run, &ascii) {
 			return nil, false, false
 		}
-		i += k
+		i = end
 		q = b[start : i+1]
 		s.i = i + 1
 		if escaped {
