@@ -430,7 +430,11 @@ func (l *Log) PrepareBody(ev Event, body []byte) (*nats.Msg, error) {
 // events stored before the conflict are returned), ErrDuplicateID (a
 // conditional append reusing ids another call stored), ErrLogUnavailable.
 // Every form is idempotent: the identical call sent again returns the
-// original acks, Duplicate set.
+// original acks, Duplicate set. A publish that finds no stream listening
+// ("no responders": a replicated stream just created, or whose leader
+// just moved) is sent again before ErrLogUnavailable: twice, 250 ms
+// apart (nats.go's default), for an unconditional append; for a
+// conditional one, the whole batch, up to 10 tries over about 5 s.
 func (l *Log) Append(ctx context.Context, evs []Event, opts ...AppendOption) ([]Ack, error) {
 	var o appendOpts
 	for _, opt := range opts {
@@ -574,6 +578,28 @@ func (l *Log) appendAtomic(ctx context.Context, evs []Event, msgs []*nats.Msg, e
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("append events: %w: %w", ErrLogUnavailable, err)
 	}
+	// A commit that finds no stream listening ("no responders": a
+	// replicated stream just created, or whose leader just moved, before
+	// its interest reached the server this client is connected to) stored
+	// nothing of the batch, which the stream drops uncommitted: the whole
+	// batch is sent again, under a new batch id, as nats.go's own publish
+	// sends a message again on "no responders" (jetstream.WithRetryAttempts),
+	// for at most 10 tries over about 5 s (retryNoResponders).
+	var acks []Ack
+	err := retryNoResponders(ctx, func() error {
+		var err error
+		acks, err = l.sendBatch(ctx, evs, msgs, expect)
+		return err
+	})
+	if err != nil && !errors.Is(err, ErrLogUnavailable) && ctx.Err() != nil && errors.Is(err, ctx.Err()) {
+		err = fmt.Errorf("append events: %w: %w", ErrLogUnavailable, err)
+	}
+	return acks, err
+}
+
+// sendBatch sends msgs as one atomic batch, the first conditional on
+// expect, and reads the commit's reply (appendAtomic).
+func (l *Log) sendBatch(ctx context.Context, evs []Event, msgs []*nats.Msg, expect uint64) ([]Ack, error) {
 	nc := l.js.Conn()
 	batch := nuid.Next()
 	for i, m := range msgs {

@@ -592,3 +592,44 @@ func TestPrepareBodyStoresCleanBodiesAsSent(t *testing.T) {
 		t.Fatalf("a turn type without its turn: %v", err)
 	}
 }
+
+// TestAtomicAppendWaitsForAStreamThatAnswersNoOneYet: a conditional
+// append whose commit finds no stream listening (a replicated stream just
+// created, or whose leader just moved; here, the stream deleted and
+// created again 300 ms later) is sent again until the stream answers, as
+// nats.go's own publish does on "no responders", and stores the batch
+// once. With no stream at all it fails with ErrLogUnavailable (wrapping
+// nats.ErrNoResponders) within the caller's deadline.
+func TestAtomicAppendWaitsForAStreamThatAnswersNoOneYet(t *testing.T) {
+	t.Parallel()
+	l, js := openLog(t, events.Config{})
+	ctx := context.Background()
+	if err := js.DeleteStream(ctx, events.EventsStream); err != nil {
+		t.Fatal(err)
+	}
+	ctx2, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
+	_, err := l.Append(ctx2, []events.Event{ev(t, "acme", "s1", "", &events.SessionStarted{})}, events.ExpectLastSeq(0))
+	cancel()
+	if !errors.Is(err, events.ErrLogUnavailable) || !errors.Is(err, nats.ErrNoResponders) && !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("no stream: want ErrLogUnavailable (no responders), got %v", err)
+	}
+	back := make(chan error, 1)
+	go func() {
+		time.Sleep(300 * time.Millisecond)
+		_, err := events.Open(ctx, js, events.Config{}, nil)
+		back <- err
+	}()
+	acks, err := l.Append(ctx, []events.Event{
+		ev(t, "acme", "s1", "", &events.SessionStarted{}),
+		ev(t, "acme", "s1", "t1", &events.TurnStarted{}),
+	}, events.ExpectLastSeq(0))
+	if err := <-back; err != nil {
+		t.Fatal(err)
+	}
+	if err != nil || len(acks) != 2 || acks[0].Seq != 1 || acks[1].Seq != 2 {
+		t.Fatalf("append while the stream came back: acks %+v, err %v", acks, err)
+	}
+	if got := readAll(t, l, "acme", "s1", events.ReadOptions{}); len(got) != 2 {
+		t.Fatalf("%d events stored, want the batch once (2)", len(got))
+	}
+}
