@@ -83,8 +83,8 @@ func userMsg(blocks ...events.ContentBlock) *events.MessageAppended {
 // under the event limit; the unrepairable one is parked, with its reason,
 // and paused; and the reconciler is not failed closed.
 //
-// Under the race detector, where encoding and decoding its 13 MB of JSON
-// takes most of a minute, and under -short, every size is an eighth: an event limit of
+// Under the race detector (where the full size takes 11 s, 3 without
+// it) and under -short, every size is an eighth: an event limit of
 // 128 KiB instead of 1 MiB, ids of 12.5 KiB, outputs of 112 KiB, the
 // unrepairable id of 125,000 bytes. The same records, in the same
 // proportion to the limit, take the same paths (a repair split into
