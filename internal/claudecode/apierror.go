@@ -140,9 +140,17 @@ func (b *errorBody) innermost() (typ, msg string) {
 
 // providerErrorType returns error.type from the first JSON object in text
 // that has the Anthropic error shape {"type":"error","error":{"type":...}},
-// or "".
+// or "". It tries the first maxErrorObjects opening braces of the first
+// maxErrorText bytes: each try decodes up to the end of what it reads, so
+// an unbounded search of a message of nested objects ({"a":{"a":...)
+// took time quadratic in its length (20 s for 80 KB; an API error's body
+// comes first in its message).
 func providerErrorType(text string) string {
-	for i := strings.IndexByte(text, '{'); i >= 0; {
+	if len(text) > maxErrorText {
+		text = text[:maxErrorText]
+	}
+	tries := 0
+	for i := strings.IndexByte(text, '{'); i >= 0 && tries < maxErrorObjects; tries++ {
 		dec := json.NewDecoder(strings.NewReader(text[i:]))
 		var obj struct {
 			Type  string `json:"type"`
@@ -161,6 +169,12 @@ func providerErrorType(text string) string {
 	}
 	return ""
 }
+
+// The bounds of providerErrorType's search.
+const (
+	maxErrorText    = 64 << 10
+	maxErrorObjects = 16
+)
 
 // Provider error types and Claude Code error categories by retry class,
 // from the Anthropic API's documented errors

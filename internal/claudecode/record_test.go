@@ -4,6 +4,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/turnstone-dev/turnstone/events"
 )
@@ -221,4 +222,27 @@ func apiErrorLineAt(uuid, ts, text, extra string) string {
 	return `{"type":"assistant","uuid":"` + uuid + `","sessionId":"s-1","timestamp":"` + ts + `","isApiErrorMessage":true,` +
 		`"message":{"id":"` + uuid + `-msg","model":"<synthetic>","role":"assistant","stop_reason":"stop_sequence","type":"message",` +
 		`"usage":{"input_tokens":0,"output_tokens":0},"content":[{"type":"text","text":"` + text + `"}]}` + extra + `}`
+}
+
+// TestAPIErrorTypeSearchIsBounded: the provider's error type is looked
+// for in a bounded prefix of an API error's message, so a message of 1 MB
+// of nested objects (each try at an opening brace decodes to the end of
+// the text: quadratic, hours) is read at once; the type of a body after a
+// few other objects is still found.
+func TestAPIErrorTypeSearchIsBounded(t *testing.T) {
+	t.Parallel()
+	done := make(chan string, 1)
+	go func() { done <- providerErrorType("API Error: 500 " + strings.Repeat(`{"a":`, 200_000)) }()
+	select {
+	case got := <-done:
+		if got != "" {
+			t.Errorf("nested objects: type %q, want none", got)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("a 1 MB message of nested objects not read in 20 s")
+	}
+	body := `{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}`
+	if got := providerErrorType(`API Error: 529 {"retry":{"after":1}} {} ` + body); got != "overloaded_error" {
+		t.Errorf("a body after two other objects: type %q, want overloaded_error", got)
+	}
 }
