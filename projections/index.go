@@ -604,10 +604,13 @@ func streamSubjects(ctx context.Context, js jetstream.JetStream, stream, filter 
 	subject := strings.TrimSuffix(api, ".") + ".STREAM.INFO." + stream
 	offset := 0
 	for {
-		req, _ := json.Marshal(struct {
+		req, err := json.Marshal(struct {
 			Filter string `json:"subjects_filter"`
 			Offset int    `json:"offset,omitempty"`
 		}{filter, offset})
+		if err != nil {
+			return fmt.Errorf("stream info request: %w", err)
+		}
 		rctx, cancel := ctx, context.CancelFunc(func() {})
 		if _, ok := ctx.Deadline(); !ok {
 			rctx, cancel = context.WithTimeout(ctx, 10*time.Second)
@@ -687,7 +690,10 @@ func GetIndexRows(ctx context.Context, js jetstream.JetStream, rows []IndexRow, 
 		for _, r := range batch {
 			req.MultiLast = append(req.MultiLast, prefix+IndexKey(r.Partition, r.Tenant, r.Session))
 		}
-		body, _ := json.Marshal(req)
+		body, err := json.Marshal(req)
+		if err != nil {
+			return nil, fmt.Errorf("get index rows: %w", err)
+		}
 		inbox := nats.NewInbox()
 		sub, err := nc.SubscribeSync(inbox)
 		if err != nil {

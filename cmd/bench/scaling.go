@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -95,7 +96,10 @@ func memberChild(kind string) error {
 	cctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	err = stop(cctx)
-	b, _ := json.Marshal(map[string]int64{"requests": stats.Requests.Load(), "bytes": stats.Bytes.Load(), "unmapped": stats.Unmapped.Load()})
+	b, merr := json.Marshal(map[string]int64{"requests": stats.Requests.Load(), "bytes": stats.Bytes.Load(), "unmapped": stats.Unmapped.Load()})
+	if merr != nil {
+		return errors.Join(err, merr)
+	}
 	fmt.Println(string(b))
 	return err
 }

@@ -96,8 +96,7 @@ func imageBlock(raw json.RawMessage) (events.ContentBlock, bool) {
 	} else {
 		src = map[string]string{"type": "url", "url": url}
 	}
-	b, _ := json.Marshal(src)
-	return events.ContentBlock{Type: "image", Source: b}, true
+	return events.ContentBlock{Type: "image", Source: marshalOr(src, `{}`)}, true
 }
 
 // textOf is the text of content blocks, joined by newlines.
@@ -144,8 +143,7 @@ func toolInput(raw json.RawMessage, key string) json.RawMessage {
 		if strings.HasPrefix(t, "{") && json.Valid([]byte(t)) {
 			return json.RawMessage(t)
 		}
-		b, _ := json.Marshal(map[string]string{key: s})
-		return b
+		return marshalOr(map[string]string{key: s}, `{}`)
 	}
 	if len(raw) > 0 && raw[0] == '{' && json.Valid(raw) {
 		return raw
@@ -153,7 +151,21 @@ func toolInput(raw json.RawMessage, key string) json.RawMessage {
 	if len(raw) == 0 || string(raw) == "null" {
 		return json.RawMessage("{}")
 	}
-	b, _ := json.Marshal(map[string]json.RawMessage{key: raw})
+	if b, err := json.Marshal(map[string]json.RawMessage{key: raw}); err == nil {
+		return b
+	}
+	return marshalOr(map[string]string{key: string(raw)}, `{}`) // raw is not JSON: kept as written
+}
+
+// marshalOr returns v encoded, or the JSON fallback when it cannot be,
+// never nil: a block's value stays valid JSON. (Strings and maps of
+// strings do not fail: invalid UTF-8 is written as U+FFFD, encoding/json's
+// rule; a value holding raw JSON fails when that is invalid.)
+func marshalOr(v any, fallback string) []byte {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return []byte(fallback)
+	}
 	return b
 }
 
@@ -174,7 +186,7 @@ func serverToolBlock(it *responseItem) events.ContentBlock {
 	case len(it.Arguments) > 0:
 		in = toolInput(it.Arguments, "arguments")
 	case it.Prompt != "":
-		in, _ = json.Marshal(map[string]string{"revised_prompt": it.Prompt})
+		in = marshalOr(map[string]string{"revised_prompt": it.Prompt}, `{}`)
 	}
 	id := it.callID()
 	if id == "" {
@@ -210,14 +222,17 @@ func parseOutput(raw json.RawMessage) output {
 		var s string
 		_ = json.Unmarshal(raw, &s)
 		o.text = s
-		o.content, _ = json.Marshal(s)
+		o.content = marshalOr(s, `""`)
 	case raw[0] == '[':
 		blocks := contentBlocks(raw)
 		if len(blocks) == 0 {
 			o.content = json.RawMessage(`""`)
 		} else {
-			o.content, _ = json.Marshal(blocks)
 			o.text = textOf(blocks)
+			var err error
+			if o.content, err = json.Marshal(blocks); err != nil {
+				o.content = marshalOr(o.text, `""`) // a block's raw value was invalid: its text
+			}
 		}
 	case raw[0] == '{':
 		var obj struct {
@@ -235,7 +250,7 @@ func parseOutput(raw json.RawMessage) output {
 			return o
 		}
 	default:
-		o.content, _ = json.Marshal(string(raw))
+		o.content = marshalOr(string(raw), `""`)
 		o.text = string(raw)
 	}
 	if o.known {

@@ -105,8 +105,9 @@ func decode[T any](raw json.RawMessage) T {
 		var fields map[string]json.RawMessage
 		if json.Unmarshal(raw, &fields) == nil {
 			for k, f := range fields {
-				one, _ := json.Marshal(map[string]json.RawMessage{k: f})
-				_ = json.Unmarshal(one, &v)
+				if one, err := json.Marshal(map[string]json.RawMessage{k: f}); err == nil {
+					_ = json.Unmarshal(one, &v) // what does not parse stays zero
+				}
 			}
 		}
 	}

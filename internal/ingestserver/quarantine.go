@@ -236,8 +236,11 @@ func (r qrecord) encode() []byte {
 	// each such byte as U+FFFD.
 	b, err := json.Marshal(rec, jsontext.AllowInvalidUTF8(true))
 	if err != nil {
-		b, _ = json.Marshal(Reject{At: r.at, Subject: events.MaskString(r.subject), Tenant: r.tenant, Session: r.session, Publisher: "unknown",
+		b, err = json.Marshal(Reject{At: r.at, Subject: events.MaskString(r.subject), Tenant: r.tenant, Session: r.session, Publisher: "unknown",
 			Reason: r.reason + " (the request itself is not kept: " + err.Error() + ")", Code: r.code}, jsontext.AllowInvalidUTF8(true))
+		if err != nil {
+			b = []byte(`{"publisher":"unknown","reason":"a refused request that could not be encoded"}`)
+		}
 	}
 	return b
 }

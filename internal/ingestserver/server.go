@@ -182,8 +182,12 @@ func NewServer(nc *nats.Conn, log *events.Log, cfg Config, logger *zerolog.Logge
 	if logger != nil {
 		s.l = logger.With().Str("component", "ingest").Logger()
 	}
-	s.busyReply, _ = json.Marshal(ingest.PubAck{Error: &ingest.APIError{Code: 503, ErrCode: ingest.CodeBusy,
+	busy, err := json.Marshal(ingest.PubAck{Error: &ingest.APIError{Code: 503, ErrCode: ingest.CodeBusy,
 		Description: fmt.Sprintf("busy: your tenant has %d requests queued in this session's partition; try again with the same id (docs/limits.md)", cfg.TenantQueue)}})
+	if err != nil {
+		return nil, fmt.Errorf("new ingest server: %w", err)
+	}
+	s.busyReply = busy
 	return s, nil
 }
 

@@ -616,7 +616,11 @@ func (m *Member) renew(ctx context.Context) {
 			send := time.Now()
 			rctx, cancel := context.WithTimeout(ctx, m.cfg.Heartbeat)
 			defer cancel()
-			rev, err := m.kv.Update(rctx, ClaimKey(m.cfg.Group, j.p), m.claimValue(j.p), j.rev)
+			v, err := m.claimValue(j.p)
+			if err != nil {
+				return // the lease runs out by itself
+			}
+			rev, err := m.kv.Update(rctx, ClaimKey(m.cfg.Group, j.p), v, j.rev)
 			if err == nil {
 				m.extend(j.h, rev, send)
 				return
@@ -657,9 +661,11 @@ func (m *Member) extend(h *hold, rev uint64, send time.Time) {
 	h.timer.Reset(m.cfg.FenceAfter - time.Since(send))
 }
 
-func (m *Member) claimValue(p int) []byte {
-	b, _ := json.Marshal(Claim{Group: m.cfg.Group, Partition: p, Member: m.cfg.Member, Incarnation: m.inc, Since: time.Now().UTC()})
-	return b
+// claimValue is partition p's Claim held by this member, encoded.
+// Errors: the encoder's (a Claim of strings, an int and the time now
+// always encodes).
+func (m *Member) claimValue(p int) ([]byte, error) {
+	return json.Marshal(Claim{Group: m.cfg.Group, Partition: p, Member: m.cfg.Member, Incarnation: m.inc, Since: time.Now().UTC()})
 }
 
 func (m *Member) run(ctx context.Context, w jetstream.KeyWatcher) {
@@ -925,16 +931,20 @@ func (m *Member) take(ctx context.Context, p int) {
 	tctx, cancel := context.WithTimeout(ctx, m.cfg.Heartbeat)
 	defer cancel()
 	send := time.Now()
+	v, err := m.claimValue(p)
+	if err != nil {
+		m.l.Warn().Err(err).Int("partition", p).Msg("claim not encoded; tried again on the next heartbeat")
+		return
+	}
 	var rev uint64
-	var err error
 	takenOver := false
 	switch {
 	case c == nil || c.absent:
-		rev, err = m.kv.Create(tctx, key, m.claimValue(p))
+		rev, err = m.kv.Create(tctx, key, v)
 	case c.holder == m.cfg.Member && c.inc == m.inc:
-		rev, err = m.kv.Update(tctx, key, m.claimValue(p), c.rev)
+		rev, err = m.kv.Update(tctx, key, v, c.rev)
 	case now.Sub(maxTime(c.since, grace)) > m.cfg.TTL:
-		rev, err = m.kv.Update(tctx, key, m.claimValue(p), c.rev)
+		rev, err = m.kv.Update(tctx, key, v, c.rev)
 		takenOver = true
 	default:
 		return // held by a live member: it lets go, or its lease runs out

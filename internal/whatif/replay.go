@@ -270,7 +270,7 @@ func effect(a reconciler.Action, s *projections.Session, now time.Time) []events
 		}
 		return mk(c.Turn, &events.TurnAbandoned{LastStageCompleted: t.LastStage, Stage: in, Reason: c.Reason})
 	case recovery.KindRepairOrphans:
-		content, _ := json.Marshal("tool result lost (replayed by engine whatif)")
+		content := json.RawMessage(`"tool result lost (replayed by engine whatif)"`)
 		var blocks []events.ContentBlock
 		for _, id := range c.Params.ToolUseIDs {
 			blocks = append(blocks, events.ContentBlock{Type: events.BlockToolResult, ToolUseID: id, IsError: true, Content: content})

@@ -237,7 +237,10 @@ func Diff(a, b any, max int) []string {
 }
 
 func short(v any) string {
-	b, _ := json.Marshal(v)
+	b, err := json.Marshal(v)
+	if err != nil {
+		b = fmt.Appendf(nil, "%+v", v)
+	}
 	if len(b) > 300 {
 		return string(b[:300]) + "…"
 	}
