@@ -912,19 +912,35 @@ func maskValue(v any, str func(string) string, changed *bool) any {
 			break
 		}
 		*changed = true
+		// Each renamed key takes its masked name, or the first of
+		// name#2, name#3, ... that is free, in sorted order of the keys
+		// before masking. The renamed keys leave first, so the object
+		// only grows as they come back, and each masked name's search
+		// goes on from where the last one with that name stopped: a
+		// search from #2 for every key made 16,000 secret keys of one
+		// event (448 KB) take 27 s to mask.
 		slices.Sort(renamed)
-		for _, k := range renamed {
-			x := t[k]
+		values := make([]any, len(renamed))
+		for i, k := range renamed {
+			values[i] = t[k]
 			delete(t, k)
+		}
+		next := map[string]int{}
+		for i, k := range renamed {
 			mk := str(k)
-			nk := mk
-			for n := 2; ; n++ {
+			nk, n := mk, max(next[mk], 1)
+			if n > 1 {
+				nk = mk + "#" + strconv.Itoa(n)
+			}
+			for {
 				if _, dup := t[nk]; !dup {
 					break
 				}
+				n++
 				nk = mk + "#" + strconv.Itoa(n)
 			}
-			t[nk] = x
+			next[mk] = n + 1
+			t[nk] = values[i]
 		}
 	}
 	return v
