@@ -904,7 +904,7 @@ func maskValue(v any, str func(string) string, changed *bool) any {
 				}
 			}
 			t[k] = x
-			if str(k) != k {
+			if str(k) != k && !renamedBefore(k, str) {
 				renamed = append(renamed, k)
 			}
 		}
@@ -944,6 +944,24 @@ func maskValue(v any, str func(string) string, changed *bool) any {
 		}
 	}
 	return v
+}
+
+// renamedBefore reports whether object key k is a name masking gives a
+// renamed key: a masked name (one str leaves as it is), "#" and a count
+// of at least 2. Such a key is kept as it is, so that masking twice
+// changes nothing: a rule may mask the count away ("Cookie:
+// [REDACTED]#2" masks to "Cookie: [REDACTED]"), and renaming those keys
+// again would hand their names out anew, in another order.
+func renamedBefore(k string, str func(string) string) bool {
+	i := strings.LastIndexByte(k, '#')
+	if i <= 0 || i == len(k)-1 {
+		return false
+	}
+	n, err := strconv.Atoi(k[i+1:])
+	if err != nil || n < 2 || strconv.Itoa(n) != k[i+1:] {
+		return false
+	}
+	return str(k[:i]) == k[:i]
 }
 
 // Mask masks the event in place and reports whether anything was

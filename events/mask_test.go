@@ -519,3 +519,33 @@ func TestManySecretKeysMaskInLinearTime(t *testing.T) {
 		t.Errorf("%d keys; [REDACTED]=%d, #2=%d, #%d=%d", len(m), m["[REDACTED]"], m["[REDACTED]#2"], n, m[fmt.Sprintf("[REDACTED]#%d", n)])
 	}
 }
+
+// TestMaskingRenamedKeysTwiceChangesNothing: keys renamed by masking
+// ("Cookie: [REDACTED]", "#2", ... "#11", where the Cookie rule masks the
+// count away) are kept as they are by a second masking, which changes
+// nothing; a client's key of that form is kept too, and a new secret key
+// takes the next free name.
+func TestMaskingRenamedKeysTwiceChangesNothing(t *testing.T) {
+	t.Parallel()
+	var b strings.Builder
+	b.WriteString("{")
+	for i := range 11 {
+		fmt.Fprintf(&b, `"Cookie: A%02d=x":%d,`, i, i)
+	}
+	b.WriteString(`"sk-ant-api03-aaaaaaaaaaaaaaaa":11}`)
+	once := MaskJSON([]byte(b.String()))
+	if twice := MaskJSON(once); !bytes.Equal(twice, once) {
+		t.Fatalf("masked twice:\n%s\nonce:\n%s", twice, once)
+	}
+	var m map[string]int
+	if err := json.Unmarshal(once, &m); err != nil {
+		t.Fatal(err)
+	}
+	if len(m) != 12 || m["Cookie: [REDACTED]"] != 0 || m["Cookie: [REDACTED]#2"] != 1 || m["Cookie: [REDACTED]#11"] != 10 || m["[REDACTED]"] != 11 {
+		t.Errorf("masked once: %s", once)
+	}
+	got := MaskJSON([]byte(`{"Cookie: [REDACTED]#2":1,"Cookie: B=y":2}`))
+	if want := `{"Cookie: [REDACTED]":2,"Cookie: [REDACTED]#2":1}`; string(got) != want {
+		t.Errorf("a client's renamed-looking key beside a new secret: %s, want %s", got, want)
+	}
+}
