@@ -434,7 +434,7 @@ func (l *Log) PrepareBody(ev Event, body []byte) (*nats.Msg, error) {
 // ("no responders": a replicated stream just created, or whose leader
 // just moved) is sent again before ErrLogUnavailable: twice, 250 ms
 // apart (nats.go's default), for an unconditional append; for a
-// conditional one, the whole batch, up to 10 tries over about 5 s.
+// conditional one, the whole batch, up to 10 tries over about 3.5 s.
 func (l *Log) Append(ctx context.Context, evs []Event, opts ...AppendOption) ([]Ack, error) {
 	var o appendOpts
 	for _, opt := range opts {
@@ -584,7 +584,7 @@ func (l *Log) appendAtomic(ctx context.Context, evs []Event, msgs []*nats.Msg, e
 	// nothing of the batch, which the stream drops uncommitted: the whole
 	// batch is sent again, under a new batch id, as nats.go's own publish
 	// sends a message again on "no responders" (jetstream.WithRetryAttempts),
-	// for at most 10 tries over about 5 s (retryNoResponders).
+	// for at most 10 tries over about 3.5 s (retryNoResponders).
 	var acks []Ack
 	err := retryNoResponders(ctx, func() error {
 		var err error

@@ -87,8 +87,10 @@ type callbackError struct{ err error }
 func (e *callbackError) Error() string { return e.err.Error() }
 
 // retryNoResponders runs op again while it fails with "no responders",
-// pausing 50 ms, then about twice as long each time up to 1 s, for at most
-// 10 tries, within ctx; any other result is returned at once.
+// pausing 50 ms, then about 1.5 times as long each time (backoff's
+// default multiplier, each pause randomized by half) up to 1 s, for at
+// most 10 tries (about 3.5 s of pauses), within ctx; any other result is
+// returned at once.
 func retryNoResponders(ctx context.Context, op func() error) error {
 	b := backoff.NewExponentialBackOff(backoff.WithInitialInterval(50*time.Millisecond),
 		backoff.WithMaxInterval(time.Second), backoff.WithMaxElapsedTime(0))
