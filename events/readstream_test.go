@@ -46,7 +46,11 @@ func TestReadStreamOnAReplicatedStream(t *testing.T) {
 	}
 	const n = 300
 	for i := range n {
-		if _, err := js.Publish(ctx, fmt.Sprintf("rs.%d", i%7), []byte(strconv.Itoa(i))); err != nil {
+		// A stream just created may answer no one for a while (its
+		// leader's interest reaching this server; CI under load, once:
+		// "no response from stream" after nats.go's default two
+		// retries): up to 40 tries, 250 ms apart.
+		if _, err := js.Publish(ctx, fmt.Sprintf("rs.%d", i%7), []byte(strconv.Itoa(i)), jetstream.WithRetryAttempts(40)); err != nil {
 			t.Fatal(err)
 		}
 	}
