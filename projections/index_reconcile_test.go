@@ -411,3 +411,63 @@ func testSessionRow(t *testing.T, ctx context.Context, js jetstream.JetStream) S
 	}
 	return m
 }
+
+// TestARestoredStateWritesItsRow: a delivery the state already holds
+// (delivered again after a pin move or a lost ack) restores the state of
+// a finished session from the log, and its row, stale in the index, is
+// written from it, with nothing else to set it right (no reconcile is
+// due): a restored state's row is written at its first delivery, folded
+// or not.
+func TestARestoredStateWritesItsRow(t *testing.T) {
+	ctx := testContext(t)
+	js, log := oneIndexedPartition(t, ctx)
+	p := heldIndexProjector(t, ctx, js, log, ProjectorConfig{Durable: "restored", IndexEvery: 50 * time.Millisecond})
+	evs := appendFinishedSession(t, ctx, js, log)
+	last, err := log.LastSeq(ctx, testTenant, testSession)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.dropPartition(0) // nothing owed: no reconcile is due
+	putStaleRow(t, ctx, js, len(evs)-1)
+	var again events.Event
+	if err := log.ReadSession(ctx, testTenant, testSession, events.ReadOptions{FromSeq: last}, func(ev events.Event) error {
+		again = ev
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := p.apply(ctx, 0, again); !ok {
+		t.Fatal("the delivery again was not folded")
+	}
+	waitUntil(t, 10*time.Second, "the restored state's row counts every event", func() bool {
+		return testSessionRow(t, ctx, js).Events == len(evs)
+	})
+}
+
+// TestAPinMoveReconcilesTheRowsThatLandAfterIt: a row stored just after
+// the partition's pin moved (a write nats.go sent again after "no
+// responders", landing after a newer row of its session) is set right by
+// the reconcile that follows every pin move once such writes have landed,
+// though no state dropped owed a row and IndexEvery is an hour.
+func TestAPinMoveReconcilesTheRowsThatLandAfterIt(t *testing.T) {
+	ctx := testContext(t)
+	js, log := oneIndexedPartition(t, ctx)
+	moved := make(chan int, 4)
+	heldIndexProjector(t, ctx, js, log, ProjectorConfig{Durable: "late", IndexEvery: time.Hour,
+		OnPinMoved: func(part int) { moved <- part }})
+	evs := appendFinishedSession(t, ctx, js, log)
+	st, err := js.Stream(ctx, events.EventsStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.UnpinConsumer(ctx, ProjectorConsumerName("late", 0), DefaultProjectorGroup); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-moved:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the projector did not hear that the pin moved")
+	}
+	putStaleRow(t, ctx, js, len(evs)-1)
+	waitUntil(t, 3*indexSettle, "the row counts every event", func() bool { return testSessionRow(t, ctx, js).Events == len(evs) })
+}

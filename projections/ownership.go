@@ -51,6 +51,7 @@ func (p *Projector) pinMoved(ps *partition, part int, pin string) bool {
 	ps.mu.Unlock()
 	if moved {
 		p.l.Warn().Int("partition", part).Msg("the partition's pin moved: its states are dropped and restored from the log")
+		p.reconcileAfterMove(part)
 		if p.cfg.OnPinMoved != nil {
 			p.cfg.OnPinMoved(part)
 		}
@@ -79,9 +80,28 @@ func (p *Projector) pinLost(part int, why string) {
 	}
 	p.l.Warn().Int("partition", part).Str("why", why).Msg("the partition's pin moved away: its states are dropped")
 	p.dropPartition(part)
+	p.reconcileAfterMove(part)
 	if p.cfg.OnPinMoved != nil {
 		p.cfg.OnPinMoved(part)
 	}
+}
+
+// reconcileAfterMove reconciles partition part's index with the log
+// indexSettle after its pin moved, if the projector still holds it
+// (whatever IndexEvery). A row written around a move may land after a
+// newer row of its session, whether or not a state dropped was dirty
+// (dropPartition reconciles those at once): nats.go sends a publish that
+// met "no responders" (the server the pin left was lost) again after a
+// pause, each on a timer of its own, so two rows of one key can be
+// stored in the other order (jetstream.PublishAsync's documented caveat).
+func (p *Projector) reconcileAfterMove(part int) {
+	time.AfterFunc(indexSettle, func() {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		if ps, held := p.parts[part]; held && ps.lease.Err() == nil {
+			p.suspectIndex(part)
+		}
+	})
 }
 
 // dropPartition forgets every session state of partition part. A state
