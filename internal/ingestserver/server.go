@@ -552,17 +552,19 @@ const serviceReplyPrefix = "_R_."
 
 // answerable reports whether the reply to m may be sent: not when m came
 // through a service import and the connection reconnected (to another
-// server) since. Under auth the engine may answer such a request
-// (nats-server's allow_responses) only through the server it received it
-// on: on another the reply is refused as a permission violation, and it
-// would reach no one anyway. The publisher sends the request again
-// (docs/events.md: "When no engine answers"), and its ids make that safe.
+// server) since, or is reconnecting now (nats.go keeps what is published
+// while reconnecting and sends it to the next server). Under auth the
+// engine may answer such a request (nats-server's allow_responses) only
+// through the server it received it on: on another the reply is refused
+// as a permission violation, and it would reach no one anyway. The
+// publisher sends the request again (docs/events.md: "When no engine
+// answers"), and its ids make that safe.
 func (s *Server) answerable(m *nats.Msg) bool {
 	v, ok := s.epochs.LoadAndDelete(m)
 	if !ok {
 		return true
 	}
-	if v.(uint64) != s.nc.Stats().Reconnects {
+	if v.(uint64) != s.nc.Stats().Reconnects || s.nc.Status() != nats.CONNECTED {
 		s.l.Debug().Str("subject", m.Subject).Msg("no reply: the connection moved to another server since the request came")
 		return false
 	}
