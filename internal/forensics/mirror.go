@@ -159,9 +159,12 @@ func (f *IndexMirror) Ready(ctx context.Context) error {
 	}
 }
 
-// Close stops the watch and waits for it.
+// Close stops the watch and waits for it. It does not wait for the
+// watch's consumer to be deleted: ending the watch's context unsubscribes
+// at once and leaves the delete to nats.go in the background (a delete
+// whose consumer sat on a lost node waits out the request timeout, 5 s,
+// and an ephemeral consumer without interest goes away by itself).
 func (f *IndexMirror) Close() {
-	_ = f.w.Stop()
 	f.cancel()
 	<-f.done
 }

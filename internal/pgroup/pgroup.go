@@ -672,7 +672,7 @@ func (m *Member) run(ctx context.Context, w jetstream.KeyWatcher) {
 	defer m.wg.Done()
 	defer func() {
 		if w != nil {
-			_ = w.Stop()
+			stopWatch(w)
 		}
 	}()
 	tick := time.NewTicker(m.cfg.Heartbeat)
@@ -1054,7 +1054,7 @@ func List(ctx context.Context, js jetstream.JetStream, bucket, group string) ([]
 	if err != nil {
 		return nil, fmt.Errorf("list members: %w", err)
 	}
-	defer func() { _ = w.Stop() }()
+	defer stopWatch(w)
 	var out []Record
 	for e := range w.Updates() {
 		if e == nil {
@@ -1171,4 +1171,15 @@ func token(s string) string {
 		b = b[:64]
 	}
 	return string(b)
+}
+
+// stopWatch stops a KV watch without waiting for its consumer to be
+// deleted. KeyWatcher.Stop unsubscribes, then deletes the watch's
+// ephemeral consumer with a request that waits out its timeout (5 s) when
+// the consumer sat on a node that is gone: a Leave would hold its
+// partitions, and a listing its caller, that long after a node loss. The
+// unsubscribe is what matters; the delete finishes in the background (or
+// the server drops the consumer once it has no interest).
+func stopWatch(w jetstream.KeyWatcher) {
+	go func() { _ = w.Stop() }()
 }

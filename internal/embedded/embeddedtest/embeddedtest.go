@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/turnstone-dev/turnstone/internal/embedded"
@@ -105,4 +106,38 @@ func StartCluster(tb testing.TB, n int) []*embedded.Server {
 		}
 	}
 	return servers
+}
+
+// ConnectDenied starts a server with JetStream whose only user may
+// publish anything but the subjects deny (nats-server publish
+// permissions), and returns a connection as that user with its JetStream
+// context, both closed in tb.Cleanup. A request to a denied subject is
+// never answered: it waits out its timeout, as a request to a node that
+// is gone does. The connection's asynchronous errors (the violations) are
+// dropped.
+func ConnectDenied(tb testing.TB, deny ...string) (*nats.Conn, jetstream.JetStream) {
+	tb.Helper()
+	opts := &server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: tb.TempDir(), NoSigs: true, NoLog: true,
+		Users: []*server.User{{Username: "denied", Password: "denied", Permissions: &server.Permissions{
+			Publish: &server.SubjectPermission{Allow: []string{">"}, Deny: deny},
+		}}}}
+	ns, err := server.NewServer(opts)
+	if err != nil {
+		tb.Fatalf("new server: %v", err)
+	}
+	ns.Start()
+	tb.Cleanup(ns.Shutdown)
+	if !ns.ReadyForConnections(10 * time.Second) {
+		tb.Fatal("server not ready for connections within 10s")
+	}
+	nc, err := nats.Connect(ns.ClientURL(), nats.UserInfo("denied", "denied"), nats.ErrorHandler(func(*nats.Conn, *nats.Subscription, error) {}))
+	if err != nil {
+		tb.Fatalf("connect to %s: %v", ns.ClientURL(), err)
+	}
+	tb.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		tb.Fatalf("jetstream: %v", err)
+	}
+	return nc, js
 }
