@@ -432,9 +432,12 @@ func (l *Log) PrepareBody(ev Event, body []byte) (*nats.Msg, error) {
 // Every form is idempotent: the identical call sent again returns the
 // original acks, Duplicate set. A publish that finds no stream listening
 // ("no responders": a replicated stream just created, or whose leader
-// just moved) is sent again before ErrLogUnavailable: twice, 250 ms
-// apart (nats.go's default), for an unconditional append; for a
-// conditional one, the whole batch, up to 10 tries over about 3.5 s.
+// just moved) is sent again before ErrLogUnavailable, up to 10 tries over
+// about 3.5 s: for an unconditional append, the events that met it, in
+// the call's order (so that one session's events keep their order: a
+// later event stored before an earlier one is possible only when the
+// stream began to answer between the two publishes); for a conditional
+// one, the whole batch.
 func (l *Log) Append(ctx context.Context, evs []Event, opts ...AppendOption) ([]Ack, error) {
 	var o appendOpts
 	for _, opt := range opts {
@@ -525,42 +528,93 @@ func (l *Log) appendAsync(ctx context.Context, evs []Event, msgs []*nats.Msg) ([
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("append events: %w: %w", ErrLogUnavailable, err)
 	}
-	futures := make([]jetstream.PubAckFuture, len(msgs))
-	for i, m := range msgs {
-		f, err := l.js.PublishMsgAsync(m, jetstream.WithExpectStream(EventsStream))
-		if err != nil {
-			return nil, fmt.Errorf("append event %s: %w", evs[i].ID, classify(err))
-		}
-		futures[i] = f
-	}
 	acks := make([]Ack, len(msgs))
-	var errs []error
-	// Without a deadline from the caller, each ack may take up to
-	// Config.Timeout after the one before it, so a large batch is bounded
-	// by progress, not by one fixed deadline.
+	errs := make([]error, len(msgs))
+	send := make([]int, len(msgs)) // the events of this round, in call order
+	for i := range send {
+		send[i] = i
+	}
+	// Events that met "no responders" (no stream listening yet: a
+	// replicated stream just created, or whose leader just moved) are sent
+	// again, by this goroutine, in call order, on retryNoResponders'
+	// schedule. nats.go's own retry (jetstream.WithRetryAttempts) sends
+	// each message again from a timer of its own, so that two events of
+	// one session could be stored in the other order: it is turned off.
+	b := noResponderBackOff()
+	for try := 1; ; try++ {
+		if err := l.publishRound(ctx, evs, msgs, send, acks, errs); err != nil {
+			return nil, err
+		}
+		again := send[:0]
+		for _, i := range send {
+			if errors.Is(errs[i], jetstream.ErrNoStreamResponse) {
+				again = append(again, i)
+			}
+		}
+		if len(again) == 0 || try == noResponderTries {
+			break
+		}
+		select {
+		case <-time.After(b.NextBackOff()):
+		case <-ctx.Done():
+			return nil, fmt.Errorf("append events: %w: %w", ErrLogUnavailable, ctx.Err())
+		}
+		send = again
+	}
+	var joined []error
+	for i, err := range errs {
+		if err != nil {
+			joined = append(joined, fmt.Errorf("append event %s: %w", evs[i].ID, classify(err)))
+		}
+	}
+	if len(joined) > 0 {
+		return acks, errors.Join(joined...)
+	}
+	return acks, nil
+}
+
+// noResponderTries is how many times an unconditional Append sends an
+// event that meets "no responders" (the first send included), as
+// retryNoResponders does for a conditional one.
+const noResponderTries = 10
+
+// publishRound publishes msgs[i] for each i of send, in that order,
+// without waiting between them and without nats.go's retry, and records
+// each one's ack in acks[i] or its error in errs[i]. It returns an error
+// (nothing more is known of the round) when ctx ends, or when an ack
+// takes longer than Config.Timeout after the one before it and ctx has
+// no deadline of its own: a large batch is bounded by progress, not by
+// one fixed deadline.
+func (l *Log) publishRound(ctx context.Context, evs []Event, msgs []*nats.Msg, send []int, acks []Ack, errs []error) error {
+	futures := make([]jetstream.PubAckFuture, len(send))
+	for k, i := range send {
+		f, err := l.js.PublishMsgAsync(msgs[i], jetstream.WithExpectStream(EventsStream), jetstream.WithRetryAttempts(0))
+		if err != nil {
+			return fmt.Errorf("append event %s: %w", evs[i].ID, classify(err))
+		}
+		futures[k] = f
+	}
 	timer := time.NewTimer(l.cfg.Timeout)
 	defer timer.Stop()
 	var expired <-chan time.Time
 	if _, ok := ctx.Deadline(); !ok {
 		expired = timer.C
 	}
-	for i, f := range futures {
+	for k, f := range futures {
+		i := send[k]
 		select {
 		case pa := <-f.Ok():
-			acks[i] = Ack{ID: evs[i].ID, Seq: pa.Sequence, Duplicate: pa.Duplicate}
+			acks[i], errs[i] = Ack{ID: evs[i].ID, Seq: pa.Sequence, Duplicate: pa.Duplicate}, nil
 		case err := <-f.Err():
-			errs = append(errs, fmt.Errorf("append event %s: %w", evs[i].ID, classify(err)))
+			errs[i] = err
 		case <-ctx.Done():
-			return nil, fmt.Errorf("append events: %w: %w", ErrLogUnavailable, ctx.Err())
+			return fmt.Errorf("append events: %w: %w", ErrLogUnavailable, ctx.Err())
 		case <-expired:
-			return nil, fmt.Errorf("append events: %w: no ack within %s", ErrLogUnavailable, l.cfg.Timeout)
+			return fmt.Errorf("append events: %w: no ack within %s", ErrLogUnavailable, l.cfg.Timeout)
 		}
 		timer.Reset(l.cfg.Timeout)
 	}
-	if len(errs) > 0 {
-		return acks, errors.Join(errs...)
-	}
-	return acks, nil
+	return nil
 }
 
 // MaxAtomicEvents is the most events one conditional Append stores as one

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -631,5 +632,46 @@ func TestAtomicAppendWaitsForAStreamThatAnswersNoOneYet(t *testing.T) {
 	}
 	if got := readAll(t, l, "acme", "s1", events.ReadOptions{}); len(got) != 2 {
 		t.Fatalf("%d events stored, want the batch once (2)", len(got))
+	}
+}
+
+// TestAppendKeepsTheOrderOfEventsSentAgain: the events of an
+// unconditional Append that meet "no responders" (here the stream is gone
+// and comes back 300 ms later) are sent again in the call's order, so one
+// session's events are stored in the order given. nats.go's own retry
+// sends each again from a timer of its own, which stored them shuffled.
+func TestAppendKeepsTheOrderOfEventsSentAgain(t *testing.T) {
+	t.Parallel()
+	l, js := openLog(t, events.Config{})
+	ctx := context.Background()
+	if err := js.DeleteStream(ctx, events.EventsStream); err != nil {
+		t.Fatal(err)
+	}
+	back := make(chan error, 1)
+	go func() {
+		time.Sleep(300 * time.Millisecond)
+		_, err := events.Open(ctx, js, events.Config{}, nil)
+		back <- err
+	}()
+	evs := []events.Event{ev(t, "acme", "s1", "", &events.SessionStarted{})}
+	for i := range 20 {
+		turn := fmt.Sprintf("t%d", i)
+		evs = append(evs, ev(t, "acme", "s1", turn, &events.TurnStarted{}), ev(t, "acme", "s1", turn, &events.TurnCompleted{}))
+	}
+	acks, err := l.Append(ctx, evs)
+	if err := <-back; err != nil {
+		t.Fatal(err)
+	}
+	if err != nil || len(acks) != len(evs) {
+		t.Fatalf("append while the stream came back: %d acks, err %v", len(acks), err)
+	}
+	got := readAll(t, l, "acme", "s1", events.ReadOptions{})
+	if len(got) != len(evs) {
+		t.Fatalf("%d events stored, want %d", len(got), len(evs))
+	}
+	for i := range got {
+		if got[i].ID != evs[i].ID || acks[i].Seq != got[i].Seq {
+			t.Fatalf("event %d stored at position %d of the session (ack seq %d): the order given was not kept", slices.IndexFunc(evs, func(e events.Event) bool { return e.ID == got[i].ID }), i, acks[i].Seq)
+		}
 	}
 }

@@ -92,13 +92,19 @@ func (e *callbackError) Error() string { return e.err.Error() }
 // most 10 tries (about 3.5 s of pauses), within ctx; any other result is
 // returned at once.
 func retryNoResponders(ctx context.Context, op func() error) error {
-	b := backoff.NewExponentialBackOff(backoff.WithInitialInterval(50*time.Millisecond),
-		backoff.WithMaxInterval(time.Second), backoff.WithMaxElapsedTime(0))
 	return backoff.Retry(func() error {
 		err := op()
 		if err != nil && !errors.Is(err, nats.ErrNoResponders) {
 			return backoff.Permanent(err)
 		}
 		return err
-	}, backoff.WithContext(backoff.WithMaxRetries(b, 9), ctx))
+	}, backoff.WithContext(backoff.WithMaxRetries(noResponderBackOff(), noResponderTries-1), ctx))
+}
+
+// noResponderBackOff is the schedule of the pauses between tries after
+// "no responders": 50 ms, then about 1.5 times as long each time, each
+// randomized by half, up to 1 s.
+func noResponderBackOff() *backoff.ExponentialBackOff {
+	return backoff.NewExponentialBackOff(backoff.WithInitialInterval(50*time.Millisecond),
+		backoff.WithMaxInterval(time.Second), backoff.WithMaxElapsedTime(0))
 }

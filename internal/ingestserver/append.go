@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/cenkalti/backoff/v4"
 	"github.com/go-json-experiment/json"
 	"github.com/go-json-experiment/json/jsontext"
 	"github.com/nats-io/nats.go"
@@ -157,14 +158,15 @@ func (s *Server) appendAsync(it item) (pendingReply, bool) {
 		s.reply(m, ingest.PubAck{Error: &ingest.APIError{Code: 503, ErrCode: ingest.CodeUnavailable, Description: "the session is being erased; try again in a moment"}})
 		return pendingReply{}, false
 	}
-	fut, err := s.js.PublishMsgAsync(msgs[0], jetstream.WithExpectStream(events.EventsStream))
+	sent := time.Now()
+	fut, err := s.publish(msgs[0])
 	if err != nil {
 		gate.Leave(it.tenant, it.session)
 		s.count("unavailable")
 		s.reply(m, ingest.PubAck{Error: &ingest.APIError{Code: 503, ErrCode: ingest.CodeUnavailable, Description: "event log unavailable: " + err.Error()}})
 		return pendingReply{}, false
 	}
-	return pendingReply{msg: m, fut: fut, tenant: it.tenant, session: it.session}, true
+	return pendingReply{msg: m, out: msgs[0], sent: sent, fut: fut, tenant: it.tenant, session: it.session}, true
 }
 
 // appendSync handles a request that is appended on its own: a batch, or
@@ -300,26 +302,78 @@ func (s *Server) answerRefusal(m *nats.Msg, tenant, session string, r *refusal) 
 // awaitReply replies to an async append once JetStream acknowledged it.
 func (s *Server) awaitReply(pr pendingReply, timer *time.Timer) {
 	defer s.cfg.Gate.Leave(pr.tenant, pr.session)
-	timer.Reset(s.log.Config().Timeout)
 	defer timer.Stop()
-	select {
-	case pa := <-pr.fut.Ok():
-		outcome := "stored"
-		if pa.Duplicate {
-			outcome = "duplicate"
-		}
-		s.count(outcome)
-		s.reply(pr.msg, ingest.PubAck{Stream: pa.Stream, Seq: pa.Sequence, Duplicate: pa.Duplicate})
-	case err := <-pr.fut.Err():
-		var apiErr *jetstream.APIError
-		s.count("unavailable")
-		if errors.As(err, &apiErr) {
-			s.reply(pr.msg, ingest.PubAck{Error: &ingest.APIError{Code: apiErr.Code, ErrCode: int(apiErr.ErrorCode), Description: apiErr.Description}})
+	fut := pr.fut
+	var pause backoff.BackOff
+	for {
+		timer.Reset(s.log.Config().Timeout)
+		var err error
+		select {
+		case pa := <-fut.Ok():
+			s.stored1(pr, pa)
+			return
+		case err = <-fut.Err():
+		case <-timer.C:
+			s.count("unavailable")
+			s.reply(pr.msg, ingest.PubAck{Error: &ingest.APIError{Code: 503, ErrCode: ingest.CodeUnavailable, Description: "event log unavailable: no acknowledgement in time"}})
 			return
 		}
-		s.reply(pr.msg, ingest.PubAck{Error: &ingest.APIError{Code: 503, ErrCode: ingest.CodeUnavailable, Description: "event log unavailable: " + err.Error()}})
-	case <-timer.C:
-		s.count("unavailable")
-		s.reply(pr.msg, ingest.PubAck{Error: &ingest.APIError{Code: 503, ErrCode: ingest.CodeUnavailable, Description: "event log unavailable: no acknowledgement in time"}})
+		// "No responders" (no stream listening yet: a replicated stream
+		// just created, or whose leader just moved): the event is sent
+		// again here, before the lane's next reply is awaited, so that the
+		// events a publisher sent one after another are stored in that
+		// order. nats.go's own retry (off: publish) sends each again from a
+		// timer of its own, which can store them in another order. The
+		// tries of one outage share one window (noResponderWindow from the
+		// first send), so a lane full of them does not wait the window
+		// once per event; the first try again is at once (the stream may
+		// have come back while the lane's earlier events were sent again),
+		// the next ones after growing pauses.
+		if errors.Is(err, jetstream.ErrNoStreamResponse) && time.Since(pr.sent) < noResponderWindow {
+			if pause == nil {
+				pause = backoff.NewExponentialBackOff(backoff.WithInitialInterval(50*time.Millisecond),
+					backoff.WithMaxInterval(time.Second), backoff.WithMaxElapsedTime(0))
+			} else {
+				time.Sleep(pause.NextBackOff())
+			}
+			if fut, err = s.publish(pr.out); err == nil {
+				continue
+			}
+		}
+		s.failed1(pr, err)
+		return
 	}
+}
+
+// noResponderWindow is how long after an event's first publish the ingest
+// still sends it again when it meets "no responders": about as long as
+// the Go log's ten tries (events.Log.Append).
+const noResponderWindow = 3500 * time.Millisecond
+
+// publish sends msg, one event, to the event stream without nats.go's
+// retry on "no responders" (awaitReply's own keeps the order).
+func (s *Server) publish(msg *nats.Msg) (jetstream.PubAckFuture, error) {
+	return s.js.PublishMsgAsync(msg, jetstream.WithExpectStream(events.EventsStream), jetstream.WithRetryAttempts(0))
+}
+
+// stored1 answers pr, stored (or found stored: Duplicate) at pa.
+func (s *Server) stored1(pr pendingReply, pa *jetstream.PubAck) {
+	outcome := "stored"
+	if pa.Duplicate {
+		outcome = "duplicate"
+	}
+	s.count(outcome)
+	s.reply(pr.msg, ingest.PubAck{Stream: pa.Stream, Seq: pa.Sequence, Duplicate: pa.Duplicate})
+}
+
+// failed1 answers pr, not stored: JetStream's error as it gave it, or 503
+// when the log could not be reached.
+func (s *Server) failed1(pr pendingReply, err error) {
+	var apiErr *jetstream.APIError
+	s.count("unavailable")
+	if errors.As(err, &apiErr) {
+		s.reply(pr.msg, ingest.PubAck{Error: &ingest.APIError{Code: apiErr.Code, ErrCode: int(apiErr.ErrorCode), Description: apiErr.Description}})
+		return
+	}
+	s.reply(pr.msg, ingest.PubAck{Error: &ingest.APIError{Code: 503, ErrCode: ingest.CodeUnavailable, Description: "event log unavailable: " + err.Error()}})
 }

@@ -67,6 +67,8 @@ func (t *tenantQueue) queued() int { return len(t.items) - t.head }
 // replier awaits.
 type pendingReply struct {
 	msg             *nats.Msg
+	out             *nats.Msg // the event's message, sent again on "no responders"
+	sent            time.Time // when out was first published
 	fut             jetstream.PubAckFuture
 	tenant, session string // the append holds the erasure gate until it is answered
 	tq              *tenantQueue

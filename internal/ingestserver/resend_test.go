@@ -2,11 +2,15 @@ package ingestserver_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/turnstone-dev/turnstone/events"
 	"github.com/turnstone-dev/turnstone/ingest"
@@ -112,5 +116,67 @@ func TestEveryResendThroughTheEngineReturnsTheOriginalAcks(t *testing.T) {
 	}
 	if n := len(e.stored("acme", "r1")); n != 6 {
 		t.Fatalf("%d events stored after a refused batch, want 6", n)
+	}
+}
+
+// TestPipelinedAppendsKeepTheirOrderThroughNoResponders: a publisher
+// that sends one session's events one after another without waiting for
+// each reply (as any client may) gets them stored in the order it sent
+// them, even when they meet "no responders" (here the stream is gone and
+// comes back 300 ms later): the ingest sends each again in the lane's
+// order. nats.go's own retry sent each from a timer of its own, which
+// stored them shuffled.
+func TestPipelinedAppendsKeepTheirOrderThroughNoResponders(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	if err := e.js.DeleteStream(ctx, events.EventsStream); err != nil {
+		t.Fatal(err)
+	}
+	back := make(chan error, 1)
+	go func() {
+		time.Sleep(300 * time.Millisecond)
+		_, err := events.Open(ctx, e.js, events.Config{}, nil)
+		back <- err
+	}()
+	evs := []events.Event{e.event("acme", "s1", "", &events.SessionStarted{Runtime: "test"})}
+	for i := range 20 {
+		turn := fmt.Sprintf("t%d", i)
+		evs = append(evs, e.event("acme", "s1", turn, &events.TurnStarted{Prompt: "hi"}), e.event("acme", "s1", turn, &events.TurnCompleted{}))
+	}
+	inbox := nats.NewInbox()
+	replies, err := e.nc.SubscribeSync(inbox)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ev := range evs {
+		body, err := ev.Encode()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := e.nc.PublishRequest("agent.evt.acme.s1", inbox, body); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for range evs {
+		m, err := replies.NextMsg(30 * time.Second)
+		if err != nil {
+			t.Fatalf("reply: %v", err)
+		}
+		var ack ingest.PubAck
+		if err := json.Unmarshal(m.Data, &ack); err != nil || ack.Error != nil {
+			t.Fatalf("reply %s: %v", m.Data, err)
+		}
+	}
+	if err := <-back; err != nil {
+		t.Fatal(err)
+	}
+	got := e.stored("acme", "s1")
+	if len(got) != len(evs) {
+		t.Fatalf("%d events stored, want %d", len(got), len(evs))
+	}
+	for i := range got {
+		if got[i].ID != evs[i].ID {
+			t.Fatalf("position %d of the session holds event %d: the order sent was not kept", i, slices.IndexFunc(evs, func(x events.Event) bool { return x.ID == got[i].ID }))
+		}
 	}
 }
