@@ -471,3 +471,52 @@ func TestAPinMoveReconcilesTheRowsThatLandAfterIt(t *testing.T) {
 	putStaleRow(t, ctx, js, len(evs)-1)
 	waitUntil(t, 3*indexSettle, "the row counts every event", func() bool { return testSessionRow(t, ctx, js).Events == len(evs) })
 }
+
+// TestRefusedRowWritesNeverLeaveAStaleRow: while the index bucket
+// answers no one (here deleted, and back 300 ms later, as a bucket
+// electing a leader), the rows a session's events write are refused;
+// they are written again from the state as it is then, so the row ends
+// current and stays so (each refused write's event is delivered again,
+// after indexRetryDelay, and its row written from the state then). Before
+// rows were published without nats.go's retry, that retry sent each
+// refused write again from a timer of its own, so that an older row could
+// land last, reported stored; this test did not catch that (it passes on
+// that code too: the retries hid the refusals), it shows that refused
+// writes are written again.
+func TestRefusedRowWritesNeverLeaveAStaleRow(t *testing.T) {
+	ctx := testContext(t)
+	js, log := oneIndexedPartition(t, ctx)
+	heldIndexProjector(t, ctx, js, log, ProjectorConfig{Durable: "refused", IndexEvery: 100 * time.Millisecond})
+	if err := js.DeleteKeyValue(ctx, IndexBucket); err != nil {
+		t.Fatal(err)
+	}
+	back := make(chan error, 1)
+	go func() {
+		time.Sleep(300 * time.Millisecond)
+		back <- EnsureIndexBucket(ctx, js, 1)
+	}()
+	steps := []step{at(&events.SessionStarted{})}
+	for i := range 12 {
+		turn := fmt.Sprintf("t%d", i)
+		steps = append(steps, in(turn, started("go")), in(turn, user(text("hi"))), in(turn, asst(text("hello"))), in(turn, completed()))
+	}
+	evs := build(t, steps)
+	for i := range evs {
+		evs[i].Seq = 0
+	}
+	if _, err := log.Append(ctx, evs); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-back; err != nil {
+		t.Fatal(err)
+	}
+	current := func() bool {
+		m := testSessionRow(t, ctx, js)
+		return m.Events == len(evs) && m.Status == StatusIdle
+	}
+	waitUntil(t, 20*time.Second, "the row counts every event", current)
+	time.Sleep(time.Second) // past any write still landing
+	if m := testSessionRow(t, ctx, js); !current() {
+		t.Fatalf("the row went stale: %d of %d events, %s", m.Events, len(evs), m.Status)
+	}
+}

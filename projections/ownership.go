@@ -90,10 +90,12 @@ func (p *Projector) pinLost(part int, why string) {
 // indexSettle after its pin moved, if the projector still holds it
 // (whatever IndexEvery). A row written around a move may land after a
 // newer row of its session, whether or not a state dropped was dirty
-// (dropPartition reconciles those at once): nats.go sends a publish that
-// met "no responders" (the server the pin left was lost) again after a
-// pause, each on a timer of its own, so two rows of one key can be
-// stored in the other order (jetstream.PublishAsync's documented caveat).
+// (dropPartition reconciles those at once): a write whose ack did not
+// come in time (the server the pin left was lost) may still be stored,
+// after the newer row written in its place. (Rows are published without
+// nats.go's retry, which sent a refused write again on a timer of its
+// own and so could store two rows of one key in the other order:
+// putSummary.)
 func (p *Projector) reconcileAfterMove(part int) {
 	time.AfterFunc(indexSettle, func() {
 		p.mu.Lock()

@@ -649,7 +649,10 @@ func (p *Projector) acker(ps *partition) {
 			}
 		case err := <-pa.fut.Err():
 			p.indexFailed(pa.part, pa.key, err)
-			_ = pa.msg.Nak()
+			// Not at once: a bucket without a leader refuses at once, and
+			// the event would come back, and its row be refused, in a loop
+			// until one is elected.
+			_ = pa.msg.NakWithDelay(indexRetryDelay)
 		case <-timer.C:
 			p.indexFailed(pa.part, pa.key, errors.New("no ack from the index"))
 			_ = pa.msg.Nak()
@@ -987,14 +990,18 @@ type indexRow struct {
 }
 
 // putSummary publishes an index row, asynchronously; nil when it could
-// not be sent.
+// not be sent. nats.go's retry on "no responders" is off: it sends a
+// refused write again from a timer of its own, so an older row of a key
+// could land after a newer one and stay, with success reported. A row
+// not stored is written again from the state as it is then (writeRows,
+// acker), which never goes back.
 func (p *Projector) putSummary(r indexRow) jetstream.PubAckFuture {
 	m := r.sum
 	b, err := encodeState(m)
 	if err != nil {
 		return nil
 	}
-	fut, err := p.log.JetStream().PublishAsync("$KV."+IndexBucket+"."+r.key, b)
+	fut, err := p.log.JetStream().PublishAsync("$KV."+IndexBucket+"."+r.key, b, jetstream.WithRetryAttempts(0))
 	if err != nil {
 		// Written again until it is stored (writeRows).
 		p.l.Debug().Err(err).Str("session", m.Tenant+"/"+m.Session).Msg("index write not sent; written again")
@@ -1039,11 +1046,14 @@ func (p *Projector) suspectIndex(part int) {
 	}
 }
 
+// indexRetryDelay is how long an event whose index write was refused
+// waits before it is delivered again (and its row written again).
+const indexRetryDelay = 250 * time.Millisecond
+
 // indexSettle is how long after a row's write failed or went unanswered
 // its partition is reconciled: long enough for a write the client gave up
-// on, which the stream may still store (nats.go resends a publish that
-// found no responders, twice, 250 ms apart), to have landed, so that the
-// reconcile sees and sets right whatever it left.
+// on (no ack in time), which the stream may still store, to have landed,
+// so that the reconcile sees and sets right whatever it left.
 const indexSettle = 5 * time.Second
 
 // suspectIndexLater marks partition part's index to be reconciled
