@@ -269,6 +269,13 @@ func (s *Session) appendMessage(ev events.Event, turn string, p *events.MessageA
 			}
 		}
 		s.Totals.Messages++
+		if s.Messages == nil {
+			// The most the list holds (trim lets it grow a quarter past
+			// KeepMessages), at once: growing to it by doubling copied
+			// its messages three times over in every session's first
+			// turns (a sixth of the bytes a fold allocated).
+			s.Messages = make([]Message, 0, KeepMessages+KeepMessages/4+1)
+		}
 		s.Messages = append(s.Messages, Message{
 			Index: s.Totals.Messages,
 			Role:  p.Role,
