@@ -24,7 +24,9 @@ type ClientConfig struct {
 	// RetryFor is how long Append keeps sending the events no engine
 	// acknowledged (no engine answers; the session's partition is moving
 	// to another engine), with exponential back-off, before it gives up
-	// with events.ErrLogUnavailable. The events' ids make a retry safe.
+	// with events.ErrLogUnavailable: in the call's order, from the first
+	// one not acknowledged, so that one session's events keep their order.
+	// The events' ids make a retry safe.
 	// Reads (ReadSession, LastSeq) are asked again for as long while no
 	// engine answers at all (no responders). Default 30 seconds;
 	// negative: no retry.
@@ -163,13 +165,17 @@ func (c *Client) withTimeout(ctx context.Context) (context.Context, context.Canc
 
 // appendAsync sends each event as its own request, pipelined; the
 // engine's JetStream-shaped replies are read by the JetStream client.
+// nats.go's retry on "no responders" is off: it sends each refused
+// request again from a timer of its own, which could store one session's
+// events in another order; Append sends the unanswered ones again itself,
+// in order.
 func (c *Client) appendAsync(ctx context.Context, evs []events.Event, bodies [][]byte) ([]events.Ack, error) {
 	futures := make([]jetstream.PubAckFuture, len(evs))
 	for i := range evs {
 		m := nats.NewMsg(events.EventSubject(evs[i].Tenant, evs[i].Session))
 		m.Data = bodies[i]
 		m.Header.Set(jetstream.MsgIDHeader, evs[i].ID)
-		f, err := c.js.PublishMsgAsync(m)
+		f, err := c.js.PublishMsgAsync(m, jetstream.WithRetryAttempts(0))
 		if err != nil {
 			return nil, fmt.Errorf("append event %s: %w", evs[i].ID, classify(err))
 		}
