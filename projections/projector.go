@@ -662,9 +662,15 @@ func (p *Projector) acker(ps *partition) {
 	}
 }
 
-// indexFailed marks a session's summary to be written again.
+// indexFailed marks a session's summary to be written again. A write
+// the bucket refused for want of a leader ("no responders": an election,
+// over in seconds) is logged at debug level, other failures as warnings.
 func (p *Projector) indexFailed(part int, key string, err error) {
-	p.l.Warn().Err(err).Str("session", key).Msg("index write failed; the event is delivered again")
+	lvl := p.l.Warn()
+	if errors.Is(err, jetstream.ErrNoStreamResponse) {
+		lvl = p.l.Debug()
+	}
+	lvl.Err(err).Str("session", key).Msg("index write failed; the event is delivered again")
 	p.mu.Lock()
 	if t, ok := p.sessions[key]; ok {
 		t.indexed, t.dirty = attention{}, true

@@ -158,7 +158,6 @@ func (s *Server) appendAsync(it item) (pendingReply, bool) {
 		s.reply(m, ingest.PubAck{Error: &ingest.APIError{Code: 503, ErrCode: ingest.CodeUnavailable, Description: "the session is being erased; try again in a moment"}})
 		return pendingReply{}, false
 	}
-	sent := time.Now()
 	fut, err := s.publish(msgs[0])
 	if err != nil {
 		gate.Leave(it.tenant, it.session)
@@ -166,7 +165,7 @@ func (s *Server) appendAsync(it item) (pendingReply, bool) {
 		s.reply(m, ingest.PubAck{Error: &ingest.APIError{Code: 503, ErrCode: ingest.CodeUnavailable, Description: "event log unavailable: " + err.Error()}})
 		return pendingReply{}, false
 	}
-	return pendingReply{msg: m, out: msgs[0], sent: sent, fut: fut, tenant: it.tenant, session: it.session}, true
+	return pendingReply{msg: m, out: msgs[0], fut: fut, tenant: it.tenant, session: it.session}, true
 }
 
 // appendSync handles a request that is appended on its own: a batch, or
@@ -299,8 +298,9 @@ func (s *Server) answerRefusal(m *nats.Msg, tenant, session string, r *refusal) 
 	s.reply(m, ingest.PubAck{Error: &ingest.APIError{Code: r.status, ErrCode: r.code, Description: r.reason}})
 }
 
-// awaitReply replies to an async append once JetStream acknowledged it.
-func (s *Server) awaitReply(pr pendingReply, timer *time.Timer) {
+// awaitReply replies to an async append of lane l once JetStream
+// acknowledged it.
+func (s *Server) awaitReply(l *lane, pr pendingReply, timer *time.Timer) {
 	defer s.cfg.Gate.Leave(pr.tenant, pr.session)
 	defer timer.Stop()
 	fut := pr.fut
@@ -310,6 +310,7 @@ func (s *Server) awaitReply(pr pendingReply, timer *time.Timer) {
 		var err error
 		select {
 		case pa := <-fut.Ok():
+			l.outage = time.Time{}
 			s.stored1(pr, pa)
 			return
 		case err = <-fut.Err():
@@ -323,31 +324,49 @@ func (s *Server) awaitReply(pr pendingReply, timer *time.Timer) {
 		// again here, before the lane's next reply is awaited, so that the
 		// events a publisher sent one after another are stored in that
 		// order. nats.go's own retry (off: publish) sends each again from a
-		// timer of its own, which can store them in another order. The
-		// tries of one outage share one window (noResponderWindow from the
-		// first send), so a lane full of them does not wait the window
-		// once per event; the first try again is at once (the stream may
-		// have come back while the lane's earlier events were sent again),
-		// the next ones after growing pauses.
-		if errors.Is(err, jetstream.ErrNoStreamResponse) && time.Since(pr.sent) < noResponderWindow {
-			if pause == nil {
-				pause = backoff.NewExponentialBackOff(backoff.WithInitialInterval(50*time.Millisecond),
-					backoff.WithMaxInterval(time.Second), backoff.WithMaxElapsedTime(0))
-			} else {
-				time.Sleep(pause.NextBackOff())
-			}
-			if fut, err = s.publish(pr.out); err == nil {
-				continue
-			}
+		// timer of its own, which can store them in another order.
+		//
+		// The lane's tries share one window, noResponderWindow from the
+		// first refusal since its last stored event: a lane full of
+		// refused events does not wait it once per event, and once it is
+		// over every refused event of the lane is answered 503 at once,
+		// until one is stored (so an earlier event given up is not
+		// followed by a later one sent again and stored). The first try
+		// again is at once (the stream may have come back while the
+		// lane's earlier events were sent again), the next after growing
+		// pauses that end with the window. Nothing is sent again once the
+		// partition is released or its lease ended (its next owner
+		// appends after this one).
+		if !errors.Is(err, jetstream.ErrNoStreamResponse) {
+			s.failed1(pr, err)
+			return
 		}
-		s.failed1(pr, err)
-		return
+		if l.outage.IsZero() {
+			l.outage = time.Now()
+		}
+		left := noResponderWindow - time.Since(l.outage)
+		if pause == nil {
+			pause = backoff.NewExponentialBackOff(backoff.WithInitialInterval(50*time.Millisecond),
+				backoff.WithMaxInterval(time.Second), backoff.WithMaxElapsedTime(0))
+		} else if left > 0 {
+			time.Sleep(min(pause.NextBackOff(), left))
+			left = noResponderWindow - time.Since(l.outage)
+		}
+		if left <= 0 || !s.Owned(l.p) {
+			s.failed1(pr, err)
+			return
+		}
+		if fut, err = s.publish(pr.out); err != nil {
+			s.failed1(pr, err)
+			return
+		}
 	}
 }
 
-// noResponderWindow is how long after an event's first publish the ingest
-// still sends it again when it meets "no responders": about as long as
-// the Go log's ten tries (events.Log.Append).
+// noResponderWindow is how long after a lane's first refusal ("no
+// responders") since its last stored event the ingest still sends its
+// refused events again: about as long as the Go log's ten tries
+// (events.Log.Append).
 const noResponderWindow = 3500 * time.Millisecond
 
 // publish sends msg, one event, to the event stream without nats.go's

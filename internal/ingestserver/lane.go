@@ -40,6 +40,9 @@ type lane struct {
 
 	wake    chan struct{} // something changed: look again
 	replies chan pendingReply
+	// outage is when the replier's current run of "no responders"
+	// began (zero: its last event was stored); the replier's own.
+	outage time.Time
 }
 
 // item is one append request in a lane.
@@ -68,7 +71,6 @@ func (t *tenantQueue) queued() int { return len(t.items) - t.head }
 type pendingReply struct {
 	msg             *nats.Msg
 	out             *nats.Msg // the event's message, sent again on "no responders"
-	sent            time.Time // when out was first published
 	fut             jetstream.PubAckFuture
 	tenant, session string // the append holds the erasure gate until it is answered
 	tq              *tenantQueue
@@ -247,7 +249,7 @@ func (l *lane) replier() {
 	timer := time.NewTimer(time.Hour) // one timer for the lane, reset per reply
 	defer timer.Stop()
 	for pr := range l.replies {
-		l.s.awaitReply(pr, timer)
+		l.s.awaitReply(l, pr, timer)
 		l.done(pr.tq, false)
 	}
 }

@@ -553,7 +553,9 @@ const serviceReplyPrefix = "_R_."
 // answerable reports whether the reply to m may be sent: not when m came
 // through a service import and the connection reconnected (to another
 // server) since, or is reconnecting now (nats.go keeps what is published
-// while reconnecting and sends it to the next server). Under auth the
+// while reconnecting and sends it to the next server; a connection lost
+// between this check and the publish still does so: the check narrows
+// that window, it cannot close it). Under auth the
 // engine may answer such a request (nats-server's allow_responses) only
 // through the server it received it on: on another the reply is refused
 // as a permission violation, and it would reach no one anyway. The
