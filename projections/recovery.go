@@ -123,7 +123,14 @@ func (s *Session) CommandDone(id string) bool {
 // Command returns the record of the command with id, or nil. The pointer
 // is into the state: read it, do not keep it across Apply.
 func (s *Session) Command(id string) *CommandRecord {
-	if i, ok := s.index().commands[IDKey(id)]; ok {
+	id = IDKey(id)
+	if len(s.Commands) < indexFrom {
+		if i := latest(s.Commands, id, func(c *CommandRecord) string { return c.ID }); i >= 0 {
+			return &s.Commands[i]
+		}
+		return nil
+	}
+	if i, ok := s.index().commands[id]; ok {
 		return &s.Commands[i]
 	}
 	return nil
@@ -161,7 +168,9 @@ func (s *Session) command(ev events.Event, id, kind string) *CommandRecord {
 		s.Commands = append(s.Commands, CommandRecord{ID: id, FirstSeq: ev.Seq})
 		s.Totals.Commands++
 		i := len(s.Commands) - 1
-		s.index().commands[id] = i
+		if s.idx != nil {
+			s.idx.commands[id] = i
+		}
 		c = &s.Commands[i]
 	}
 	if c.Kind == "" {

@@ -521,7 +521,9 @@ func (s *Session) Apply(ev events.Event) []Violation {
 		vs = slices.Clone(s.Violations[len(s.Violations)-n:]) // before trim drops any
 	}
 	s.trim()
-	s.index() // built here, so that readers of the state after Apply only read it
+	if s.longLists() {
+		s.index() // built here, so that readers of the state after Apply only read it
+	}
 	return vs
 }
 
@@ -808,9 +810,11 @@ func since(mark, total, n int) int {
 
 // index holds lookups by id over the state's slices. It is not marshalled:
 // it is rebuilt from the slices when nil (after a JSON round trip or a
-// Clone) or after a slice is trimmed, and Apply leaves it built, so that
-// the queries of readers sharing a state (the projector's hooks, Clone)
-// never write it.
+// Clone) or after a slice is trimmed, and Apply leaves it built once a
+// list is long (longLists), so that the queries of readers sharing a
+// state (the projector's hooks, Clone) never write it. A list shorter
+// than indexFrom is searched from its end instead (most sessions' lists:
+// no maps to make, fill, and mark at every garbage collection).
 type index struct {
 	turns     map[string]int // turn id -> index in Turns
 	toolCalls map[string]int // tool_use id -> index in ToolCalls (the latest)
@@ -837,7 +841,33 @@ func (s *Session) index() *index {
 	return s.idx
 }
 
+// indexFrom is the length from which a list is looked up through the
+// index's map rather than searched.
+const indexFrom = 16
+
+// longLists reports whether a list the index covers is long enough to be
+// looked up through it.
+func (s *Session) longLists() bool {
+	return len(s.Turns) >= indexFrom || len(s.ToolCalls) >= indexFrom || len(s.Commands) >= indexFrom
+}
+
+// latest returns the index of the last entry of xs whose id is id, or -1.
+func latest[T any](xs []T, id string, idOf func(*T) string) int {
+	for i := len(xs) - 1; i >= 0; i-- {
+		if idOf(&xs[i]) == id {
+			return i
+		}
+	}
+	return -1
+}
+
 func (s *Session) turn(id string) *Turn {
+	if len(s.Turns) < indexFrom {
+		if i := latest(s.Turns, id, func(t *Turn) string { return t.ID }); i >= 0 {
+			return &s.Turns[i]
+		}
+		return nil
+	}
 	if i, ok := s.index().turns[id]; ok {
 		return &s.Turns[i]
 	}
@@ -845,6 +875,12 @@ func (s *Session) turn(id string) *Turn {
 }
 
 func (s *Session) toolCall(id string) *ToolCall {
+	if len(s.ToolCalls) < indexFrom {
+		if i := latest(s.ToolCalls, id, func(tc *ToolCall) string { return tc.ToolUseID }); i >= 0 {
+			return &s.ToolCalls[i]
+		}
+		return nil
+	}
 	if i, ok := s.index().toolCalls[id]; ok {
 		return &s.ToolCalls[i]
 	}

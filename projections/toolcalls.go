@@ -509,7 +509,9 @@ func (s *Session) newToolCall(id string) *ToolCall {
 	s.ToolCalls = append(s.ToolCalls, ToolCall{ToolUseID: id, Status: CallOnly})
 	s.Totals.ToolCalls++
 	i := len(s.ToolCalls) - 1
-	s.index().toolCalls[id] = i
+	if s.idx != nil {
+		s.idx.toolCalls[id] = i
+	}
 	return &s.ToolCalls[i]
 }
 

@@ -129,7 +129,9 @@ func (s *Session) turnStarted(ev events.Event, id string, p *events.TurnStarted)
 		SeenAt:     ev.Stored.Round(0),
 		ActiveAt:   ev.Stored.Round(0),
 	})
-	s.index().turns[id] = len(s.Turns) - 1
+	if s.idx != nil {
+		s.idx.turns[id] = len(s.Turns) - 1
+	}
 	s.InFlight = append(s.InFlight, id)
 }
 
