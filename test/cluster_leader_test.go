@@ -38,7 +38,7 @@ const leaderPartitions = 6
 // test (its policy file).
 const leaderTurnDeadline = 4 * time.Second
 
-// TestLeaderKillKeepsOneOwnerPerPartition kills, with SIGKILL, the
+// leaderKillKeepsOneOwnerPerPartition (TestClusterKills/LeaderKillKeepsOneOwnerPerPartition) kills, with SIGKILL, the
 // nats-server node that leads a stream Turnstone cannot do without, on a
 // real 3-node cluster (nats-server built from go.mod's version), while
 // two engines and two workers share six partitions, a ingestPublisher appends
@@ -63,12 +63,13 @@ const leaderTurnDeadline = 4 * time.Second
 // or pivot_strategy names a turn that had ended when it was issued; every
 // runtime exits 0 (a resend is never refused); and, with auth, no role
 // needed a subject its permissions deny.
-func TestLeaderKillKeepsOneOwnerPerPartition(t *testing.T) {
+func leaderKillKeepsOneOwnerPerPartition(t *testing.T) {
 	if testing.Short() {
 		t.Skip("multi-process cluster test")
 	}
-	// Not parallel: it bounds each repair in time (deadline plus
-	// handover), which parallel tests would take CPU from.
+	// Beside the scale-out test only (TestClusterKills): it bounds each
+	// repair in time (deadline plus handover), which the package's
+	// parallel tests would take CPU from.
 	start := time.Now()
 	c := startLeaderCluster(t)
 	t.Logf("3 nats-server nodes with accounts, and setup, after %s", time.Since(start).Round(time.Millisecond))

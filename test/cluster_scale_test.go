@@ -24,7 +24,7 @@ import (
 // 12, so that three workers own four each.
 const clusterPartitions = 12
 
-// TestScaleOutOnAThreeNodeCluster runs Turnstone as it runs scaled out,
+// scaleOutOnAThreeNodeCluster (TestClusterKills/ScaleOutOnAThreeNodeCluster) runs Turnstone as it runs scaled out,
 // every part a real process: three nats-server processes in one JetStream
 // cluster, `engine setup --replicas 3`, three `engine serve` and three
 // `worker` processes sharing the partitions, and the reference runtime
@@ -39,11 +39,11 @@ const clusterPartitions = 12
 // in per-session order throughout; that `engine recovery list` reads the
 // R3 recovery stream from every live node; and that every session's
 // projection equals a fresh fold of its log.
-func TestScaleOutOnAThreeNodeCluster(t *testing.T) {
+func scaleOutOnAThreeNodeCluster(t *testing.T) {
 	skipShort(t, "a 3-node cluster and process kills")
-	// Not parallel: it bounds handovers in time (the group's
-	// documented 7 s), which parallel tests would take CPU from. Serial tests
-	// run before the parallel ones start.
+	// Beside the leader-kill test only (TestClusterKills): it bounds
+	// handovers in time (the group's documented 7 s), which the package's
+	// parallel tests would take CPU from.
 	start := time.Now()
 	nodes := startNATSCluster(t, 3)
 	url := clusterURL(nodes...)
