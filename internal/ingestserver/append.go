@@ -327,7 +327,8 @@ func (s *Server) awaitReply(l *lane, pr pendingReply, timer *time.Timer) {
 		// timer of its own, which can store them in another order.
 		//
 		// The lane's tries share one window, noResponderWindow from the
-		// first refusal since its last stored event: a lane full of
+		// first refusal since its last stored event (or since a window
+		// without refusals, which starts a new outage): a lane full of
 		// refused events does not wait it once per event, and once it is
 		// over every refused event of the lane is answered 503 at once,
 		// until one is stored (so an earlier event given up is not
@@ -341,9 +342,10 @@ func (s *Server) awaitReply(l *lane, pr pendingReply, timer *time.Timer) {
 			s.failed1(pr, err)
 			return
 		}
-		if l.outage.IsZero() {
-			l.outage = time.Now()
+		if now := time.Now(); l.outage.IsZero() || now.Sub(l.refused) > noResponderWindow {
+			l.outage = now // a new outage: none stored since, but none refused for a window either
 		}
+		l.refused = time.Now()
 		left := noResponderWindow - time.Since(l.outage)
 		if pause == nil {
 			pause = backoff.NewExponentialBackOff(backoff.WithInitialInterval(50*time.Millisecond),

@@ -41,8 +41,9 @@ type lane struct {
 	wake    chan struct{} // something changed: look again
 	replies chan pendingReply
 	// outage is when the replier's current run of "no responders"
-	// began (zero: its last event was stored); the replier's own.
-	outage time.Time
+	// began (zero: its last event was stored), refused when it last met
+	// one; the replier's own.
+	outage, refused time.Time
 }
 
 // item is one append request in a lane.

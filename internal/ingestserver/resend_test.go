@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/turnstone-dev/turnstone/events"
 	"github.com/turnstone-dev/turnstone/ingest"
+	"github.com/turnstone-dev/turnstone/internal/ingestserver"
 )
 
 // Every form of append, sent twice with the same ids through the engine
@@ -224,5 +225,59 @@ func TestALongOutageIsAnsweredWithinOneWindow(t *testing.T) {
 	}
 	if took := time.Since(start); took > 8*time.Second {
 		t.Errorf("%d requests answered in %s while the stream was gone: want about one window (3.5 s)", n, took)
+	}
+}
+
+// TestAnOutageLongAgoDoesNotCutTheNextOneShort: a lane whose last outage
+// ended without a stored event (the stream came back, then nothing was
+// sent for a while) sends refused events again in the next outage, as
+// any: the window starts again once no event was refused for a window.
+func TestAnOutageLongAgoDoesNotCutTheNextOneShort(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ctx := context.Background()
+	send := func(ev events.Event) ingest.PubAck {
+		t.Helper()
+		body, err := ev.Encode()
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp, err := e.nc.Request("agent.evt.acme.s1", body, 30*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ack ingest.PubAck
+		if err := json.Unmarshal(resp.Data, &ack); err != nil {
+			t.Fatal(err)
+		}
+		return ack
+	}
+	// A first outage that outlasts the window: the event is refused.
+	if err := e.js.DeleteStream(ctx, events.EventsStream); err != nil {
+		t.Fatal(err)
+	}
+	if ack := send(e.event("acme", "s1", "", &events.SessionStarted{Runtime: "test"})); ack.Error == nil {
+		t.Fatalf("an event in an outage past the window: %+v, want unavailable", ack)
+	}
+	if _, err := events.Open(ctx, e.js, events.Config{}, nil); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(ingestserver.NoResponderWindow + 200*time.Millisecond) // nothing sent, nothing refused
+	// A second, short outage: its event is sent again and stored.
+	if err := e.js.DeleteStream(ctx, events.EventsStream); err != nil {
+		t.Fatal(err)
+	}
+	back := make(chan error, 1)
+	go func() {
+		time.Sleep(300 * time.Millisecond)
+		_, err := events.Open(ctx, e.js, events.Config{}, nil)
+		back <- err
+	}()
+	ack := send(e.event("acme", "s1", "", &events.SessionStarted{Runtime: "test"}))
+	if err := <-back; err != nil {
+		t.Fatal(err)
+	}
+	if ack.Error != nil || ack.Seq == 0 {
+		t.Fatalf("an event in a short outage after a long-ago one: %+v, want it stored", ack)
 	}
 }

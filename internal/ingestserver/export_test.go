@@ -1,0 +1,5 @@
+package ingestserver
+
+// NoResponderWindow is noResponderWindow, for the package's external
+// tests.
+const NoResponderWindow = noResponderWindow
