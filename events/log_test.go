@@ -614,12 +614,7 @@ func TestAtomicAppendWaitsForAStreamThatAnswersNoOneYet(t *testing.T) {
 	if !errors.Is(err, events.ErrLogUnavailable) || !errors.Is(err, nats.ErrNoResponders) && !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("no stream: want ErrLogUnavailable (no responders), got %v", err)
 	}
-	back := make(chan error, 1)
-	go func() {
-		time.Sleep(300 * time.Millisecond)
-		_, err := events.Open(ctx, js, events.Config{}, nil)
-		back <- err
-	}()
+	back := streamBackAfter(js, 300*time.Millisecond)
 	acks, err := l.Append(ctx, []events.Event{
 		ev(t, "acme", "s1", "", &events.SessionStarted{}),
 		ev(t, "acme", "s1", "t1", &events.TurnStarted{}),
@@ -647,12 +642,7 @@ func TestAppendKeepsTheOrderOfEventsSentAgain(t *testing.T) {
 	if err := js.DeleteStream(ctx, events.EventsStream); err != nil {
 		t.Fatal(err)
 	}
-	back := make(chan error, 1)
-	go func() {
-		time.Sleep(300 * time.Millisecond)
-		_, err := events.Open(ctx, js, events.Config{}, nil)
-		back <- err
-	}()
+	back := streamBackAfter(js, 300*time.Millisecond)
 	evs := []events.Event{ev(t, "acme", "s1", "", &events.SessionStarted{})}
 	for i := range 20 {
 		turn := fmt.Sprintf("t%d", i)
@@ -674,4 +664,17 @@ func TestAppendKeepsTheOrderOfEventsSentAgain(t *testing.T) {
 			t.Fatalf("event %d stored at position %d of the session (ack seq %d): the order given was not kept", slices.IndexFunc(evs, func(e events.Event) bool { return e.ID == got[i].ID }), i, acks[i].Seq)
 		}
 	}
+}
+
+// streamBackAfter creates the event stream again (events.Open) after d,
+// on a goroutine of its own, and sends Open's error on the channel it
+// returns: the stream's absence meanwhile is "no responders".
+func streamBackAfter(js jetstream.JetStream, d time.Duration) <-chan error {
+	back := make(chan error, 1)
+	go func() {
+		time.Sleep(d)
+		_, err := events.Open(context.Background(), js, events.Config{}, nil)
+		back <- err
+	}()
+	return back
 }

@@ -134,12 +134,7 @@ func TestPipelinedAppendsKeepTheirOrderThroughNoResponders(t *testing.T) {
 	if err := e.js.DeleteStream(ctx, events.EventsStream); err != nil {
 		t.Fatal(err)
 	}
-	back := make(chan error, 1)
-	go func() {
-		time.Sleep(300 * time.Millisecond)
-		_, err := events.Open(ctx, e.js, events.Config{}, nil)
-		back <- err
-	}()
+	back := e.streamBackAfter(300 * time.Millisecond)
 	evs := []events.Event{e.event("acme", "s1", "", &events.SessionStarted{Runtime: "test"})}
 	for i := range 20 {
 		turn := fmt.Sprintf("t%d", i)
@@ -267,12 +262,7 @@ func TestAnOutageLongAgoDoesNotCutTheNextOneShort(t *testing.T) {
 	if err := e.js.DeleteStream(ctx, events.EventsStream); err != nil {
 		t.Fatal(err)
 	}
-	back := make(chan error, 1)
-	go func() {
-		time.Sleep(300 * time.Millisecond)
-		_, err := events.Open(ctx, e.js, events.Config{}, nil)
-		back <- err
-	}()
+	back := e.streamBackAfter(300 * time.Millisecond)
 	ack := send(e.event("acme", "s1", "", &events.SessionStarted{Runtime: "test"}))
 	if err := <-back; err != nil {
 		t.Fatal(err)
@@ -280,4 +270,17 @@ func TestAnOutageLongAgoDoesNotCutTheNextOneShort(t *testing.T) {
 	if ack.Error != nil || ack.Seq == 0 {
 		t.Fatalf("an event in a short outage after a long-ago one: %+v, want it stored", ack)
 	}
+}
+
+// streamBackAfter creates the event stream again (events.Open) after d,
+// on a goroutine of its own, and sends Open's error on the channel it
+// returns: the stream's absence meanwhile is "no responders".
+func (e *env) streamBackAfter(d time.Duration) <-chan error {
+	back := make(chan error, 1)
+	go func() {
+		time.Sleep(d)
+		_, err := events.Open(context.Background(), e.js, events.Config{}, nil)
+		back <- err
+	}()
+	return back
 }
