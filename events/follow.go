@@ -97,9 +97,15 @@ func orderedConfig(filter string, fromSeq uint64, fromTime time.Time) jetstream.
 
 // readOrdered delivers, through an ordered consumer of cfg, the events up
 // to stream sequence last (or until none is pending), in stream order, to
-// fn on the caller's goroutine. Each event is decoded on the consumer's
-// own goroutine while fn folds the one before: the two run in parallel.
-// It returns fn's first error, ctx's, or ErrLogUnavailable when no event
+// fn on the caller's goroutine. The consumer's goroutine decodes the
+// events while fn folds the ones before: the two run in parallel. They are
+// handed over in batches of readBatch (the last one, at the end, shorter),
+// so that the channel operation and the wake-up of each goroutine are paid
+// once per batch, not per event: a fifth of the fold's CPU above a raw
+// read was that hand-off (BENCHMARKS.md, "Fold, a fifth pass"). A batch is
+// handed over when full or at the end; a read that fails may so have
+// decoded up to readBatch-1 events past the last one fn saw.
+// It returns fn's first error, ctx's, or ErrLogUnavailable when no batch
 // comes for Config.Timeout.
 func (l *Log) readOrdered(ctx context.Context, cfg jetstream.OrderedConsumerConfig, last uint64, fn func(Event) error) error {
 	cctx, cancel := l.withTimeout(ctx)
@@ -108,26 +114,42 @@ func (l *Log) readOrdered(ctx context.Context, cfg jetstream.OrderedConsumerConf
 	if err != nil {
 		return unavailable(err)
 	}
-	type item struct {
-		ev   Event
-		skip bool // past last: nothing to deliver
-		end  bool // the last one to deliver
-		err  error
+	type batch struct {
+		evs []Event
+		end bool  // nothing after these to deliver
+		err error // after these, the read failed
 	}
-	items := make(chan item, readAhead)
+	// Batches go round: free -> the handler fills one -> full -> fn ->
+	// free. One more than full holds is being filled, one more is with fn.
+	full := make(chan *batch, readAheadBatches)
+	free := make(chan *batch, readAheadBatches+2)
+	for range readAheadBatches + 2 {
+		free <- &batch{evs: make([]Event, 0, readBatch)}
+	}
 	quit := make(chan struct{})
+	var cur *batch // the batch being filled: the handler's alone (its calls come one at a time)
 	cc, err := cons.Consume(func(msg jetstream.Msg) {
-		var it item
+		if cur == nil {
+			select {
+			case cur = <-free:
+			case <-quit:
+				return
+			}
+		}
 		if seq, stored, pending, err := deliveredMeta(msg); err != nil {
-			it.err = unavailable(err)
+			cur.err = unavailable(err)
 		} else if seq > last {
-			it.skip, it.end = true, true
+			cur.end = true
 		} else {
-			it.ev = DecodeStoredAt(msg.Subject(), seq, stored, msg.Data())
-			it.end = seq == last || pending == 0
+			cur.evs = append(cur.evs, DecodeStoredAt(msg.Subject(), seq, stored, msg.Data()))
+			cur.end = seq == last || pending == 0
+			if !cur.end && len(cur.evs) < readBatch {
+				return
+			}
 		}
 		select {
-		case items <- it:
+		case full <- cur:
+			cur = nil
 		case <-quit:
 		}
 	})
@@ -135,24 +157,26 @@ func (l *Log) readOrdered(ctx context.Context, cfg jetstream.OrderedConsumerConf
 		return unavailable(err)
 	}
 	defer cc.Stop()
-	defer close(quit) // first: a handler waiting to send gives up
+	defer close(quit) // first: a handler waiting for a batch gives up
 	timer := time.NewTimer(l.cfg.Timeout)
 	defer timer.Stop()
 	for {
 		select {
-		case it := <-items:
+		case b := <-full:
+			for i := range b.evs {
+				if err := fn(b.evs[i]); err != nil {
+					return err
+				}
+			}
 			switch {
-			case it.err != nil:
-				return it.err
-			case it.skip:
+			case b.err != nil:
+				return b.err
+			case b.end:
 				return nil
 			}
-			if err := fn(it.ev); err != nil {
-				return err
-			}
-			if it.end {
-				return nil
-			}
+			clear(b.evs) // the batch keeps no body
+			b.evs = b.evs[:0]
+			free <- b
 			timer.Reset(l.cfg.Timeout) // the wait is for the server, not fn
 		case <-timer.C:
 			return unavailable(fmt.Errorf("no event within %s", l.cfg.Timeout))
@@ -162,8 +186,10 @@ func (l *Log) readOrdered(ctx context.Context, cfg jetstream.OrderedConsumerConf
 	}
 }
 
-// readAhead is how many decoded events readOrdered holds for fn.
-const readAhead = 256
+// readBatch is how many decoded events readOrdered hands to fn at a time,
+// and readAheadBatches how many full batches it holds for fn (256 events
+// ahead, as one event at a time it held before).
+const readBatch, readAheadBatches = 64, 4
 
 // deliveredMeta reads what the log needs of a message a consumer
 // delivered (its stream sequence, store time and how many messages the

@@ -394,6 +394,52 @@ func TestSessionsAndReadAll(t *testing.T) {
 	}
 }
 
+// ReadAll hands events to fn in batches (64 at a time): every count
+// around a batch's edge is delivered whole and in order, and fn's error
+// stops the read at the event that returned it, even mid-batch.
+func TestReadAllAcrossBatchEdges(t *testing.T) {
+	t.Parallel()
+	l, _ := openLog(t, events.Config{})
+	ctx := context.Background()
+	stored := 0
+	for _, want := range []int{1, 63, 64, 65, 128, 129, 300} {
+		var batch []events.Event
+		for ; stored < want; stored++ {
+			batch = append(batch, ev(t, "acme", fmt.Sprintf("s%d", stored%7), "", &events.SessionResumed{}))
+		}
+		if len(batch) > 0 {
+			if _, err := l.Append(ctx, batch); err != nil {
+				t.Fatal(err)
+			}
+		}
+		n := 0
+		var prev uint64
+		if err := l.ReadAll(ctx, events.ReadOptions{}, func(e events.Event) error {
+			if e.Seq <= prev || e.Err != nil {
+				t.Fatalf("%d stored: event %d is seq %d after %d (%v)", want, n, e.Seq, prev, e.Err)
+			}
+			prev = e.Seq
+			n++
+			return nil
+		}); err != nil || n != want {
+			t.Fatalf("%d stored: ReadAll delivered %d, %v", want, n, err)
+		}
+	}
+	stop := errors.New("enough")
+	for _, at := range []int{1, 64, 70, 300} {
+		n := 0
+		err := l.ReadAll(ctx, events.ReadOptions{}, func(events.Event) error {
+			if n++; n == at {
+				return stop
+			}
+			return nil
+		})
+		if !errors.Is(err, stop) || n != at {
+			t.Fatalf("fn stops at %d: called %d times, ReadAll = %v", at, n, err)
+		}
+	}
+}
+
 func TestFollowDeliversStoredThenNewEvents(t *testing.T) {
 	t.Parallel()
 	l, _ := openLog(t, events.Config{})
