@@ -67,9 +67,9 @@ func leaderKillKeepsOneOwnerPerPartition(t *testing.T) {
 	if testing.Short() {
 		t.Skip("multi-process cluster test")
 	}
-	// Beside the scale-out test only (TestClusterKills): it bounds each
-	// repair in time (deadline plus handover), which the package's
-	// parallel tests would take CPU from.
+	// Run by TestClusterKills, beside the scale-out test and the package's
+	// other parallel tests: it bounds each repair by the deadline plus the
+	// handover it measured, so a slower machine widens the bound.
 	start := time.Now()
 	c := startLeaderCluster(t)
 	t.Logf("3 nats-server nodes with accounts, and setup, after %s", time.Since(start).Round(time.Millisecond))

@@ -41,9 +41,10 @@ const clusterPartitions = 12
 // projection equals a fresh fold of its log.
 func scaleOutOnAThreeNodeCluster(t *testing.T) {
 	skipShort(t, "a 3-node cluster and process kills")
-	// Beside the leader-kill test only (TestClusterKills): it bounds
-	// handovers in time (the group's documented 7 s), which the package's
-	// parallel tests would take CPU from.
+	// Run by TestClusterKills, beside the leader-kill test and the
+	// package's other parallel tests: it bounds the handover at 10 s (the
+	// group's documented 7 s; 5.4-6.2 s measured there under the race
+	// detector, with every other package's tests running too).
 	start := time.Now()
 	nodes := startNATSCluster(t, 3)
 	url := clusterURL(nodes...)
