@@ -127,8 +127,17 @@ func (l *Log) readOrdered(ctx context.Context, cfg jetstream.OrderedConsumerConf
 		free <- &batch{evs: make([]Event, 0, readBatch)}
 	}
 	quit := make(chan struct{})
-	var cur *batch // the batch being filled: the handler's alone (its calls come one at a time)
+	// cur is the batch being filled. The handler's calls come one at a
+	// time, except across a reset of the ordered consumer on another
+	// goroutine (a reconnect), which can start the new subscription's
+	// handler while the old one still waits to hand over a batch: mu,
+	// held while it waits, keeps them one at a time and in order (the
+	// new subscription starts after the message the old one holds).
+	var mu sync.Mutex
+	var cur *batch
 	cc, err := cons.Consume(func(msg jetstream.Msg) {
+		mu.Lock()
+		defer mu.Unlock()
 		if cur == nil {
 			select {
 			case cur = <-free:
