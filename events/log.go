@@ -17,6 +17,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nuid"
 	"github.com/rs/zerolog"
+	"github.com/turnstone-dev/turnstone/internal/resend"
 )
 
 // Log is the append-only event log on JetStream: the AGENT_EVENTS stream
@@ -540,7 +541,7 @@ func (l *Log) appendAsync(ctx context.Context, evs []Event, msgs []*nats.Msg) ([
 	// schedule. nats.go's own retry (jetstream.WithRetryAttempts) sends
 	// each message again from a timer of its own, so that two events of
 	// one session could be stored in the other order: it is turned off.
-	b := noResponderBackOff()
+	b := resend.BackOff()
 	for try := 1; ; try++ {
 		if err := l.publishRound(ctx, evs, msgs, send, acks, errs); err != nil {
 			return nil, err
@@ -551,7 +552,7 @@ func (l *Log) appendAsync(ctx context.Context, evs []Event, msgs []*nats.Msg) ([
 				again = append(again, i)
 			}
 		}
-		if len(again) == 0 || try == noResponderTries {
+		if len(again) == 0 || try == resend.Tries {
 			break
 		}
 		select {
@@ -572,11 +573,6 @@ func (l *Log) appendAsync(ctx context.Context, evs []Event, msgs []*nats.Msg) ([
 	}
 	return acks, nil
 }
-
-// noResponderTries is how many times an unconditional Append sends an
-// event that meets "no responders" (the first send included), as
-// retryNoResponders does for a conditional one.
-const noResponderTries = 10
 
 // publishRound publishes msgs[i] for each i of send, in that order,
 // without waiting between them and without nats.go's retry, and records

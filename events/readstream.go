@@ -9,6 +9,7 @@ import (
 	"github.com/cenkalti/backoff/v4"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/turnstone-dev/turnstone/internal/resend"
 )
 
 // ReadStream calls fn with every message an ordered consumer of st with
@@ -87,9 +88,9 @@ type callbackError struct{ err error }
 func (e *callbackError) Error() string { return e.err.Error() }
 
 // retryNoResponders runs op again while it fails with "no responders",
-// pausing 50 ms, then about 1.5 times as long each time (backoff's
-// default multiplier, each pause randomized by half) up to 1 s, for at
-// most 10 tries (about 3.5 s of pauses), within ctx; any other result is
+// on internal/resend's schedule (pausing 50 ms, then about 1.5 times as
+// long each time, each pause randomized by half, up to 1 s, for at most
+// 10 tries: about 3.5 s of pauses), within ctx; any other result is
 // returned at once.
 func retryNoResponders(ctx context.Context, op func() error) error {
 	return backoff.Retry(func() error {
@@ -98,13 +99,5 @@ func retryNoResponders(ctx context.Context, op func() error) error {
 			return backoff.Permanent(err)
 		}
 		return err
-	}, backoff.WithContext(backoff.WithMaxRetries(noResponderBackOff(), noResponderTries-1), ctx))
-}
-
-// noResponderBackOff is the schedule of the pauses between tries after
-// "no responders": 50 ms, then about 1.5 times as long each time, each
-// randomized by half, up to 1 s.
-func noResponderBackOff() *backoff.ExponentialBackOff {
-	return backoff.NewExponentialBackOff(backoff.WithInitialInterval(50*time.Millisecond),
-		backoff.WithMaxInterval(time.Second), backoff.WithMaxElapsedTime(0))
+	}, backoff.WithContext(backoff.WithMaxRetries(resend.BackOff(), resend.Tries-1), ctx))
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/turnstone-dev/turnstone/events"
 	"github.com/turnstone-dev/turnstone/ingest"
+	"github.com/turnstone-dev/turnstone/internal/resend"
 )
 
 // turnstoneOnly are the types only Turnstone's own processes write.
@@ -348,8 +349,7 @@ func (s *Server) awaitReply(l *lane, pr pendingReply, timer *time.Timer) {
 		l.refused = time.Now()
 		left := noResponderWindow - time.Since(l.outage)
 		if pause == nil {
-			pause = backoff.NewExponentialBackOff(backoff.WithInitialInterval(50*time.Millisecond),
-				backoff.WithMaxInterval(time.Second), backoff.WithMaxElapsedTime(0))
+			pause = resend.BackOff()
 		} else if left > 0 {
 			time.Sleep(min(pause.NextBackOff(), left))
 			left = noResponderWindow - time.Since(l.outage)
@@ -367,9 +367,9 @@ func (s *Server) awaitReply(l *lane, pr pendingReply, timer *time.Timer) {
 
 // noResponderWindow is how long after a lane's first refusal ("no
 // responders") since its last stored event the ingest still sends its
-// refused events again: about as long as the Go log's ten tries
-// (events.Log.Append).
-const noResponderWindow = 3500 * time.Millisecond
+// refused events again: as long as the Go log's tries (events.Log.Append),
+// on the same schedule (internal/resend).
+const noResponderWindow = resend.Window
 
 // publish sends msg, one event, to the event stream without nats.go's
 // retry on "no responders" (awaitReply's own keeps the order).
