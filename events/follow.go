@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -105,7 +106,7 @@ func orderedConfig(filter string, fromSeq uint64, fromTime time.Time) jetstream.
 // read was that hand-off (BENCHMARKS.md, "Fold, a fifth pass"). A batch is
 // handed over when full or at the end; a read that fails may so have
 // decoded up to readBatch-1 events past the last one fn saw.
-// It returns fn's first error, ctx's, or ErrLogUnavailable when no batch
+// It returns fn's first error, ctx's, or ErrLogUnavailable when no event
 // comes for Config.Timeout.
 func (l *Log) readOrdered(ctx context.Context, cfg jetstream.OrderedConsumerConfig, last uint64, fn func(Event) error) error {
 	cctx, cancel := l.withTimeout(ctx)
@@ -135,7 +136,11 @@ func (l *Log) readOrdered(ctx context.Context, cfg jetstream.OrderedConsumerConf
 	// new subscription starts after the message the old one holds).
 	var mu sync.Mutex
 	var cur *batch
+	// received counts the messages the handler took: the wait for the
+	// server is over when one came, even while its batch fills.
+	var received atomic.Uint64
 	cc, err := cons.Consume(func(msg jetstream.Msg) {
+		received.Add(1)
 		mu.Lock()
 		defer mu.Unlock()
 		if cur == nil {
@@ -169,6 +174,7 @@ func (l *Log) readOrdered(ctx context.Context, cfg jetstream.OrderedConsumerConf
 	defer close(quit) // first: a handler waiting for a batch gives up
 	timer := time.NewTimer(l.cfg.Timeout)
 	defer timer.Stop()
+	var seen uint64 // received when the timer was last set
 	for {
 		select {
 		case b := <-full:
@@ -186,8 +192,14 @@ func (l *Log) readOrdered(ctx context.Context, cfg jetstream.OrderedConsumerConf
 			clear(b.evs) // the batch keeps no body
 			b.evs = b.evs[:0]
 			free <- b
+			seen = received.Load()
 			timer.Reset(l.cfg.Timeout) // the wait is for the server, not fn
 		case <-timer.C:
+			if n := received.Load(); n != seen {
+				seen = n // events come, slower than a batch fills
+				timer.Reset(l.cfg.Timeout)
+				continue
+			}
 			return unavailable(fmt.Errorf("no event within %s", l.cfg.Timeout))
 		case <-ctx.Done():
 			return ctx.Err()
