@@ -72,7 +72,7 @@ const DirtyTurnInFlight = "turn_in_flight"
 
 // distillationRequested records a request; a request while an earlier one
 // has not started yet is the same request.
-func (s *Session) distillationRequested(ev events.Event, turn string, p *events.DistillationRequested) {
+func (s *Session) distillationRequested(ev *events.Event, turn string, p *events.DistillationRequested) {
 	d := s.openDistillation(turn, notStarted)
 	if d.RequestedSeq == 0 {
 		d.RequestedSeq, d.RequestReason = ev.Seq, detail(p.Reason)
@@ -82,7 +82,7 @@ func (s *Session) distillationRequested(ev events.Event, turn string, p *events.
 // distillationStarted records a start and checks invariant 3. The user
 // message after the latest assistant message is complete: pending
 // tool_use blocks are judged first, so they show as unanswered.
-func (s *Session) distillationStarted(ev events.Event, turn string, p *events.DistillationStarted) {
+func (s *Session) distillationStarted(ev *events.Event, turn string, p *events.DistillationStarted) {
 	d := s.openDistillation(turn, notStarted)
 	d.StartedSeq = ev.Seq
 	if turn != "" {
@@ -98,7 +98,7 @@ func (s *Session) distillationStarted(ev events.Event, turn string, p *events.Di
 // invariant 3 if no start was seen, and resets the history (and the output
 // streak, which compared its messages): the runtime appends the summary as
 // the next message.
-func (s *Session) distillationCompleted(ev events.Event, turn string, p *events.DistillationCompleted) {
+func (s *Session) distillationCompleted(ev *events.Event, turn string, p *events.DistillationCompleted) {
 	d := s.openDistillation(turn, anyDistillation)
 	started := d.StartedSeq != 0
 	d.CompletedSeq = ev.Seq
@@ -160,7 +160,7 @@ func (s *Session) cover(d *Distillation, from, to uint64) {
 // checkDistillation applies invariant 3 at the start of d (or at its
 // completion when no start was seen): no turn other than d's own in
 // flight, and a clean history.
-func (s *Session) checkDistillation(ev events.Event, d *Distillation) {
+func (s *Session) checkDistillation(ev *events.Event, d *Distillation) {
 	d.Clean, d.DirtyReasons = true, nil
 	for _, id := range s.InFlight {
 		if id == d.Turn {

@@ -50,7 +50,7 @@ type Streak struct {
 }
 
 // recordError counts an error and moves the streak.
-func (s *Session) recordError(ev events.Event, turn string, stage events.Stage, info events.ErrorInfo, consecutive int) {
+func (s *Session) recordError(ev *events.Event, turn string, stage events.Stage, info events.ErrorInfo, consecutive int) {
 	s.Errors.Total++
 	s.Errors.Last = &ErrorRecord{Error: shortError(info), Seq: ev.Seq, Turn: turn, Stage: stageKey(stage), Consecutive: consecutive}
 	key := IDKey(ErrorKey(info))

@@ -284,7 +284,7 @@ func (s *Session) completeOutput(due func(*Message) bool) {
 // toolRunStarts records the tool_use cb of ev (turn) as the session's
 // latest tool run, a re-run of the previous one when it failed with the
 // same name and input.
-func (s *Session) toolRunStarts(ev events.Event, turn string, id string, cb *events.ContentBlock) {
+func (s *Session) toolRunStarts(ev *events.Event, turn string, id string, cb *events.ContentBlock) {
 	run := &ToolRun{ToolUseID: id, Name: cb.Name, Turn: turn, UseSeq: ev.Seq, InputHash: InputHash(cb.Input)}
 	if p := s.LastTool; p != nil && p.ResultSeq != 0 && p.IsError && p.Name == run.Name && p.InputHash == run.InputHash {
 		run.RerunOf = p.ResultSeq
@@ -296,7 +296,7 @@ func (s *Session) toolRunStarts(ev events.Event, turn string, id string, cb *eve
 // (not synthetic) tool_result cb of ev: a failed attempt at its step when
 // cb is an error, else a success of that step; a flaky-suspected run when
 // it is the latest tool run, a re-run of a failed one, and passed.
-func (s *Session) toolRunEnds(ev events.Event, tc *ToolCall, cb *events.ContentBlock) {
+func (s *Session) toolRunEnds(ev *events.Event, tc *ToolCall, cb *events.ContentBlock) {
 	if cb.IsError {
 		s.stepFailed(ev, tc.Turn, tc.Step, tc.Name)
 	} else {
@@ -413,7 +413,7 @@ func isSpace(c byte) bool { return c == ' ' || c == '\t' || c == '\n' || c == '\
 // stepFailed counts a failed attempt at step key (named name) of turn,
 // when the turn is in flight. Past MaxSteps steps, the one with the
 // fewest failures (the oldest of those) is forgotten.
-func (s *Session) stepFailed(ev events.Event, turn, key, name string) {
+func (s *Session) stepFailed(ev *events.Event, turn, key, name string) {
 	t := s.turn(turn)
 	if t == nil || t.Ended() || key == "" {
 		return

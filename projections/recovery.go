@@ -161,7 +161,7 @@ func (s *Session) ForkByCommand(id string) *Fork {
 }
 
 // command returns the record of id (an IDKey), creating it at ev.
-func (s *Session) command(ev events.Event, id, kind string) *CommandRecord {
+func (s *Session) command(ev *events.Event, id, kind string) *CommandRecord {
 	kind = IDKey(kind)
 	c := s.Command(id)
 	if c == nil {
@@ -181,7 +181,7 @@ func (s *Session) command(ev events.Event, id, kind string) *CommandRecord {
 }
 
 // recoveryAttempted records one attempt at a command.
-func (s *Session) recoveryAttempted(ev events.Event, p *events.RecoveryAttempted) {
+func (s *Session) recoveryAttempted(ev *events.Event, p *events.RecoveryAttempted) {
 	if p.CommandID == "" {
 		s.invalid(ev, "recovery.attempted without command_id")
 		return
@@ -198,7 +198,7 @@ func (s *Session) recoveryAttempted(ev events.Event, p *events.RecoveryAttempted
 }
 
 // recoveryCompleted records a command's outcome; the first one stands.
-func (s *Session) recoveryCompleted(ev events.Event, p *events.RecoveryCompleted) {
+func (s *Session) recoveryCompleted(ev *events.Event, p *events.RecoveryCompleted) {
 	if p.CommandID == "" {
 		s.invalid(ev, "recovery.completed without command_id")
 		return
@@ -223,7 +223,7 @@ func (s *Session) recoveryCompleted(ev events.Event, p *events.RecoveryCompleted
 }
 
 // recoveryParked records that a command was set aside.
-func (s *Session) recoveryParked(ev events.Event, p *events.RecoveryParked) {
+func (s *Session) recoveryParked(ev *events.Event, p *events.RecoveryParked) {
 	if p.CommandID == "" {
 		s.invalid(ev, "recovery.parked without command_id")
 		return
@@ -237,7 +237,7 @@ func (s *Session) recoveryParked(ev events.Event, p *events.RecoveryParked) {
 
 // breakerChanged records a breaker's new state, keeping Breakers sorted
 // by provider.
-func (s *Session) breakerChanged(ev events.Event, p *events.BreakerChanged) {
+func (s *Session) breakerChanged(ev *events.Event, p *events.BreakerChanged) {
 	if p.Provider == "" {
 		s.invalid(ev, "breaker.changed without provider")
 		return
@@ -264,7 +264,7 @@ func (s *Session) breakerChanged(ev events.Event, p *events.BreakerChanged) {
 }
 
 // sessionForked records a fork made from this session.
-func (s *Session) sessionForked(ev events.Event, p *events.SessionForked) {
+func (s *Session) sessionForked(ev *events.Event, p *events.SessionForked) {
 	if p.ForkSession == "" {
 		s.invalid(ev, "session.forked without fork_session")
 		return

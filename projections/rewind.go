@@ -320,7 +320,7 @@ func (s *Session) RewindByCommand(id string) *Rewind {
 
 // sessionRewound records a rewind and marks its range. The event must
 // carry its stream sequence and a to_seq below it.
-func (s *Session) sessionRewound(ev events.Event, p *events.SessionRewound) {
+func (s *Session) sessionRewound(ev *events.Event, p *events.SessionRewound) {
 	switch {
 	case ev.Seq == 0:
 		s.invalid(ev, "session.rewound without a stream sequence: the events it undoes are unknown")

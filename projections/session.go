@@ -510,10 +510,10 @@ func (s *Session) Apply(ev events.Event) []Violation {
 	}
 	before := s.Totals.Violations
 	s.Version = Version
-	s.track(ev)
-	s.apply(ev)
-	s.stored(ev)
-	if ev.Seq != 0 && RuntimeEvent(ev) {
+	s.track(&ev)
+	s.apply(&ev)
+	s.stored(&ev)
+	if ev.Seq != 0 && runtimeEvent(&ev) {
 		s.LastRuntimeSeq = ev.Seq
 	}
 	var vs []Violation
@@ -528,7 +528,7 @@ func (s *Session) Apply(ev events.Event) []Violation {
 }
 
 // track updates the identity, counters and positions every event moves.
-func (s *Session) track(ev events.Event) {
+func (s *Session) track(ev *events.Event) {
 	s.Events++
 	if s.FirstSeq == 0 {
 		s.FirstSeq = ev.Seq
@@ -550,7 +550,7 @@ func (s *Session) track(ev events.Event) {
 // stored moves the log's clock (Event.Stored), after the event's rule ran
 // (so that a session.started that marks the session history already
 // counts), and flags an event time too far ahead of it.
-func (s *Session) stored(ev events.Event) {
+func (s *Session) stored(ev *events.Event) {
 	if ev.Stored.IsZero() {
 		return
 	}
@@ -561,10 +561,10 @@ func (s *Session) stored(ev events.Event) {
 	if at.After(s.LastStored) {
 		s.LastStored = at
 	}
-	if !s.History && RuntimeEvent(ev) && at.After(s.LastLiveStored) {
+	if !s.History && runtimeEvent(ev) && at.After(s.LastLiveStored) {
 		s.LastLiveStored = at
 	}
-	if RuntimeEvent(ev) {
+	if runtimeEvent(ev) {
 		s.signOfLife(ev.Turn, at)
 	}
 	if ev.Type == events.TypeTurnAbandoned && ev.Err == nil && at.After(s.LastAbandonStored) {
@@ -581,7 +581,10 @@ func (s *Session) stored(ev events.Event) {
 // own bookkeeping: the types a runtime publishes, from a source that is
 // not one of Turnstone's writers ("urn:turnstone:worker:…",
 // "urn:turnstone:reconciler"). An event that did not decode is not.
-func RuntimeEvent(ev events.Event) bool {
+func RuntimeEvent(ev events.Event) bool { return runtimeEvent(&ev) }
+
+// runtimeEvent is RuntimeEvent without a copy of ev.
+func runtimeEvent(ev *events.Event) bool {
 	if ev.Err != nil || strings.HasPrefix(ev.Source, "urn:turnstone:") {
 		return false
 	}
@@ -596,7 +599,7 @@ func RuntimeEvent(ev events.Event) bool {
 
 // apply dispatches ev to its type's rule. s.LastSeq still holds the
 // sequence of the previous event while it runs.
-func (s *Session) apply(ev events.Event) {
+func (s *Session) apply(ev *events.Event) {
 	defer func() {
 		if ev.Seq != 0 {
 			s.LastSeq = ev.Seq

@@ -240,7 +240,7 @@ type UnmatchedResult struct {
 }
 
 // appendMessage folds one message.appended record into the history.
-func (s *Session) appendMessage(ev events.Event, turn string, p *events.MessageAppended) {
+func (s *Session) appendMessage(ev *events.Event, turn string, p *events.MessageAppended) {
 	if why := checkContent(p); why != "" {
 		s.invalid(ev, why)
 		return
@@ -337,7 +337,7 @@ func (s *Session) appendMessage(ev events.Event, turn string, p *events.MessageA
 // addOutput folds the content of p, an assistant record, into the
 // assistant message m: its blocks, its output hash, its tool_use blocks,
 // its model and stop_reason; the model answered.
-func (s *Session) addOutput(ev events.Event, turn string, m *Message, p *events.MessageAppended) {
+func (s *Session) addOutput(ev *events.Event, turn string, m *Message, p *events.MessageAppended) {
 	if p.Model != "" {
 		s.Model = IDKey(p.Model)
 	}
@@ -400,7 +400,7 @@ func (s *Session) continued(m *Message, p *events.MessageAppended) *Message {
 // had come before the results that follow a. a was counted in the output
 // streak when the results arrived; it counts again, from the streak before
 // it, with its whole output.
-func (s *Session) continueMessage(ev events.Event, turn string, a *Message, p *events.MessageAppended) {
+func (s *Session) continueMessage(ev *events.Event, turn string, a *Message, p *events.MessageAppended) {
 	if len(a.Seqs) < MaxMessageSeqs {
 		a.Seqs = append(a.Seqs, ev.Seq)
 	} else {
@@ -475,7 +475,7 @@ func (s *Session) lastAssistant() *Message {
 // tool_use id the history already holds is a violation and is not tracked
 // again (the first one keeps the id). Past MaxToolUsesPerMessage blocks
 // of m, a tool_use is only counted.
-func (s *Session) toolUse(ev events.Event, turn string, m *Message, cb *events.ContentBlock) {
+func (s *Session) toolUse(ev *events.Event, turn string, m *Message, cb *events.ContentBlock) {
 	id := IDKey(cb.ID)
 	m.ToolUses++
 	tc := s.toolCall(id)
@@ -517,7 +517,7 @@ func (s *Session) newToolCall(id string) *ToolCall {
 
 // toolCallEvent returns the tool call a tool_call.* event names, creating
 // it (status CallOnly) when no tool_use block named it yet.
-func (s *Session) toolCallEvent(ev events.Event, turn, id, name string) *ToolCall {
+func (s *Session) toolCallEvent(ev *events.Event, turn, id, name string) *ToolCall {
 	if id == "" {
 		s.invalid(ev, string(ev.Type)+" without tool_use_id")
 		return nil
@@ -535,7 +535,7 @@ func (s *Session) toolCallEvent(ev events.Event, turn, id, name string) *ToolCal
 // answers none. A result that pairs and is not synthetic is the tool's run:
 // it may be a failed attempt of the tool_use's turn, or a flaky-suspected
 // re-run.
-func (s *Session) answer(ev events.Event, cb *events.ContentBlock, synthetic bool) {
+func (s *Session) answer(ev *events.Event, cb *events.ContentBlock, synthetic bool) {
 	id := IDKey(cb.ToolUseID)
 	tc := s.toolCall(id)
 	var orphan *Orphan
@@ -626,7 +626,7 @@ func (s *Session) repairable(id string) *ToolCall {
 
 // repair marks tc repaired by the tool_result cb of ev, its orphan
 // repaired and the violations its orphaning caused resolved.
-func (s *Session) repair(ev events.Event, tc *ToolCall, cb *events.ContentBlock) {
+func (s *Session) repair(ev *events.Event, tc *ToolCall, cb *events.ContentBlock) {
 	tc.Status, tc.ResultSeq = ToolRepaired, ev.Seq
 	tc.IsError = tc.IsError || cb.IsError
 	if o := s.orphan(tc.ToolUseID); o != nil {
@@ -668,7 +668,7 @@ func (s *Session) orphan(id string) *Orphan {
 }
 
 // unmatched records a tool_result that answers no pending tool_use.
-func (s *Session) unmatched(ev events.Event, id, reason string, rule Rule, detail, turn string) {
+func (s *Session) unmatched(ev *events.Event, id, reason string, rule Rule, detail, turn string) {
 	s.UnmatchedResults = append(s.UnmatchedResults, UnmatchedResult{ToolUseID: id, Seq: ev.Seq, Reason: reason})
 	s.Totals.UnmatchedResults++
 	s.violate(ev, rule, detail, id, turn)
@@ -678,7 +678,7 @@ func (s *Session) unmatched(ev events.Event, id, reason string, rule Rule, detai
 // pending tool_use becomes an orphan. With turn set (the turn that ended),
 // only the tool_use blocks of that turn are judged. why completes "got no
 // tool_result before ...".
-func (s *Session) judge(ev events.Event, turn, why string) {
+func (s *Session) judge(ev *events.Event, turn, why string) {
 	s.judgeWhere(ev, why, func(tc *ToolCall) bool { return turn == "" || tc.Turn == turn })
 }
 
@@ -686,14 +686,14 @@ func (s *Session) judge(ev events.Event, turn, why string) {
 // flight (or that belong to no turn): a new turn's start completes those,
 // while a tool of a turn still running (a second message arrived mid-turn)
 // stays pending until its own turn ends.
-func (s *Session) judgeStale(ev events.Event, why string) {
+func (s *Session) judgeStale(ev *events.Event, why string) {
 	s.judgeWhere(ev, why, func(tc *ToolCall) bool {
 		t := s.turn(tc.Turn)
 		return t == nil || t.Ended()
 	})
 }
 
-func (s *Session) judgeWhere(ev events.Event, why string, due func(*ToolCall) bool) {
+func (s *Session) judgeWhere(ev *events.Event, why string, due func(*ToolCall) bool) {
 	if len(s.Pending) == 0 {
 		return
 	}

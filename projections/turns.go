@@ -102,7 +102,7 @@ func (t *Turn) Ended() bool { return t.Status != TurnInFlight }
 // is tracked beside it (a second message mid-turn), and the tools that
 // turn is running stay pending; pending tool_use blocks of turns that have
 // ended, or of no turn, are judged.
-func (s *Session) turnStarted(ev events.Event, id string, p *events.TurnStarted) {
+func (s *Session) turnStarted(ev *events.Event, id string, p *events.TurnStarted) {
 	if t := s.turn(id); t != nil {
 		s.violate(ev, RuleTurnDuplicateStart, fmt.Sprintf("turn %s started again (first at seq %d)", id, t.StartedSeq), "", id)
 		return
@@ -137,7 +137,7 @@ func (s *Session) turnStarted(ev events.Event, id string, p *events.TurnStarted)
 
 // turnEvent returns the in-flight turn a turn event names, or records why
 // there is none (turn_unknown, turn_already_ended) and returns nil.
-func (s *Session) turnEvent(ev events.Event, id string) *Turn {
+func (s *Session) turnEvent(ev *events.Event, id string) *Turn {
 	if id == "" {
 		s.invalid(ev, string(ev.Type)+" without a turn id")
 		return nil
@@ -158,7 +158,7 @@ func (s *Session) turnEvent(ev events.Event, id string) *Turn {
 // that turn: the user message that had to answer them is complete. The
 // history's latest message, when it is an assistant message of the turn
 // (or of no turn), is complete too: it counts in the output streak.
-func (s *Session) endTurn(ev events.Event, t *Turn, status TurnStatus, reason string, durationMS int64) {
+func (s *Session) endTurn(ev *events.Event, t *Turn, status TurnStatus, reason string, durationMS int64) {
 	t.Status, t.Reason = status, detail(reason)
 	switch status {
 	case TurnFailed:

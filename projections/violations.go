@@ -131,7 +131,7 @@ type UnknownType struct {
 
 // violate records a violation at ev. toolUseID and turn are keys
 // already (IDKey, tokenKey); why is clipped (DetailRunes).
-func (s *Session) violate(ev events.Event, rule Rule, why, toolUseID, turn string) {
+func (s *Session) violate(ev *events.Event, rule Rule, why, toolUseID, turn string) {
 	s.Violations = append(s.Violations, Violation{Seq: ev.Seq, Rule: rule, Detail: detail(why), ToolUseID: toolUseID, Turn: turn, Time: ev.Time.Round(0)})
 	s.Totals.Violations++
 	if isHistoryRule(rule) {
@@ -152,7 +152,7 @@ func isHistoryRule(r Rule) bool {
 }
 
 // invalid records an event that cannot be folded.
-func (s *Session) invalid(ev events.Event, why string) {
+func (s *Session) invalid(ev *events.Event, why string) {
 	why = detail(why)
 	s.InvalidEvents = append(s.InvalidEvents, InvalidEvent{Seq: ev.Seq, ID: IDKey(ev.ID), Type: events.Type(IDKey(string(ev.Type))), Error: why})
 	s.Totals.InvalidEvents++
@@ -160,7 +160,7 @@ func (s *Session) invalid(ev events.Event, why string) {
 }
 
 // unknown counts an event of a type this version does not know.
-func (s *Session) unknown(ev events.Event) {
+func (s *Session) unknown(ev *events.Event) {
 	typ := events.Type(IDKey(string(ev.Type)))
 	for i := range s.UnknownTypes {
 		if s.UnknownTypes[i].Type == typ {
