@@ -136,11 +136,13 @@ func (l *Log) readOrdered(ctx context.Context, cfg jetstream.OrderedConsumerConf
 	// new subscription starts after the message the old one holds).
 	var mu sync.Mutex
 	var cur *batch
-	// received counts the messages the handler took: the wait for the
-	// server is over when one came, even while its batch fills.
-	var received atomic.Uint64
+	// lastMsg is when (time.Since(start)) the handler took its latest
+	// message: the wait for the server is for the next event, even while
+	// its batch fills.
+	start := time.Now()
+	var lastMsg atomic.Int64
 	cc, err := cons.Consume(func(msg jetstream.Msg) {
-		received.Add(1)
+		lastMsg.Store(int64(time.Since(start)))
 		mu.Lock()
 		defer mu.Unlock()
 		if cur == nil {
@@ -174,13 +176,15 @@ func (l *Log) readOrdered(ctx context.Context, cfg jetstream.OrderedConsumerConf
 	defer close(quit) // first: a handler waiting for a batch gives up
 	timer := time.NewTimer(l.cfg.Timeout)
 	defer timer.Stop()
-	var seen uint64 // received when the timer was last set
 	for {
 		select {
 		case b := <-full:
 			for i := range b.evs {
 				if err := fn(b.evs[i]); err != nil {
 					return err
+				}
+				if err := ctx.Err(); err != nil {
+					return err // not the rest of the batch
 				}
 			}
 			switch {
@@ -192,12 +196,10 @@ func (l *Log) readOrdered(ctx context.Context, cfg jetstream.OrderedConsumerConf
 			clear(b.evs) // the batch keeps no body
 			b.evs = b.evs[:0]
 			free <- b
-			seen = received.Load()
 			timer.Reset(l.cfg.Timeout) // the wait is for the server, not fn
 		case <-timer.C:
-			if n := received.Load(); n != seen {
-				seen = n // events come, slower than a batch fills
-				timer.Reset(l.cfg.Timeout)
+			if idle := time.Since(start) - time.Duration(lastMsg.Load()); idle < l.cfg.Timeout {
+				timer.Reset(l.cfg.Timeout - idle) // events come, slower than a batch fills
 				continue
 			}
 			return unavailable(fmt.Errorf("no event within %s", l.cfg.Timeout))

@@ -29,9 +29,8 @@ var binDir string
 // nats-server nodes, Chromium) and on timers, not on this process's CPU,
 // so more than GOMAXPROCS (go test's default) overlap well on 2 cores;
 // more than 4 starved the timing-bound ones when CI ran them under race.
-// 5: TestClusterKills runs its two cluster tests in one slot, so that
-// the others keep the 4 they had.
-const defaultParallel = 5
+// TestClusterKills runs its two cluster tests in one of the 4 slots.
+const defaultParallel = 4
 
 func TestMain(m *testing.M) {
 	flag.Parse()
