@@ -97,25 +97,24 @@ func Start(tb testing.TB) *Receiver {
 // The caller stops it.
 func New(keep bool) (*Receiver, error) {
 	r := &Receiver{discard: !keep}
-	var err error
-	if r.httpAddr, err = freeAddr(); err != nil {
-		return nil, err
+	// The first start serves on the listeners that found the free ports:
+	// a port closed and listened on again could meanwhile be the local
+	// port of some connection (the kernel hands out both from one range),
+	// and stay taken for as long as it lives.
+	hl, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, fmt.Errorf("otlp receiver: %w", err)
 	}
-	if r.grpcAddr, err = freeAddr(); err != nil {
-		return nil, err
+	gl, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		hl.Close()
+		return nil, fmt.Errorf("otlp receiver: %w", err)
 	}
+	r.httpAddr, r.grpcAddr = hl.Addr().String(), gl.Addr().String()
 	r.HTTP = "http://" + r.httpAddr
 	r.GRPC = "http://" + r.grpcAddr
-	return r, r.start()
-}
-
-func freeAddr() (string, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", fmt.Errorf("otlp receiver: %w", err)
-	}
-	defer l.Close()
-	return l.Addr().String(), nil
+	r.serve(hl, gl)
+	return r, nil
 }
 
 // listen listens on addr, waiting for a port just released to be free.
@@ -131,7 +130,9 @@ func listen(addr string) (net.Listener, error) {
 }
 
 // Restart starts the receiver again on its ports (a no-op while it
-// runs); it panics if a port cannot be had within 10 seconds.
+// runs); it panics if a port cannot be had within 10 seconds (one
+// released by Stop can meanwhile be taken, as the local port of some
+// connection: a test that restarts a receiver accepts that).
 func (r *Receiver) Restart() {
 	if err := r.start(); err != nil {
 		panic(err)
@@ -153,6 +154,18 @@ func (r *Receiver) start() error {
 		hl.Close()
 		return fmt.Errorf("otlp receiver: %w", err)
 	}
+	r.serveLocked(hl, gl)
+	return nil
+}
+
+// serve serves OTLP/HTTP on hl and OTLP/gRPC on gl.
+func (r *Receiver) serve(hl, gl net.Listener) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.serveLocked(hl, gl)
+}
+
+func (r *Receiver) serveLocked(hl, gl net.Listener) {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/traces", r.serveHTTP)
 	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
@@ -161,7 +174,6 @@ func (r *Receiver) start() error {
 	r.httpSrv, r.grpcSrv = hs, gs
 	go func() { _ = hs.Serve(hl) }()
 	go func() { _ = gs.Serve(gl) }()
-	return nil
 }
 
 // Stop shuts the receiver down: its ports refuse connections until
