@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -19,6 +18,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/turnstone-dev/turnstone/internal/embedded/embeddedtest"
 )
 
 // binDir holds the commands built once for the whole package.
@@ -70,84 +70,9 @@ func skipShort(t *testing.T, why string) {
 	}
 }
 
-// freePort returns a TCP port of 127.0.0.1 that nothing listens on, for a
-// process the test is about to start, and never the same one twice in
-// this test binary. A port the kernel picks for ":0" is in its ephemeral
-// range (/proc/sys/net/ipv4/ip_local_port_range, 32768-60999 by
-// default), which every outgoing connection of every process draws from
-// too: with the tests' processes connecting all the time, one could take
-// the port between this check and the process's bind. So the ports come
-// from below that range (where no connection is given one), unless the
-// range leaves no room there.
-func freePort(t testing.TB) int {
-	t.Helper()
-	portPool.Lock()
-	defer portPool.Unlock()
-	if portPool.given == nil {
-		portPool.given = map[int]bool{}
-		portPool.lo, portPool.hi = 20000, ephemeralLow()
-		if portPool.hi-portPool.lo < 2000 {
-			portPool.lo, portPool.hi = 0, 0 // no room below the range: ask for ":0"
-		}
-		if portPool.hi > 0 {
-			portPool.next = portPool.lo + os.Getpid()%(portPool.hi-portPool.lo)
-		}
-	}
-	for tries := 0; portPool.hi > 0 && tries < portPool.hi-portPool.lo; tries++ {
-		p := portPool.next
-		portPool.next++
-		if portPool.next >= portPool.hi {
-			portPool.next = portPool.lo
-		}
-		if portPool.given[p] {
-			continue
-		}
-		l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(p))
-		if err != nil {
-			continue // in use
-		}
-		l.Close()
-		portPool.given[p] = true
-		return p
-	}
-	for {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		p := l.Addr().(*net.TCPAddr).Port
-		l.Close()
-		if !portPool.given[p] {
-			portPool.given[p] = true
-			return p
-		}
-	}
-}
-
-// portPool is what freePort has handed out, and where it looks next.
-var portPool struct {
-	sync.Mutex
-	given        map[int]bool
-	lo, hi, next int
-}
-
-// ephemeralLow is the first port of the kernel's ephemeral range (32768
-// when it cannot be read).
-func ephemeralLow() int {
-	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
-	if err != nil {
-		return 32768
-	}
-	f := strings.Fields(string(b))
-	if len(f) == 0 {
-		return 32768
-	}
-	n, err := strconv.Atoi(f[0])
-	if err != nil {
-		return 32768
-	}
-	return n
-}
+// freePort is embeddedtest.FreePort: a port of 127.0.0.1 below the
+// kernel's ephemeral range, for a process the test is about to start.
+func freePort(t testing.TB) int { return embeddedtest.FreePort(t) }
 
 // engineProc is a running `engine serve`.
 type engineProc struct {

@@ -7,6 +7,9 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"os"
+	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -62,12 +65,7 @@ func StartCluster(tb testing.TB, n int) []*embedded.Server {
 	tb.Helper()
 	ports := make([]int, n)
 	for i := range ports {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			tb.Fatalf("free port: %v", err)
-		}
-		ports[i] = l.Addr().(*net.TCPAddr).Port
-		_ = l.Close()
+		ports[i] = FreePort(tb)
 	}
 	servers := make([]*embedded.Server, n)
 	errs := make([]error, n)
@@ -140,4 +138,83 @@ func ConnectDenied(tb testing.TB, deny ...string) (*nats.Conn, jetstream.JetStre
 		tb.Fatalf("jetstream: %v", err)
 	}
 	return nc, js
+}
+
+// FreePort returns a TCP port of 127.0.0.1 that nothing listens on, for a
+// server or process a test is about to start, and never the same one
+// twice in this test binary. A port the kernel picks for ":0" is in its
+// ephemeral range (/proc/sys/net/ipv4/ip_local_port_range, 32768-60999
+// by default), which every outgoing connection of every process draws
+// from too: with the tests' processes connecting all the time, one could
+// take the port between this check and the server's bind. So the ports come
+// from below that range (where no connection is given one), unless the
+// range leaves no room there.
+func FreePort(tb testing.TB) int {
+	tb.Helper()
+	portPool.Lock()
+	defer portPool.Unlock()
+	if portPool.given == nil {
+		portPool.given = map[int]bool{}
+		portPool.lo, portPool.hi = 20000, ephemeralLow()
+		if portPool.hi-portPool.lo < 2000 {
+			portPool.lo, portPool.hi = 0, 0 // no room below the range: ask for ":0"
+		}
+		if portPool.hi > 0 {
+			portPool.next = portPool.lo + os.Getpid()%(portPool.hi-portPool.lo)
+		}
+	}
+	for tries := 0; portPool.hi > 0 && tries < portPool.hi-portPool.lo; tries++ {
+		p := portPool.next
+		portPool.next++
+		if portPool.next >= portPool.hi {
+			portPool.next = portPool.lo
+		}
+		if portPool.given[p] {
+			continue
+		}
+		l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(p))
+		if err != nil {
+			continue // in use
+		}
+		l.Close()
+		portPool.given[p] = true
+		return p
+	}
+	for {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			tb.Fatal(err)
+		}
+		p := l.Addr().(*net.TCPAddr).Port
+		l.Close()
+		if !portPool.given[p] {
+			portPool.given[p] = true
+			return p
+		}
+	}
+}
+
+// portPool is what FreePort has handed out, and where it looks next.
+var portPool struct {
+	sync.Mutex
+	given        map[int]bool
+	lo, hi, next int
+}
+
+// ephemeralLow is the first port of the kernel's ephemeral range (32768
+// when it cannot be read).
+func ephemeralLow() int {
+	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if err != nil {
+		return 32768
+	}
+	f := strings.Fields(string(b))
+	if len(f) == 0 {
+		return 32768
+	}
+	n, err := strconv.Atoi(f[0])
+	if err != nil {
+		return 32768
+	}
+	return n
 }
