@@ -25,10 +25,10 @@ const (
 	Longest = time.Second
 )
 
-// Window is about how long the Tries take, pauses only: the nominal
-// pauses' sum (Nominal) rounded up to a tenth of a second, 3.5 s. An
-// ingest lane sends refused events again within one Window from its first
-// refusal, as long as the log's Tries last.
+// Window is about how long the Tries take, pauses only: the sum of the
+// Tries-1 pauses without their randomization (3.46 s) rounded up to a
+// tenth of a second. An ingest lane sends refused events again within
+// one Window from its first refusal, as long as the log's Tries last.
 const Window = 3500 * time.Millisecond
 
 // BackOff returns the pauses between tries: First, then about Growth
@@ -38,15 +38,4 @@ const Window = 3500 * time.Millisecond
 func BackOff() *backoff.ExponentialBackOff {
 	return backoff.NewExponentialBackOff(backoff.WithInitialInterval(First), backoff.WithMultiplier(Growth),
 		backoff.WithMaxInterval(Longest), backoff.WithMaxElapsedTime(0))
-}
-
-// Nominal is the sum of the Tries-1 pauses without their randomization.
-func Nominal() time.Duration {
-	var sum time.Duration
-	p := First
-	for range Tries - 1 {
-		sum += p
-		p = min(time.Duration(float64(p)*Growth), Longest)
-	}
-	return sum
 }
