@@ -639,7 +639,9 @@ func (r *Reconciler) tick(ctx context.Context) {
 	byWrite := r.failWrite
 	r.mu.Unlock()
 	if !byWrite {
-		r.openAgain() // a failed write clears only when a write succeeds
+		// A failed write clears when a write succeeds, or when the
+		// action it failed on is dropped (executeLoop): then the probe.
+		r.openAgain()
 	}
 	r.mu.Lock()
 	var rescan []int
@@ -747,7 +749,7 @@ func (r *Reconciler) executeLoop(ctx context.Context) {
 			r.forget(a.Key)
 			continue
 		}
-		moot := false
+		moot, conflict := false, false
 		for {
 			// Failed closed by the probe: issue nothing until it passes.
 			// Failed by a write: retrying this action is the probe.
@@ -790,6 +792,7 @@ func (r *Reconciler) executeLoop(ctx context.Context) {
 				// The session moved on: drop the answer; the next
 				// judgement decides again from the new state.
 				r.forget(a.Key)
+				conflict = true
 				break
 			}
 			r.failClosed(err, true)
@@ -800,6 +803,16 @@ func (r *Reconciler) executeLoop(ctx context.Context) {
 				return
 			case <-t.C():
 			}
+		}
+		if moot || conflict {
+			// Failed closed by a write, this action was the write to
+			// retry; none is left now, so the probe decides again (next
+			// tick) whether to open and rescan. Otherwise the reconciler
+			// would stay closed, with its rescans held, until another
+			// action came to be written.
+			r.mu.Lock()
+			r.failWrite = false
+			r.mu.Unlock()
 		}
 		if moot {
 			// Not done: judging the session again (after an erase that

@@ -326,6 +326,57 @@ func TestFailsClosedWhileTheLogIsFullAndCarriesOn(t *testing.T) {
 	}
 }
 
+// The reconciler fails closed on an action it cannot write, and that
+// action then turns moot (the turn it would abandon completes): no write
+// is left to retry, so the probe decides again, and the reconciler opens
+// (and rescans) without waiting for another session's action. Before, it
+// stayed failed closed until some other action happened to be written.
+func TestFailedWriteThatTurnsMootOpensAgain(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, "turn_deadline: 10s", events.Config{})
+	ctx := context.Background()
+	res, err := e.rt.RunTurn(ctx, "moot", refruntime.TurnSpec{Fault: refruntime.FaultHang{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The recovery stream refuses every command: one byte, discard new.
+	st, err := e.js.Stream(ctx, recovery.Stream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	saved := st.CachedInfo().Config
+	full := saved
+	full.MaxBytes, full.Discard = 1, jetstream.DiscardNew
+	if _, err := e.js.UpdateStream(ctx, full); err != nil {
+		t.Fatal(err)
+	}
+	e.clock.Advance(time.Minute)
+	deadline := time.Now().Add(10 * time.Second)
+	for e.rec.Healthy() == nil && time.Now().Before(deadline) {
+		e.clock.Advance(time.Second)
+		time.Sleep(30 * time.Millisecond)
+	}
+	if e.rec.Healthy() == nil {
+		t.Fatal("not failed closed while the recovery stream refuses the abandon")
+	}
+	// The runtime ends the turn after all: the abandon is moot.
+	e.append("moot", res.Turn, &events.TurnCompleted{Reason: "late"})
+	if _, err := e.js.UpdateStream(ctx, saved); err != nil {
+		t.Fatal(err)
+	}
+	deadline = time.Now().Add(10 * time.Second)
+	for e.rec.Healthy() != nil && time.Now().Before(deadline) {
+		e.clock.Advance(time.Second)
+		time.Sleep(30 * time.Millisecond)
+	}
+	if err := e.rec.Healthy(); err != nil {
+		t.Fatalf("still failed closed after the failed action turned moot and the log is writable: %v", err)
+	}
+	if got := e.commands("moot"); len(got) != 0 {
+		t.Fatalf("commands issued for a turn that completed: %v", got)
+	}
+}
+
 // The runtime is away when a distillation is due: the distill command
 // meets no responders and pauses the session for runtime_unavailable. When
 // the runtime announces itself again, the engine resumes the session and
