@@ -3,6 +3,7 @@ package events
 import (
 	"bytes"
 	"encoding/binary"
+	"math/bits"
 	"unicode/utf8"
 
 	"github.com/go-json-experiment/json/jsontext"
@@ -141,6 +142,9 @@ func (s *scanner) quoted() (q []byte, escaped, ok bool) {
 	if s.peek() != '"' {
 		return nil, false, false
 	}
+	if q, ok, done := s.quotedPlain(); done {
+		return q, false, ok
+	}
 	b, start := s.b, s.i
 	i, ascii := start+1, true
 	end := -1 // b[end] is the first quote at or after i, once end >= i
@@ -179,6 +183,45 @@ func (s *scanner) quoted() (q []byte, escaped, ok bool) {
 		return q, false, ascii || utf8.Valid(q)
 	}
 }
+
+// quotedPlain reads the string at s.i (its opening quote) in one pass,
+// eight bytes at a time, when it ends within plainMax bytes and holds no
+// escape: most of a body's strings (member names, ids, kinds, times).
+// Each word is tested at once for a quote and a backslash (the "has a
+// zero byte" test on x^'"' and x^'\\') and for a control character
+// (scanRun's test); the lowest byte any test flags is a true match (a
+// false flag needs a true one below it), and the string ends there if it
+// is a quote. quoted's general path makes three passes (a quote, a
+// backslash, then scanRun). done is false, with s unchanged, when it
+// cannot tell (an escape, a control character, a longer string, or the
+// input's end within a word): quoted reads the string then.
+func (s *scanner) quotedPlain() (q []byte, ok, done bool) {
+	b, start := s.b, s.i
+	var high uint64
+	for i := start + 1; i+8 <= len(b) && i-start <= plainMax; i += 8 {
+		x := binary.LittleEndian.Uint64(b[i:])
+		qx, bx := x^(lsb*'"'), x^(lsb*'\\')
+		m := (((qx - lsb) &^ qx) | ((bx - lsb) &^ bx) | ((x - lsb*0x20) &^ x)) & msb
+		if m == 0 {
+			high |= x
+			continue
+		}
+		k := bits.TrailingZeros64(m) / 8
+		if b[i+k] != '"' {
+			return nil, false, false
+		}
+		high |= x & (uint64(1)<<(8*k) - 1) // the bytes before the quote
+		q = b[start : i+k+1]
+		s.i = i + k + 1
+		return q, high&msb == 0 || utf8.Valid(q), true
+	}
+	return nil, false, false
+}
+
+// plainMax is how far, in bytes, quotedPlain looks for a string's end
+// before quoted's general path (bytes.IndexByte, faster on long strings)
+// reads it.
+const plainMax = 64
 
 // null consumes a JSON null if one is next, and reports whether it was:
 // the library leaves a string, a bool, a count or a pointer as it is (the

@@ -33,8 +33,13 @@ func clipBytes(b []byte, runes, maxJSON int) string {
 	if !utf8.Valid(b) {
 		return clip(string(b), runes, maxJSON)
 	}
-	n, size := 0, 0
-	for j := 0; j < len(b); {
+	// A prefix of plain ASCII counts one rune and one JSON byte a byte.
+	j := plainASCII(b[:min(len(b), runes, maxJSON)])
+	if j == len(b) {
+		return string(b)
+	}
+	n, size := j, j
+	for j < len(b) {
 		w, c := 1, int(asciiJSONLen[b[j]&0x7f])
 		if b[j] >= utf8.RuneSelf {
 			var r rune
@@ -57,24 +62,61 @@ func clipBytes(b []byte, runes, maxJSON int) string {
 // character, <, >, &, U+2028 and U+2029 are 6) would pass maxJSON bytes.
 // It ends with "…" when it cut, so its JSON encoding is at most maxJSON+5
 // bytes with the quotes.
+//
+// It reads s only as far as it keeps: an invalid byte counts as the
+// U+FFFD that replaces it (one rune, 3 bytes of JSON), so the cut falls
+// where it would in s with its invalid bytes replaced, and only the part
+// kept is checked and mended (a preview of a tool's 1 MB output reads
+// some 200 characters of it, not the megabyte).
 func clip(s string, runes, maxJSON int) string {
-	s = validKey(s)
-	n, size := 0, 0
-	for j := 0; j < len(s); {
+	// A prefix of plain ASCII counts one rune and one JSON byte a byte.
+	j := plainASCII(s[:min(len(s), runes, maxJSON)])
+	if j == len(s) {
+		return s
+	}
+	n, size := j, j
+	for j < len(s) {
 		w, c := 1, int(asciiJSONLen[s[j]&0x7f])
 		if s[j] >= utf8.RuneSelf {
 			var r rune
-			r, w = utf8.DecodeRuneInString(s[j:])
+			r, w = utf8.DecodeRuneInString(s[j:]) // RuneError, 1 for an invalid byte
 			c = jsonRuneLen(r)
 		}
 		if n == runes || size+c > maxJSON {
-			return s[:j] + "…"
+			return validKey(s[:j]) + "…"
 		}
 		n++
 		size += c
 		j += w
 	}
-	return s
+	return validKey(s)
+}
+
+// plainASCII returns the length of the longest prefix of s whose bytes
+// are each a rune that JSON writes as it is, in one byte: ASCII but the
+// control characters, the quote, the backslash, <, > and & (asciiJSONLen
+// 1). It tests eight bytes at a time (the "has a zero byte" test on x^c
+// for each of the five, the "has less" test for the controls, the high
+// bits), then byte by byte from the first word that has one.
+func plainASCII[T string | []byte](s T) int {
+	const lsb, msb = 0x0101010101010101, 0x8080808080808080
+	has := func(v uint64) uint64 { return (v - lsb) &^ v }
+	i := 0
+	for ; i+8 <= len(s); i += 8 {
+		x := uint64(s[i]) | uint64(s[i+1])<<8 | uint64(s[i+2])<<16 | uint64(s[i+3])<<24 |
+			uint64(s[i+4])<<32 | uint64(s[i+5])<<40 | uint64(s[i+6])<<48 | uint64(s[i+7])<<56
+		m := x | ((x - lsb*0x20) &^ x) | has(x^(lsb*'"')) | has(x^(lsb*'\\')) |
+			has(x^(lsb*'<')) | has(x^(lsb*'>')) | has(x^(lsb*'&'))
+		if m&msb != 0 {
+			break
+		}
+	}
+	for ; i < len(s); i++ {
+		if c := s[i]; c >= utf8.RuneSelf || asciiJSONLen[c] != 1 {
+			break
+		}
+	}
+	return i
 }
 
 // asciiJSONLen is jsonRuneLen of each ASCII character.
@@ -154,7 +196,11 @@ const (
 
 // plainKey reports whether s is valid UTF-8 that JSON writes as it is.
 func plainKey(s string) bool {
-	for _, r := range s {
+	i := plainASCII(s)
+	if i == len(s) {
+		return true
+	}
+	for _, r := range s[i:] {
 		if r == utf8.RuneError || jsonRuneLen(r) != utf8.RuneLen(r) {
 			return false
 		}

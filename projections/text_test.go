@@ -40,9 +40,10 @@ func TestResultText(t *testing.T) {
 	}
 }
 
-// TestClipMatchesItsDefinition compares clip with its definition, rune by
-// rune, on random strings of every kind of character JSON writes
-// differently (and invalid UTF-8).
+// TestClipMatchesItsDefinition compares clip, clipBytes and plainKey with
+// their definitions, rune by rune, on random strings of every kind of
+// character JSON writes differently (and invalid UTF-8), among runs of
+// plain ASCII.
 func TestClipMatchesItsDefinition(t *testing.T) {
 	slow := func(s string, runes, maxJSON int) string {
 		s = validKey(s)
@@ -57,16 +58,33 @@ func TestClipMatchesItsDefinition(t *testing.T) {
 		}
 		return s
 	}
-	pieces := []string{"a", " ", "\"", "\\", "\n", "\x01", "<", "&", "é", "😀", "\u2028", "\xff", "\xe2\x82"}
+	slowPlainKey := func(s string) bool {
+		for _, r := range s {
+			if r == utf8.RuneError || jsonRuneLen(r) != utf8.RuneLen(r) {
+				return false
+			}
+		}
+		return true
+	}
+	// Runs of plain ASCII long and short (plainASCII reads eight bytes
+	// at a time), and each character it must stop at.
+	pieces := []string{"a", " ", "\"", "\\", "\n", "\x01", "<", ">", "&", "'", "\x7f", "é", "😀", "\u2028", "\xff", "\xe2\x82",
+		"abcdefgh", "0123456789 ABCDEFGHIJ", "the quick brown fox jumps over the lazy dog; "}
 	r := newRand(11)
-	for i := 0; i < 5000; i++ {
+	for i := 0; i < 20000; i++ {
 		var b strings.Builder
 		for k := r.IntN(60); k > 0; k-- {
 			b.WriteString(pieces[r.IntN(len(pieces))])
 		}
-		s, runes, max := b.String(), 1+r.IntN(40), 1+r.IntN(120)
+		s, runes, max := b.String(), 1+r.IntN(300), 1+r.IntN(1200)
 		if got, want := clip(s, runes, max), slow(s, runes, max); got != want {
 			t.Fatalf("clip(%q, %d, %d) = %q, want %q", s, runes, max, got, want)
+		}
+		if got, want := clipBytes([]byte(s), runes, max), slow(s, runes, max); got != want {
+			t.Fatalf("clipBytes(%q, %d, %d) = %q, want %q", s, runes, max, got, want)
+		}
+		if got, want := plainKey(s), slowPlainKey(s); got != want {
+			t.Fatalf("plainKey(%q) = %v, want %v", s, got, want)
 		}
 	}
 }
