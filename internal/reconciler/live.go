@@ -264,6 +264,16 @@ func (r *Reconciler) current(ctx context.Context, a Action) (bool, error) {
 			return false, err
 		}
 		s = rp.State()
+		if s.LastSeq < last {
+			// The replica that answered the read trails the one that
+			// answered LastSeq: on a replicated stream any replica
+			// answers a direct get, and a follower learns of a commit up
+			// to a raft heartbeat (1 s) later. Not decided on that
+			// state: judged again once the projection has folded last.
+			r.setBehind(k, last)
+			r.stale(a, fmt.Sprintf("the log's replica read ended at seq %d, before seq %d", s.LastSeq, last))
+			return false, nil
+		}
 	}
 	actions, _ := r.decide(ctx, s, r.cfg.Clock.Now())
 	for _, x := range actions {
