@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/turnstone-dev/turnstone/events"
 	"github.com/turnstone-dev/turnstone/projections"
 	"github.com/turnstone-dev/turnstone/test/enginetest"
@@ -243,5 +244,60 @@ func TestRefusedCommandIsParkedForItsSessionOnly(t *testing.T) {
 	time.Sleep(300 * time.Millisecond)
 	if got := e.commands("wide"); len(got) != 0 {
 		t.Errorf("commands issued for the refused session: %v", got)
+	}
+}
+
+// TestParkAfterAFailedWriteOpensAgain: the reconciler fails closed when
+// the park of a refused command cannot be written (the session's subject
+// refuses new messages), and opens again once the park is written on a
+// later try. A parked action is done without execute's openAgain; before,
+// the reconciler then stayed closed, its rescans held, until some other
+// action was written.
+func TestParkAfterAFailedWriteOpensAgain(t *testing.T) {
+	t.Parallel()
+	e := &env{t: t}
+	eng := enginetest.Start(t, enginetest.Options{MaxCommandBytes: 700})
+	e.Engine, e.js, e.log, e.rec, e.clock, e.rt = eng, eng.JS, eng.Log, eng.Reconciler, eng.Clock, eng.Runtime
+	ctx := context.Background()
+	e.appendAll("wide", st{"t1", &events.TurnStarted{Prompt: "go"}}, st{"t1", userMsg(events.ContentBlock{Type: events.BlockText, Text: "go"})},
+		st{"t1", asstMsg(toolUse("toolu_"+strings.Repeat("a", 58)), toolUse("toolu_"+strings.Repeat("b", 58)),
+			toolUse("toolu_"+strings.Repeat("c", 58)), toolUse("toolu_"+strings.Repeat("d", 58)))})
+	// The session's subject takes one more message (the turn's end), then
+	// refuses: the park's events cannot be written.
+	st0, err := e.js.Stream(ctx, events.EventsStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	saved := st0.CachedInfo().Config
+	limited := saved
+	limited.MaxMsgsPerSubject, limited.Discard, limited.DiscardNewPerSubject = 4, jetstream.DiscardNew, true
+	if _, err := e.js.UpdateStream(ctx, limited); err != nil {
+		t.Fatal(err)
+	}
+	e.appendAll("wide", st{"t1", &events.TurnAbandoned{Reason: "the process died"}})
+	deadline := time.Now().Add(10 * time.Second)
+	for e.rec.Healthy() == nil && time.Now().Before(deadline) {
+		e.clock.Advance(time.Second)
+		time.Sleep(30 * time.Millisecond)
+	}
+	if e.rec.Healthy() == nil {
+		t.Fatal("not failed closed while the park cannot be written")
+	}
+	if _, err := e.js.UpdateStream(ctx, saved); err != nil {
+		t.Fatal(err)
+	}
+	s := e.eventually("the repair parked once the subject takes messages", time.Second, func(s *projections.Session) bool {
+		return s.Paused && commandOutcome(s, "repair_orphans") == "parked"
+	}, "wide")
+	if s.PauseCause != events.CauseParked {
+		t.Errorf("cause %s, reason %q", s.PauseCause, s.PauseReason)
+	}
+	deadline = time.Now().Add(10 * time.Second)
+	for e.rec.Healthy() != nil && time.Now().Before(deadline) {
+		e.clock.Advance(time.Second)
+		time.Sleep(30 * time.Millisecond)
+	}
+	if err := e.rec.Healthy(); err != nil {
+		t.Fatalf("still failed closed after the park was written: %v", err)
 	}
 }

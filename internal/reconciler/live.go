@@ -200,6 +200,15 @@ func (r *Reconciler) signsOfLife(ctx context.Context, s *projections.Session, tu
 	return out
 }
 
+// replicaTries is how many more times current reads a session's tail
+// that a trailing replica answered short, replicaWait apart: 6 × 300 ms
+// spans nats-server's raft heartbeat (1 s), after which a follower knows
+// every commit before it.
+const (
+	replicaTries = 6
+	replicaWait  = 300 * time.Millisecond
+)
+
 // errTooFar ends a recheck's read of a session that is too far ahead.
 var errTooFar = errors.New("the log is too far ahead of the state")
 
@@ -248,32 +257,44 @@ func (r *Reconciler) current(ctx context.Context, a Action) (bool, error) {
 	if s.LastSeq < last {
 		rp := projections.NewReplayerFrom(r.log, s)
 		n := 0
-		err := r.log.ReadSession(ctx, tenant, session, events.ReadOptions{FromSeq: s.LastSeq + 1, UntilSeq: last}, func(ev events.Event) error {
-			if n++; n > r.cfg.MaxRecheck {
-				return errTooFar
+		for try := 0; ; try++ {
+			err := r.log.ReadSession(ctx, tenant, session, events.ReadOptions{FromSeq: rp.State().LastSeq + 1, UntilSeq: last}, func(ev events.Event) error {
+				if n++; n > r.cfg.MaxRecheck {
+					return errTooFar
+				}
+				_, _, err := rp.Apply(ctx, ev)
+				return err
+			})
+			if errors.Is(err, errTooFar) {
+				r.setBehind(k, last)
+				r.stale(a, fmt.Sprintf("the log is more than %d events ahead of the state it was decided from", r.cfg.MaxRecheck))
+				return false, nil
 			}
-			_, _, err := rp.Apply(ctx, ev)
-			return err
-		})
-		if errors.Is(err, errTooFar) {
-			r.setBehind(k, last)
-			r.stale(a, fmt.Sprintf("the log is more than %d events ahead of the state it was decided from", r.cfg.MaxRecheck))
-			return false, nil
-		}
-		if err != nil {
-			return false, err
-		}
-		s = rp.State()
-		if s.LastSeq < last {
+			if err != nil {
+				return false, err
+			}
+			if rp.State().LastSeq >= last {
+				break
+			}
 			// The replica that answered the read trails the one that
 			// answered LastSeq: on a replicated stream any replica
 			// answers a direct get, and a follower learns of a commit up
-			// to a raft heartbeat (1 s) later. Not decided on that
-			// state: judged again once the projection has folded last.
-			r.setBehind(k, last)
-			r.stale(a, fmt.Sprintf("the log's replica read ended at seq %d, before seq %d", s.LastSeq, last))
-			return false, nil
+			// to a raft heartbeat (1 s) later. Read on from where it
+			// ended, a moment later; never decide on the shorter state.
+			// Past replicaTries the log counts as unavailable: the
+			// action is kept and retried (failed closed), not dropped.
+			if try == replicaTries {
+				return false, fmt.Errorf("%w: recheck of %s: the log's replicas answer up to seq %d, not %d, after %d reads", events.ErrLogUnavailable, k, rp.State().LastSeq, last, replicaTries+1)
+			}
+			t := time.NewTimer(replicaWait)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return false, ctx.Err()
+			case <-t.C:
+			}
 		}
+		s = rp.State()
 	}
 	actions, _ := r.decide(ctx, s, r.cfg.Clock.Now())
 	for _, x := range actions {

@@ -640,7 +640,8 @@ func (r *Reconciler) tick(ctx context.Context) {
 	r.mu.Unlock()
 	if !byWrite {
 		// A failed write clears when a write succeeds, or when the
-		// action it failed on is dropped (executeLoop): then the probe.
+		// action it failed on is otherwise done (executeLoop): then the
+		// probe.
 		r.openAgain()
 	}
 	r.mu.Lock()
@@ -749,7 +750,7 @@ func (r *Reconciler) executeLoop(ctx context.Context) {
 			r.forget(a.Key)
 			continue
 		}
-		moot, conflict := false, false
+		moot := false
 		for {
 			// Failed closed by the probe: issue nothing until it passes.
 			// Failed by a write: retrying this action is the probe.
@@ -789,10 +790,10 @@ func (r *Reconciler) executeLoop(ctx context.Context) {
 				break
 			}
 			if errors.Is(err, events.ErrConflict) {
-				// The session moved on: drop the answer; the next
-				// judgement decides again from the new state.
-				r.forget(a.Key)
-				conflict = true
+				// The session moved on: drop the answer, not done (a
+				// done key is never written again); the next judgement
+				// decides again from the new state.
+				moot = true
 				break
 			}
 			r.failClosed(err, true)
@@ -804,12 +805,13 @@ func (r *Reconciler) executeLoop(ctx context.Context) {
 			case <-t.C():
 			}
 		}
-		if moot || conflict {
+		if ctx.Err() == nil {
 			// Failed closed by a write, this action was the write to
-			// retry; none is left now, so the probe decides again (next
-			// tick) whether to open and rescan. Otherwise the reconciler
-			// would stay closed, with its rescans held, until another
-			// action came to be written.
+			// retry; it is done now (written, parked, dropped as moot or
+			// on a conflict), so the probe decides again (next tick)
+			// whether to open and rescan. Otherwise the reconciler would
+			// stay closed, with its rescans held, until another action
+			// came to be written (a parked one does not open it).
 			r.mu.Lock()
 			r.failWrite = false
 			r.mu.Unlock()
