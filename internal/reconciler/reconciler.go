@@ -635,15 +635,9 @@ func (r *Reconciler) tick(ctx context.Context) {
 		r.failClosed(err, false)
 		return
 	}
-	r.mu.Lock()
-	byWrite := r.failWrite
-	r.mu.Unlock()
-	if !byWrite {
-		// A failed write clears when a write succeeds, or when the
-		// action it failed on is otherwise done (executeLoop): then the
-		// probe.
-		r.openAgain()
-	}
+	// A failed write clears when a write succeeds, or when the action it
+	// failed on is otherwise done (executeLoop): then the probe.
+	r.open(false)
 	r.mu.Lock()
 	var rescan []int
 	if r.failErr == nil {
@@ -967,8 +961,18 @@ func (r *Reconciler) failClosed(err error, byWrite bool) {
 	}
 }
 
-func (r *Reconciler) openAgain() {
+func (r *Reconciler) openAgain() { r.open(true) }
+
+// open clears a failed-closed state: any (a write succeeded), or only one
+// the probe set (the probe passed; a failed write stays until its action
+// is done). The check and the clear are one step under mu, so a write
+// that fails meanwhile is not cleared by a probe that passed before it.
+func (r *Reconciler) open(byWriteToo bool) {
 	r.mu.Lock()
+	if r.failWrite && !byWriteToo {
+		r.mu.Unlock()
+		return
+	}
 	was := r.failErr
 	r.failErr, r.failWrite = nil, false
 	r.mu.Unlock()
