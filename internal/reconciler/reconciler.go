@@ -961,6 +961,7 @@ func (r *Reconciler) failClosed(err error, byWrite bool) {
 	}
 }
 
+// openAgain clears a failed-closed state after a write succeeded.
 func (r *Reconciler) openAgain() { r.open(true) }
 
 // open clears a failed-closed state: any (a write succeeded), or only one
