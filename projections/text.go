@@ -34,7 +34,7 @@ func clipBytes(b []byte, runes, maxJSON int) string {
 		return clip(string(b), runes, maxJSON)
 	}
 	// A prefix of plain ASCII counts one rune and one JSON byte a byte.
-	j := plainASCII(b[:min(len(b), runes, maxJSON)])
+	j := plainASCII(b[:max(0, min(len(b), runes, maxJSON))])
 	if j == len(b) {
 		return string(b)
 	}
@@ -70,7 +70,7 @@ func clipBytes(b []byte, runes, maxJSON int) string {
 // some 200 characters of it, not the megabyte).
 func clip(s string, runes, maxJSON int) string {
 	// A prefix of plain ASCII counts one rune and one JSON byte a byte.
-	j := plainASCII(s[:min(len(s), runes, maxJSON)])
+	j := plainASCII(s[:max(0, min(len(s), runes, maxJSON))])
 	if j == len(s) {
 		return s
 	}
