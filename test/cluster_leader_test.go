@@ -1078,8 +1078,13 @@ func checkFreshFold(t *testing.T, log *events.Log, js jetstream.JetStream, tenan
 		var err error
 		// Restore reads the log after got was read: when the session grew
 		// in between (an engine or worker event recorded late), both read
-		// it again, until they read the same log.
-		for range 5 {
+		// it again, until they read the same log. A pause between tries:
+		// a follower answering the direct gets may trail by up to a raft
+		// heartbeat, 1 s (docs/events.md, "Reading a session").
+		for try := range 5 {
+			if try > 0 {
+				time.Sleep(300 * time.Millisecond)
+			}
 			if restored, err = projections.Restore(ctx, log, store, tenant, session); err != nil {
 				break
 			}
