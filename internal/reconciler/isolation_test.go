@@ -275,11 +275,7 @@ func TestParkAfterAFailedWriteOpensAgain(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.appendAll("wide", st{"t1", &events.TurnAbandoned{Reason: "the process died"}})
-	deadline := time.Now().Add(10 * time.Second)
-	for e.rec.Healthy() == nil && time.Now().Before(deadline) {
-		e.clock.Advance(time.Second)
-		time.Sleep(30 * time.Millisecond)
-	}
+	e.waitHealthy(true)
 	if e.rec.Healthy() == nil {
 		t.Fatal("not failed closed while the park cannot be written")
 	}
@@ -292,11 +288,7 @@ func TestParkAfterAFailedWriteOpensAgain(t *testing.T) {
 	if s.PauseCause != events.CauseParked {
 		t.Errorf("cause %s, reason %q", s.PauseCause, s.PauseReason)
 	}
-	deadline = time.Now().Add(10 * time.Second)
-	for e.rec.Healthy() != nil && time.Now().Before(deadline) {
-		e.clock.Advance(time.Second)
-		time.Sleep(30 * time.Millisecond)
-	}
+	e.waitHealthy(false)
 	if err := e.rec.Healthy(); err != nil {
 		t.Fatalf("still failed closed after the park was written: %v", err)
 	}

@@ -39,6 +39,17 @@ func newEnv(t *testing.T, policyYAML string, logCfg events.Config) *env {
 
 func (e *env) state(session string) *projections.Session { return e.State(e.t, "acme", session) }
 
+// waitHealthy advances the reconciler's clock a second at a time (its
+// ticks: probes and retries) until Healthy reports it failed closed
+// (closed) or open (!closed), for up to 10 s; the caller checks Healthy.
+func (e *env) waitHealthy(closed bool) {
+	deadline := time.Now().Add(10 * time.Second)
+	for (e.rec.Healthy() != nil) != closed && time.Now().Before(deadline) {
+		e.clock.Advance(time.Second)
+		time.Sleep(30 * time.Millisecond)
+	}
+}
+
 func (e *env) eventually(what string, step time.Duration, cond func(*projections.Session) bool, session string) *projections.Session {
 	e.t.Helper()
 	return e.Eventually(e.t, what, "acme", session, step, cond)
@@ -300,11 +311,7 @@ func TestFailsClosedWhileTheLogIsFullAndCarriesOn(t *testing.T) {
 		}
 	}
 	e.clock.Advance(time.Minute)
-	deadline := time.Now().Add(10 * time.Second)
-	for e.rec.Healthy() == nil && time.Now().Before(deadline) {
-		e.clock.Advance(time.Second)
-		time.Sleep(30 * time.Millisecond)
-	}
+	e.waitHealthy(true)
 	if err := e.rec.Healthy(); err == nil || !strings.Contains(err.Error(), "full") {
 		t.Fatalf("Healthy() = %v, want failed closed because the stream is full", err)
 	}
@@ -351,11 +358,7 @@ func TestFailedWriteThatTurnsMootOpensAgain(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.clock.Advance(time.Minute)
-	deadline := time.Now().Add(10 * time.Second)
-	for e.rec.Healthy() == nil && time.Now().Before(deadline) {
-		e.clock.Advance(time.Second)
-		time.Sleep(30 * time.Millisecond)
-	}
+	e.waitHealthy(true)
 	if e.rec.Healthy() == nil {
 		t.Fatal("not failed closed while the recovery stream refuses the abandon")
 	}
@@ -364,11 +367,7 @@ func TestFailedWriteThatTurnsMootOpensAgain(t *testing.T) {
 	if _, err := e.js.UpdateStream(ctx, saved); err != nil {
 		t.Fatal(err)
 	}
-	deadline = time.Now().Add(10 * time.Second)
-	for e.rec.Healthy() != nil && time.Now().Before(deadline) {
-		e.clock.Advance(time.Second)
-		time.Sleep(30 * time.Millisecond)
-	}
+	e.waitHealthy(false)
 	if err := e.rec.Healthy(); err != nil {
 		t.Fatalf("still failed closed after the failed action turned moot and the log is writable: %v", err)
 	}
