@@ -686,24 +686,18 @@ func (r *Reconciler) tick(ctx context.Context) {
 	}
 }
 
-// probe checks that the event log can be written: the stream answers and
-// has room for another event (its MaxBytes, the account's storage). It
-// returns why not, wrapping events.ErrLogUnavailable.
+// probe checks that the log can be written: the events stream and the
+// recovery stream (where commands go) answer and have room for another
+// event or command (their MaxBytes, the account's storage). It returns
+// why not, wrapping events.ErrLogUnavailable.
 func (r *Reconciler) probe(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	st, err := r.js.Stream(ctx, events.EventsStream)
-	if err == nil {
-		var info *jetstream.StreamInfo
-		if info, err = st.Info(ctx); err == nil {
-			margin := int64(r.log.Config().MaxEventBytes)
-			if max := info.Config.MaxBytes; max > 0 && max-int64(info.State.Bytes) < margin {
-				return fmt.Errorf("%w: stream %s is full: %d of %d bytes used", events.ErrLogUnavailable, events.EventsStream, info.State.Bytes, max)
-			}
-		}
+	if err := r.probeStream(ctx, events.EventsStream, int64(r.log.Config().MaxEventBytes)); err != nil {
+		return err
 	}
-	if err != nil {
-		return fmt.Errorf("%w: stream %s: %v", events.ErrLogUnavailable, events.EventsStream, err)
+	if err := r.probeStream(ctx, recovery.Stream, int64(r.cfg.MaxCommandBytes)); err != nil {
+		return err
 	}
 	acct, err := r.js.AccountInfo(ctx)
 	if err != nil {
@@ -717,6 +711,23 @@ func (r *Reconciler) probe(ctx context.Context) error {
 		if _, err := r.probeKV.Put(ctx, "reconciler", []byte(r.cfg.Clock.Now().UTC().Format(time.RFC3339Nano))); err != nil {
 			return fmt.Errorf("%w: JetStream cannot store: %v", events.ErrLogUnavailable, err)
 		}
+	}
+	return nil
+}
+
+// probeStream checks that stream name answers and has room for margin
+// more bytes (its MaxBytes; a stream with no limit always has).
+func (r *Reconciler) probeStream(ctx context.Context, name string, margin int64) error {
+	st, err := r.js.Stream(ctx, name)
+	if err != nil {
+		return fmt.Errorf("%w: stream %s: %v", events.ErrLogUnavailable, name, err)
+	}
+	info, err := st.Info(ctx)
+	if err != nil {
+		return fmt.Errorf("%w: stream %s: %v", events.ErrLogUnavailable, name, err)
+	}
+	if max := info.Config.MaxBytes; max > 0 && max-int64(info.State.Bytes) < margin {
+		return fmt.Errorf("%w: stream %s is full: %d of %d bytes used", events.ErrLogUnavailable, name, info.State.Bytes, max)
 	}
 	return nil
 }
