@@ -744,31 +744,81 @@ type ReadOptions struct {
 // LastID returns the stream sequence and the id (its Nats-Msg-Id) of the
 // session's last event, or 0, "" and ErrSessionNotFound when it has none.
 func (l *Log) LastID(ctx context.Context, tenant, session string) (uint64, string, error) {
-	ctx, cancel := l.withTimeout(ctx)
-	defer cancel()
-	msg, err := l.events.GetLastMsgForSubject(ctx, l.SessionSubject(tenant, session))
+	seq, hdr, err := l.lastFromLeader(ctx, l.SessionSubject(tenant, session))
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
 		return 0, "", fmt.Errorf("last event of %s/%s: %w", tenant, session, ErrSessionNotFound)
 	}
 	if err != nil {
 		return 0, "", fmt.Errorf("last event of %s/%s: %w", tenant, session, unavailable(err))
 	}
-	return msg.Sequence, msg.Header.Get(jetstream.MsgIDHeader), nil
+	return seq, hdr.Get(jetstream.MsgIDHeader), nil
 }
 
 // LastSeq returns the stream sequence of the session's last event, or 0 and
-// ErrSessionNotFound when it has none.
+// ErrSessionNotFound when it has none. The stream's leader answers (see
+// lastFromLeader): the answer includes every append acknowledged before
+// the call, so a conditional append on it fails only if the session moved
+// on meanwhile.
 func (l *Log) LastSeq(ctx context.Context, tenant, session string) (uint64, error) {
-	ctx, cancel := l.withTimeout(ctx)
-	defer cancel()
-	msg, err := l.events.GetLastMsgForSubject(ctx, l.SessionSubject(tenant, session))
+	seq, _, err := l.lastFromLeader(ctx, l.SessionSubject(tenant, session))
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
 		return 0, fmt.Errorf("last sequence of %s/%s: %w", tenant, session, ErrSessionNotFound)
 	}
 	if err != nil {
 		return 0, fmt.Errorf("last sequence of %s/%s: %w", tenant, session, unavailable(err))
 	}
-	return msg.Sequence, nil
+	return seq, nil
+}
+
+// lastFromLeader returns the sequence and headers of the last message on
+// subject, as the stream's leader holds it: a "get message" request
+// ($JS.API.STREAM.MSG.GET.<stream>, which the leader answers), not a direct
+// get, which any replica answers once it is nearly current, and a follower
+// learns of a commit up to a raft heartbeat (1 s in nats-server) after
+// the append was acknowledged. jetstream.ErrMsgNotFound when the subject
+// has no message (JetStream error 10037).
+func (l *Log) lastFromLeader(ctx context.Context, subject string) (uint64, nats.Header, error) {
+	ctx, cancel := l.withTimeout(ctx)
+	defer cancel()
+	req, err := marshal(struct {
+		LastBySubj string `json:"last_by_subj"`
+	}{subject})
+	if err != nil {
+		return 0, nil, err
+	}
+	resp, err := l.js.Conn().RequestWithContext(ctx, "$JS.API.STREAM.MSG.GET."+EventsStream, req)
+	if err != nil {
+		return 0, nil, err
+	}
+	var r struct {
+		Error *struct {
+			Code        int    `json:"code"`
+			ErrCode     int    `json:"err_code"`
+			Description string `json:"description"`
+		} `json:"error"`
+		Message *struct {
+			Seq  uint64 `json:"seq"`
+			Hdrs []byte `json:"hdrs"` // base64 in the JSON
+		} `json:"message"`
+	}
+	if err := unmarshal(resp.Data, &r); err != nil {
+		return 0, nil, fmt.Errorf("get last message: %w", err)
+	}
+	switch {
+	case r.Error != nil && r.Error.ErrCode == int(jetstream.JSErrCodeMessageNotFound):
+		return 0, nil, jetstream.ErrMsgNotFound
+	case r.Error != nil:
+		return 0, nil, &jetstream.APIError{Code: r.Error.Code, ErrorCode: jetstream.ErrorCode(r.Error.ErrCode), Description: r.Error.Description}
+	case r.Message == nil:
+		return 0, nil, errors.New("get last message: a reply with no message")
+	}
+	var hdr nats.Header
+	if len(r.Message.Hdrs) > 0 {
+		if hdr, err = nats.DecodeHeadersMsg(r.Message.Hdrs); err != nil {
+			return 0, nil, fmt.Errorf("get last message: headers: %w", err)
+		}
+	}
+	return r.Message.Seq, hdr, nil
 }
 
 // FirstSeq returns the stream sequence of the session's first event, or 0

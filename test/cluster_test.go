@@ -3,6 +3,7 @@ package test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -23,8 +24,10 @@ func startCluster(t *testing.T, n int) []*embedded.Server {
 
 // TestLogOnAThreeNodeCluster runs the log on a replicated stream across
 // three servers: appends, the conflict on a stale expected sequence
-// (JetStream reports 10164 on replicated streams), reads, and appends and
-// reads with one node down.
+// (JetStream reports 10164 on replicated streams), LastSeq and LastID
+// right after each of 200 appends from a client on a follower's node
+// (the leader answers them), reads, and appends and reads with one node
+// down.
 func TestLogOnAThreeNodeCluster(t *testing.T) {
 	if testing.Short() {
 		t.Skip("cluster test")
@@ -73,6 +76,46 @@ func TestLogOnAThreeNodeCluster(t *testing.T) {
 		t.Fatalf("stale expected sequence on a replicated stream: want ErrConflict, got %v", err)
 	}
 
+	// LastSeq and LastID answer with the last acknowledged append at once,
+	// for a client on a follower's node too: the stream's leader answers
+	// them, not the follower (a direct get's queue group prefers the
+	// replica on the client's node), which learns of a commit up to a
+	// heartbeat later.
+	info, err := st.Info(ctx)
+	if err != nil || info.Cluster == nil {
+		t.Fatalf("stream info: %+v, %v", info, err)
+	}
+	var follower *events.Log
+	for _, srv := range servers {
+		if srv.NATS().Name() == info.Cluster.Leader {
+			continue
+		}
+		fnc, err := nats.Connect(srv.ClientURL())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer fnc.Close()
+		fjs, _ := jetstream.New(fnc)
+		if follower, err = events.Open(ctx, fjs, events.Config{Replicas: 3}, nil); err != nil {
+			t.Fatal(err)
+		}
+		break
+	}
+	for i := range 200 {
+		acks, err := log.Append(ctx, []events.Event{ev("", &events.SessionResumed{Reason: fmt.Sprint(i)})})
+		if err != nil {
+			t.Fatal(err)
+		}
+		last, err := follower.LastSeq(ctx, "acme", "s1")
+		if err != nil || last != acks[0].Seq {
+			t.Fatalf("append %d acknowledged at seq %d; LastSeq right after: %d, %v", i, acks[0].Seq, last, err)
+		}
+		last, id, err := follower.LastID(ctx, "acme", "s1")
+		if err != nil || last != acks[0].Seq || id != acks[0].ID {
+			t.Fatalf("append %d acknowledged at seq %d (%s); LastID right after: %d %s, %v", i, acks[0].Seq, acks[0].ID, last, id, err)
+		}
+	}
+
 	// One node down: the other two keep a quorum.
 	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	_ = servers[2].Close(cctx)
@@ -103,12 +146,12 @@ func TestLogOnAThreeNodeCluster(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if s.Events == 3 || time.Now().After(deadline) {
+		if s.Events == 203 || time.Now().After(deadline) {
 			break
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	if s.Events != 3 || s.Turns[0].Status != projections.TurnCompleted {
+	if s.Events != 203 || s.Turns[0].Status != projections.TurnCompleted {
 		t.Fatalf("state after a node went down: %d events, turns %+v", s.Events, s.Turns)
 	}
 }
