@@ -845,7 +845,78 @@ func (l *Log) FirstSeq(ctx context.Context, tenant, session string) (uint64, err
 // ErrSessionNotFound when the session has no event, or ErrLogUnavailable.
 // The context bounds the whole read; with no deadline each wait for the
 // next batch is bounded by Config.Timeout.
+//
+// The events come by direct gets, which on a replicated stream any
+// replica answers, and a follower learns of a commit up to a raft
+// heartbeat (1 s in nats-server) after the append was acknowledged. So
+// there, without UntilSeq or FromTime, the stream's leader first says
+// which event is last (LastSeq), and the read goes on until it has
+// delivered it: again from where it ended, replicaWait apart, up to
+// replicaTries times, then ErrLogUnavailable. The read then includes
+// every append acknowledged before it started.
 func (l *Log) ReadSession(ctx context.Context, tenant, session string, opts ReadOptions, fn func(Event) error) error {
+	if !l.replicated() || opts.UntilSeq != 0 || !opts.FromTime.IsZero() {
+		return l.readSession(ctx, tenant, session, opts, fn)
+	}
+	last, err := l.LastSeq(ctx, tenant, session)
+	if err != nil {
+		return fmt.Errorf("read session: %w", err)
+	}
+	if opts.FromSeq > last {
+		return nil
+	}
+	opts.UntilSeq = last
+	var got uint64
+	read := func(ev Event) error {
+		got = ev.Seq
+		return fn(ev)
+	}
+	for try := 0; ; try++ {
+		err := l.readSession(ctx, tenant, session, opts, read)
+		if err != nil && !errors.Is(err, ErrSessionNotFound) {
+			return err
+		}
+		if got >= last {
+			return nil
+		}
+		if try == replicaTries {
+			if _, err := l.LastSeq(ctx, tenant, session); errors.Is(err, ErrSessionNotFound) {
+				return fmt.Errorf("read session: %w", err) // erased meanwhile
+			}
+			return fmt.Errorf("read session %s/%s: %w: the replica that answered holds up to seq %d, the leader seq %d", tenant, session, ErrLogUnavailable, got, last)
+		}
+		if got > 0 {
+			opts.FromSeq = got + 1
+		}
+		t := time.NewTimer(replicaWait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		case <-t.C:
+		}
+	}
+}
+
+// replicaTries is how many more times ReadSession reads on when a
+// replica answered short of the leader's last event, replicaWait apart:
+// 6 × 300 ms spans nats-server's raft heartbeat (1 s), after which a
+// follower knows every commit before it.
+const (
+	replicaTries = 6
+	replicaWait  = 300 * time.Millisecond
+)
+
+// replicated reports whether the events stream has more than one replica
+// (as the stream's info said when the log was opened; unknown counts as
+// replicated).
+func (l *Log) replicated() bool {
+	info := l.events.CachedInfo()
+	return info == nil || info.Config.Replicas > 1
+}
+
+// readSession is ReadSession from the replica that answers.
+func (l *Log) readSession(ctx context.Context, tenant, session string, opts ReadOptions, fn func(Event) error) error {
 	err := l.readDirect(ctx, l.SessionSubject(tenant, session), opts, fn)
 	if errors.Is(err, errDirectNone) {
 		// Nothing from the start point: a session with no event at all is

@@ -24,10 +24,10 @@ func startCluster(t *testing.T, n int) []*embedded.Server {
 
 // TestLogOnAThreeNodeCluster runs the log on a replicated stream across
 // three servers: appends, the conflict on a stale expected sequence
-// (JetStream reports 10164 on replicated streams), LastSeq and LastID
-// right after each of 200 appends from a client on a follower's node
-// (the leader answers them), reads, and appends and reads with one node
-// down.
+// (JetStream reports 10164 on replicated streams), LastSeq, LastID and a
+// read right after each of 200 appends, from a client on a follower's
+// node (the leader answers the first two; the read goes on until it has
+// the leader's last event), and appends and reads with one node down.
 func TestLogOnAThreeNodeCluster(t *testing.T) {
 	if testing.Short() {
 		t.Skip("cluster test")
@@ -105,6 +105,15 @@ func TestLogOnAThreeNodeCluster(t *testing.T) {
 		acks, err := log.Append(ctx, []events.Event{ev("", &events.SessionResumed{Reason: fmt.Sprint(i)})})
 		if err != nil {
 			t.Fatal(err)
+		}
+		// A read from it includes it (the follower may answer the direct
+		// gets; the read goes on until it has the leader's last event).
+		var read []uint64
+		if err := follower.ReadSession(ctx, "acme", "s1", events.ReadOptions{FromSeq: acks[0].Seq}, func(e events.Event) error {
+			read = append(read, e.Seq)
+			return nil
+		}); err != nil || len(read) != 1 || read[0] != acks[0].Seq {
+			t.Fatalf("append %d acknowledged at seq %d; a read from it right after: %v, %v", i, acks[0].Seq, read, err)
 		}
 		last, err := follower.LastSeq(ctx, "acme", "s1")
 		if err != nil || last != acks[0].Seq {
