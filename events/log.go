@@ -744,7 +744,7 @@ type ReadOptions struct {
 // LastID returns the stream sequence and the id (its Nats-Msg-Id) of the
 // session's last event, or 0, "" and ErrSessionNotFound when it has none.
 func (l *Log) LastID(ctx context.Context, tenant, session string) (uint64, string, error) {
-	seq, hdr, err := l.lastFromLeader(ctx, l.SessionSubject(tenant, session))
+	seq, hdr, err := l.lastMessage(ctx, l.SessionSubject(tenant, session))
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
 		return 0, "", fmt.Errorf("last event of %s/%s: %w", tenant, session, ErrSessionNotFound)
 	}
@@ -755,12 +755,11 @@ func (l *Log) LastID(ctx context.Context, tenant, session string) (uint64, strin
 }
 
 // LastSeq returns the stream sequence of the session's last event, or 0 and
-// ErrSessionNotFound when it has none. The stream's leader answers (see
-// lastFromLeader): the answer includes every append acknowledged before
-// the call, so a conditional append on it fails only if the session moved
-// on meanwhile.
+// ErrSessionNotFound when it has none. The answer includes every append
+// acknowledged before the call (see lastMessage), so a conditional append
+// on it fails only if the session moved on meanwhile.
 func (l *Log) LastSeq(ctx context.Context, tenant, session string) (uint64, error) {
-	seq, _, err := l.lastFromLeader(ctx, l.SessionSubject(tenant, session))
+	seq, _, err := l.lastMessage(ctx, l.SessionSubject(tenant, session))
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
 		return 0, fmt.Errorf("last sequence of %s/%s: %w", tenant, session, ErrSessionNotFound)
 	}
@@ -770,16 +769,25 @@ func (l *Log) LastSeq(ctx context.Context, tenant, session string) (uint64, erro
 	return seq, nil
 }
 
-// lastFromLeader returns the sequence and headers of the last message on
-// subject, as the stream's leader holds it: a "get message" request
-// ($JS.API.STREAM.MSG.GET.<stream>, which the leader answers), not a direct
-// get, which any replica answers once it is nearly current, and a follower
-// learns of a commit up to a raft heartbeat (1 s in nats-server) after
-// the append was acknowledged. jetstream.ErrMsgNotFound when the subject
-// has no message (JetStream error 10037).
-func (l *Log) lastFromLeader(ctx context.Context, subject string) (uint64, nats.Header, error) {
+// lastMessage returns the sequence and headers of the last message on
+// subject, including every append acknowledged before the call. On a
+// single replica that is a direct get. On a replicated stream it is a
+// "get message" request ($JS.API.STREAM.MSG.GET.<stream>), which the
+// stream's leader answers: any replica answers a direct get once it is
+// nearly current, and a follower learns of a commit up to a raft
+// heartbeat (1 s in nats-server) after the append was acknowledged.
+// jetstream.ErrMsgNotFound when the subject has no message (JetStream
+// error 10037).
+func (l *Log) lastMessage(ctx context.Context, subject string) (uint64, nats.Header, error) {
 	ctx, cancel := l.withTimeout(ctx)
 	defer cancel()
+	if !l.replicated() {
+		msg, err := l.events.GetLastMsgForSubject(ctx, subject)
+		if err != nil {
+			return 0, nil, err
+		}
+		return msg.Sequence, msg.Header, nil
+	}
 	req, err := marshal(struct {
 		LastBySubj string `json:"last_by_subj"`
 	}{subject})

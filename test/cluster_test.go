@@ -101,6 +101,16 @@ func TestLogOnAThreeNodeCluster(t *testing.T) {
 		}
 		break
 	}
+	// A session with no event: not found, from the leader too.
+	if _, err := follower.LastSeq(ctx, "acme", "nobody"); !errors.Is(err, events.ErrSessionNotFound) {
+		t.Fatalf("LastSeq of a session with no event: %v, want ErrSessionNotFound", err)
+	}
+	if _, _, err := follower.LastID(ctx, "acme", "nobody"); !errors.Is(err, events.ErrSessionNotFound) {
+		t.Fatalf("LastID of a session with no event: %v, want ErrSessionNotFound", err)
+	}
+	if err := follower.ReadSession(ctx, "acme", "nobody", events.ReadOptions{}, func(events.Event) error { return nil }); !errors.Is(err, events.ErrSessionNotFound) {
+		t.Fatalf("ReadSession of a session with no event: %v, want ErrSessionNotFound", err)
+	}
 	for i := range 200 {
 		acks, err := log.Append(ctx, []events.Event{ev("", &events.SessionResumed{Reason: fmt.Sprint(i)})})
 		if err != nil {

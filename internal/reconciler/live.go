@@ -200,15 +200,6 @@ func (r *Reconciler) signsOfLife(ctx context.Context, s *projections.Session, tu
 	return out
 }
 
-// replicaTries is how many more times current reads a session's tail
-// that a trailing replica answered short, replicaWait apart: 6 × 300 ms
-// spans nats-server's raft heartbeat (1 s), after which a follower knows
-// every commit before it.
-const (
-	replicaTries = 6
-	replicaWait  = 300 * time.Millisecond
-)
-
 // errTooFar ends a recheck's read of a session that is too far ahead.
 var errTooFar = errors.New("the log is too far ahead of the state")
 
@@ -255,44 +246,31 @@ func (r *Reconciler) current(ctx context.Context, a Action) (bool, error) {
 		return false, err
 	}
 	if s.LastSeq < last {
+		// To the log's end: ReadSession reads on until it has the
+		// stream's last event for the session (on a replicated stream
+		// a follower may answer the direct gets a heartbeat behind),
+		// so the state is never decided short of last; past its tries
+		// it is ErrLogUnavailable, and the action is kept (failed
+		// closed) and tried again.
 		rp := projections.NewReplayerFrom(r.log, s)
 		n := 0
-		for try := 0; ; try++ {
-			err := r.log.ReadSession(ctx, tenant, session, events.ReadOptions{FromSeq: rp.State().LastSeq + 1, UntilSeq: last}, func(ev events.Event) error {
-				if n++; n > r.cfg.MaxRecheck {
-					return errTooFar
-				}
-				_, _, err := rp.Apply(ctx, ev)
-				return err
-			})
-			if errors.Is(err, errTooFar) {
-				r.setBehind(k, last)
-				r.stale(a, fmt.Sprintf("the log is more than %d events ahead of the state it was decided from", r.cfg.MaxRecheck))
-				return false, nil
+		err := r.log.ReadSession(ctx, tenant, session, events.ReadOptions{FromSeq: s.LastSeq + 1}, func(ev events.Event) error {
+			if n++; n > r.cfg.MaxRecheck {
+				return errTooFar
 			}
-			if err != nil {
-				return false, err
-			}
-			if rp.State().LastSeq >= last {
-				break
-			}
-			// The replica that answered the read trails the one that
-			// answered LastSeq: on a replicated stream any replica
-			// answers a direct get, and a follower learns of a commit up
-			// to a raft heartbeat (1 s) later. Read on from where it
-			// ended, a moment later; never decide on the shorter state.
-			// Past replicaTries the log counts as unavailable: the
-			// action is kept and retried (failed closed), not dropped.
-			if try == replicaTries {
-				return false, fmt.Errorf("%w: recheck of %s: the log's replicas answer up to seq %d, not %d, after %d reads", events.ErrLogUnavailable, k, rp.State().LastSeq, last, replicaTries+1)
-			}
-			t := time.NewTimer(replicaWait)
-			select {
-			case <-ctx.Done():
-				t.Stop()
-				return false, ctx.Err()
-			case <-t.C:
-			}
+			_, _, err := rp.Apply(ctx, ev)
+			return err
+		})
+		if errors.Is(err, errTooFar) {
+			r.setBehind(k, last)
+			r.stale(a, fmt.Sprintf("the log is more than %d events ahead of the state it was decided from", r.cfg.MaxRecheck))
+			return false, nil
+		}
+		if errors.Is(err, events.ErrSessionNotFound) {
+			return false, nil // erased meanwhile
+		}
+		if err != nil {
+			return false, err
 		}
 		s = rp.State()
 	}
@@ -304,7 +282,7 @@ func (r *Reconciler) current(ctx context.Context, a Action) (bool, error) {
 	}
 	// The state it was decided from was stale: judge the session again
 	// only once its projection has folded what the log held now.
-	r.setBehind(k, last)
+	r.setBehind(k, max(last, s.LastSeq))
 	r.stale(a, fmt.Sprintf("no longer decided at seq %d", s.LastSeq))
 	return false, nil
 }
