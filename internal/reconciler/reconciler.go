@@ -716,17 +716,15 @@ func (r *Reconciler) probe(ctx context.Context) error {
 }
 
 // probeStream checks that stream name answers and has room for margin
-// more bytes (its MaxBytes; a stream with no limit always has).
+// more bytes: under its MaxBytes when it discards new messages at the
+// limit (one that discards old ones, or has no limit, always has room).
 func (r *Reconciler) probeStream(ctx context.Context, name string, margin int64) error {
-	st, err := r.js.Stream(ctx, name)
+	st, err := r.js.Stream(ctx, name) // one info request; CachedInfo is its answer
 	if err != nil {
 		return fmt.Errorf("%w: stream %s: %v", events.ErrLogUnavailable, name, err)
 	}
-	info, err := st.Info(ctx)
-	if err != nil {
-		return fmt.Errorf("%w: stream %s: %v", events.ErrLogUnavailable, name, err)
-	}
-	if max := info.Config.MaxBytes; max > 0 && max-int64(info.State.Bytes) < margin {
+	info := st.CachedInfo()
+	if max := info.Config.MaxBytes; info.Config.Discard == jetstream.DiscardNew && max > 0 && max-int64(info.State.Bytes) < margin {
 		return fmt.Errorf("%w: stream %s is full: %d of %d bytes used", events.ErrLogUnavailable, name, info.State.Bytes, max)
 	}
 	return nil
