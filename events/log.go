@@ -777,7 +777,8 @@ func (l *Log) LastSeq(ctx context.Context, tenant, session string) (uint64, erro
 // nearly current, and a follower learns of a commit up to a raft
 // heartbeat (1 s in nats-server) after the append was acknowledged.
 // jetstream.ErrMsgNotFound when the subject has no message (JetStream
-// error 10037).
+// error 10037). While the cluster elects a leader the request is retried
+// (retryUnavailable), within ctx.
 func (l *Log) lastMessage(ctx context.Context, subject string) (uint64, nats.Header, error) {
 	ctx, cancel := l.withTimeout(ctx)
 	defer cancel()
@@ -794,11 +795,7 @@ func (l *Log) lastMessage(ctx context.Context, subject string) (uint64, nats.Hea
 	if err != nil {
 		return 0, nil, err
 	}
-	resp, err := l.js.Conn().RequestWithContext(ctx, "$JS.API.STREAM.MSG.GET."+EventsStream, req)
-	if err != nil {
-		return 0, nil, err
-	}
-	var r struct {
+	type getResponse struct {
 		Error *struct {
 			Code        int    `json:"code"`
 			ErrCode     int    `json:"err_code"`
@@ -809,16 +806,28 @@ func (l *Log) lastMessage(ctx context.Context, subject string) (uint64, nats.Hea
 			Hdrs []byte `json:"hdrs"` // base64 in the JSON
 		} `json:"message"`
 	}
-	if err := unmarshal(resp.Data, &r); err != nil {
-		return 0, nil, fmt.Errorf("get last message: %w", err)
-	}
-	switch {
-	case r.Error != nil && r.Error.ErrCode == int(jetstream.JSErrCodeMessageNotFound):
-		return 0, nil, jetstream.ErrMsgNotFound
-	case r.Error != nil:
-		return 0, nil, &jetstream.APIError{Code: r.Error.Code, ErrorCode: jetstream.ErrorCode(r.Error.ErrCode), Description: r.Error.Description}
-	case r.Message == nil:
-		return 0, nil, errors.New("get last message: a reply with no message")
+	var r getResponse
+	err = retryUnavailable(ctx, func() error {
+		resp, err := l.js.Conn().RequestWithContext(ctx, "$JS.API.STREAM.MSG.GET."+EventsStream, req)
+		if err != nil {
+			return err
+		}
+		r = getResponse{}
+		if err := unmarshal(resp.Data, &r); err != nil {
+			return fmt.Errorf("get last message: %w", err)
+		}
+		switch {
+		case r.Error != nil && r.Error.ErrCode == int(jetstream.JSErrCodeMessageNotFound):
+			return jetstream.ErrMsgNotFound
+		case r.Error != nil:
+			return &jetstream.APIError{Code: r.Error.Code, ErrorCode: jetstream.ErrorCode(r.Error.ErrCode), Description: r.Error.Description}
+		case r.Message == nil:
+			return errors.New("get last message: a reply with no message")
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, nil, err
 	}
 	var hdr nats.Header
 	if len(r.Message.Hdrs) > 0 {

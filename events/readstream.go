@@ -87,6 +87,35 @@ type callbackError struct{ err error }
 
 func (e *callbackError) Error() string { return e.err.Error() }
 
+// retryUnavailable is retryNoResponders for a JetStream API request that
+// a stream's leader answers: it also runs op again while it fails with
+// JetStream's "temporarily unavailable" (10008), which nats-server answers
+// to a "get message" request from any node that knows the meta group, or
+// the stream's group, to be without a leader (jsMsgGetRequest): for the
+// few seconds of an election, though the stream itself lost nothing.
+// When ctx ends first, the error is ctx's, with the last try's.
+func retryUnavailable(ctx context.Context, op func() error) error {
+	var last error
+	err := backoff.Retry(func() error {
+		err := op()
+		var apiErr *jetstream.APIError
+		if err != nil && !errors.Is(err, nats.ErrNoResponders) && !(errors.As(err, &apiErr) && apiErr.ErrorCode == jsErrCodeClusterNotAvail) {
+			return backoff.Permanent(err)
+		}
+		last = err
+		return err
+	}, backoff.WithContext(backoff.WithMaxRetries(resend.BackOff(), resend.Tries-1), ctx))
+	if err != nil && last != nil && ctx.Err() != nil && errors.Is(err, ctx.Err()) {
+		return fmt.Errorf("%w (the last try: %w)", err, last)
+	}
+	return err
+}
+
+// jsErrCodeClusterNotAvail is JetStream's JSClusterNotAvailErr, "JetStream
+// system temporarily unavailable" (nats-server's errors.json; nats.go's
+// jetstream names no constant for it).
+const jsErrCodeClusterNotAvail jetstream.ErrorCode = 10008
+
 // retryNoResponders runs op again while it fails with "no responders",
 // on internal/resend's schedule (pausing 50 ms, then about 1.5 times as
 // long each time, each pause randomized by half, up to 1 s, for at most

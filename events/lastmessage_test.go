@@ -1,0 +1,95 @@
+package events
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// On a replicated stream the last event of a session comes from the
+// stream's leader, through JetStream's "get message" API, and while the
+// cluster elects a leader every node answers that request "JetStream
+// system temporarily unavailable" (10008): LastSeq waits that out, within
+// its context, as it waits out "no responders"; "not found" (10037) is an
+// answer, given at once. The leader is a stand-in here: a plain NATS
+// server (no JetStream) and a subscriber that answers the API's subject
+// as nats-server does, unavailable the first times.
+func TestLastSeqWaitsOutALeaderElection(t *testing.T) {
+	t.Parallel()
+	ns, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, NoSigs: true, NoLog: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns.Start()
+	t.Cleanup(ns.Shutdown)
+	if !ns.ReadyForConnections(10 * time.Second) {
+		t.Fatal("server not ready")
+	}
+	nc, err := nats.Connect(ns.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const unavailable = `{"type":"io.nats.jetstream.api.v1.stream_msg_get_response","error":{"code":503,"err_code":10008,"description":"JetStream system temporarily unavailable"}}`
+	var asked atomic.Int32
+	var answer func(n int32) string
+	sub, err := nc.Subscribe("$JS.API.STREAM.MSG.GET."+EventsStream, func(m *nats.Msg) {
+		_ = m.Respond([]byte(answer(asked.Add(1))))
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sub.Unsubscribe() })
+	l := &Log{js: js, events: replicatedStream{}, cfg: Config{Timeout: 5 * time.Second}, partitions: 1}
+
+	// Unavailable twice, then the leader's answer.
+	answer = func(n int32) string {
+		if n <= 2 {
+			return unavailable
+		}
+		return `{"type":"io.nats.jetstream.api.v1.stream_msg_get_response","message":{"subject":"x","seq":7,"time":"2026-11-27T00:00:00Z"}}`
+	}
+	seq, err := l.LastSeq(context.Background(), "acme", "s1")
+	if err != nil || seq != 7 || asked.Load() != 3 {
+		t.Fatalf("LastSeq after two unavailable answers: %d, %v, asked %d times; want 7 after 3", seq, err, asked.Load())
+	}
+
+	// Not found: at once.
+	asked.Store(0)
+	answer = func(int32) string {
+		return `{"type":"io.nats.jetstream.api.v1.stream_msg_get_response","error":{"code":404,"err_code":10037,"description":"no message found"}}`
+	}
+	if _, err := l.LastSeq(context.Background(), "acme", "s1"); !errors.Is(err, ErrSessionNotFound) || asked.Load() != 1 {
+		t.Fatalf("LastSeq of a session with no event: %v, asked %d times; want ErrSessionNotFound at once", err, asked.Load())
+	}
+
+	// Unavailable throughout: ErrLogUnavailable when the context ends,
+	// saying why.
+	answer = func(int32) string { return unavailable }
+	ctx, cancel := context.WithTimeout(context.Background(), 600*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	_, err = l.LastSeq(ctx, "acme", "s1")
+	if !errors.Is(err, ErrLogUnavailable) || !strings.Contains(err.Error(), "temporarily unavailable") || time.Since(start) > 3*time.Second {
+		t.Fatalf("LastSeq through an election that outlasts its context: %v after %s; want ErrLogUnavailable naming the last answer", err, time.Since(start).Round(time.Millisecond))
+	}
+}
+
+// replicatedStream is the events stream as a Log sees it when opened on
+// three replicas.
+type replicatedStream struct{ jetstream.Stream }
+
+func (replicatedStream) CachedInfo() *jetstream.StreamInfo {
+	return &jetstream.StreamInfo{Config: jetstream.StreamConfig{Name: EventsStream, Replicas: 3}}
+}
