@@ -102,7 +102,7 @@ func ingestAppend(tenant, session string) func(context.Context, *nats.Conn) erro
 // permissions violation, and can do what its role needs. Afterwards the
 // victim's session and the streams are as they were.
 func TestAuthDenialTable(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	e := startAuthEnv(t)
 	ctx := context.Background()
 
@@ -247,7 +247,7 @@ func TestAuthDenialTable(t *testing.T) {
 // through the engine's ingest into the log, the engine projects it, and
 // no role needed a subject its permissions deny.
 func TestAuthRolesRunATurn(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	e := startAuthEnv(t)
 	ctx := context.Background()
 	res, err := e.rt.RunTurn(ctx, "turn-1", refruntime.TurnSpec{Tools: []refruntime.ToolSpec{{Name: "Read"}}})

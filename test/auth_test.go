@@ -116,7 +116,7 @@ func startAuthEnvWith(t *testing.T, extra string, policy *reconciler.Policy) *au
 // and the worker, and no role needed a subject its permissions deny.
 func TestAuthRolesRepairACrashedSession(t *testing.T) {
 	skipShort(t, "runs every role as a process under auth")
-	t.Parallel()
+	parallel(t)
 	e := startAuthEnv(t)
 	ctx := context.Background()
 	session := "crash-1"
@@ -158,7 +158,7 @@ func TestAuthRolesRepairACrashedSession(t *testing.T) {
 // purge (TestAuthDenialTable).
 func TestAuthEraseAndRetention(t *testing.T) {
 	skipShort(t, "runs roles as processes under auth")
-	t.Parallel()
+	parallel(t)
 	policy, err := reconciler.ParsePolicy([]byte("tenants:\n  acme:\n    retention:\n      max_age: 1s\n"))
 	if err != nil {
 		t.Fatal(err)
@@ -227,7 +227,7 @@ func TestAuthEraseAndRetention(t *testing.T) {
 // one, so no role is asked to do what it may not (issue 21).
 func TestAuthRolesCleanUpTheirOrderedConsumers(t *testing.T) {
 	skipShort(t, "runs every role as a process under auth")
-	t.Parallel()
+	parallel(t)
 	e := startAuthEnv(t)
 	ctx := context.Background()
 	st, err := e.opJS.Stream(ctx, events.EventsStream)

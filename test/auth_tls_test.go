@@ -59,7 +59,7 @@ func writeCert(t *testing.T, dir, name string, tmpl *x509.Certificate, parent *x
 // every command); without a client certificate, or without the CA that
 // signed the server's, it is refused.
 func TestAuthMutualTLS(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	dir := t.TempDir()
 	now := time.Now()
 	ca, caKey := writeCert(t, dir, "ca", &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "turnstone test CA"},

@@ -94,7 +94,7 @@ func cutText(s string, n int) string {
 // them). Every schema is used, and every command with --json has one.
 func TestJSONOutputsMatchTheirSchemas(t *testing.T) {
 	skipShort(t, "runs every --json command against an engine process")
-	t.Parallel()
+	parallel(t)
 	schemas := loadSchemas(t)
 	// The schemas can fail: an unknown key, a missing one, Go's zero time.
 	for schema, doc := range map[string]string{

@@ -57,7 +57,7 @@ func wantFail(t *testing.T, url string, says []string, args ...string) string {
 // output that prints stored terminal escape sequences escaped.
 func TestCLICanBeScripted(t *testing.T) {
 	skipShort(t, "runs engine processes")
-	t.Parallel()
+	parallel(t)
 	eng := startEngine(t, t.TempDir(), "--sync", "1s")
 	dir := t.TempDir()
 	random := make([]byte, 4096)
@@ -262,7 +262,7 @@ func listen(t *testing.T) (net.Listener, int) {
 // process holds, for each of its listening flags: it must exit at once
 // saying "address in use" and naming the flag, not wait for the server.
 func TestBusyPortsAreReportedAtOnce(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	_, busy := listen(t)
 	for _, tc := range []struct {
 		flag string

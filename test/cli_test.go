@@ -30,14 +30,30 @@ var binDir string
 // so more than GOMAXPROCS (go test's default) overlap well on 2 cores;
 // more than 4 starved the timing-bound ones when CI ran them under race.
 // TestClusterKills runs its two cluster tests in one of the 4 slots.
+// The slots are admission's (parallel_test.go).
 const defaultParallel = 4
 
 func TestMain(m *testing.M) {
 	flag.Parse()
-	set := false
-	flag.Visit(func(f *flag.Flag) { set = set || f.Name == "test.parallel" })
-	if !set {
-		_ = flag.Set("test.parallel", strconv.Itoa(defaultParallel))
+	// The package's slots: -parallel as given, or defaultParallel. They
+	// are handed out by admission (parallel_test.go), longest tests
+	// first; go test's own semaphore is opened wide so that it never
+	// picks among them. Not when fuzzing, where -parallel is the count
+	// of fuzz workers.
+	admission.slots = defaultParallel
+	fuzzing := false
+	flag.Visit(func(f *flag.Flag) {
+		switch f.Name {
+		case "test.parallel":
+			admission.slots, _ = strconv.Atoi(f.Value.String())
+		case "test.fuzz", "test.fuzzworker":
+			fuzzing = fuzzing || f.Value.String() != "" && f.Value.String() != "false"
+		}
+	})
+	if fuzzing {
+		_ = flag.Set("test.parallel", strconv.Itoa(admission.slots))
+	} else {
+		_ = flag.Set("test.parallel", "1000")
 	}
 	dir, err := os.MkdirTemp("", "turnstone-bin-")
 	if err != nil {
@@ -204,7 +220,7 @@ func runErr(url string, args ...string) (string, string, error) {
 
 func TestCLIImportSessionsInspectReplay(t *testing.T) {
 	skipShort(t, "runs the CLI over a transcript import")
-	t.Parallel()
+	parallel(t)
 	data := t.TempDir()
 	eng := startEngine(t, data, "--snapshot-every", "50", "--sync", "1s")
 	// A transcript cut after a tool_use, then a new prompt: the tool
@@ -408,7 +424,7 @@ func sessionOf(t *testing.T, file string) string {
 }
 
 func TestCLIErrorsAreClear(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	_, errOut, err := runErr("nats://127.0.0.1:1", "sessions")
 	if err == nil || !strings.Contains(errOut, "engine serve") {
 		t.Errorf("no server: err %v, stderr %q; want a hint to start the engine", err, errOut)

@@ -32,7 +32,7 @@ func TestLogOnAThreeNodeCluster(t *testing.T) {
 	if testing.Short() {
 		t.Skip("cluster test")
 	}
-	t.Parallel()
+	parallel(t)
 	servers := startCluster(t, 3)
 	ctx := context.Background()
 	nc, err := nats.Connect(servers[0].ClientURL() + "," + servers[1].ClientURL() + "," + servers[2].ClientURL())

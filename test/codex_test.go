@@ -61,7 +61,7 @@ func codexRollouts(t testing.TB) []string {
 //     call, the web search makes no call.
 func TestEveryDetectorOnEveryCodexRollout(t *testing.T) {
 	skipShort(t, "reads every Codex rollout")
-	t.Parallel()
+	parallel(t)
 	files := codexRollouts(t)
 	e := newEnv(t)
 	rep, err := importer.Import(context.Background(), importer.LogStore(e.log), codex.Format, files, importer.Options{Tenant: "codex"}, nil)
@@ -124,7 +124,7 @@ var wantCodexDetected = map[string]detected{
 // ends on a call with its turn in flight, in execute, the call pending.
 func TestCodexImportInspectAndWebView(t *testing.T) {
 	skipShort(t, "runs engine processes")
-	t.Parallel()
+	parallel(t)
 	ui := fmt.Sprintf("127.0.0.1:%d", freePort(t))
 	eng := startEngine(t, t.TempDir(), "--sync", "1s", "--ui-listen", ui)
 	files := codexRollouts(t)
@@ -221,7 +221,7 @@ func TestCodexImportInspectAndWebView(t *testing.T) {
 // reconciler and becomes an orphan.
 func TestFollowCodexRolloutLive(t *testing.T) {
 	skipShort(t, "follows a rollout at its real pace")
-	t.Parallel()
+	parallel(t)
 	// The call pending makes the turn's deadline tool_deadline's (2 hours
 	// by default: a call may wait that long for a person).
 	eng := enginetest.Start(t, enginetest.Options{Policy: "turn_deadline: 30s\ntool_deadline: 30s\n"})

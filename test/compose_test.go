@@ -95,7 +95,7 @@ func flagArg(cmd []string, flag string) string {
 // flags are checked with -t in TestDockerComposeRunsWithAuthAndTLS, once
 // its configuration exists).
 func TestDockerCompose(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	f := loadCompose(t)
 	var engines, workers, nats []string
 	natsURL := ""
@@ -373,7 +373,7 @@ func TestDockerComposeRunsWithAuthAndTLS(t *testing.T) {
 	if testing.Short() {
 		t.Skip("multi-process compose test")
 	}
-	t.Parallel()
+	parallel(t)
 	start := time.Now()
 	f := loadCompose(t)
 	c := newComposeLocal(t, f)

@@ -77,7 +77,7 @@ func (d detected) anomalies() detected {
 // tool pending (no orphan, no failure), and turn-2 continues it.
 func TestEveryDetectorOnEveryRealTranscript(t *testing.T) {
 	skipShort(t, "reads the whole transcript corpus")
-	t.Parallel()
+	parallel(t)
 	if _, err := os.Stat(wildDir); err != nil {
 		t.Fatalf("the wild transcripts are missing at %s (shared/data beside the repository): %v", wildDir, err)
 	}

@@ -21,7 +21,7 @@ import (
 // as of --from and the state as of --to, each folded from the first event
 // on its own.
 func TestDiffOfARealTranscript(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	ctx := context.Background()
 	srv := embeddedtest.Start(t)
 	_, js := embeddedtest.Connect(t, srv)

@@ -160,7 +160,7 @@ func waitHeld(t *testing.T, eng *enginetest.Engine, tenant, session, what string
 // of it comes back. Then `engine erase --tenant` removes a whole tenant.
 func TestEraseSessionAndTenant(t *testing.T) {
 	skipShort(t, "runs engine processes")
-	t.Parallel()
+	parallel(t)
 	ctx := context.Background()
 	eng := enginetest.Start(t, enginetest.Options{SnapshotEvery: 5, RetentionEvery: -1})
 	acme := eng.Runtime
@@ -332,7 +332,7 @@ func TestEraseSessionAndTenant(t *testing.T) {
 // of a tenant without retention stay.
 func TestRetentionErasesOldSessions(t *testing.T) {
 	skipShort(t, "waits out a retention of 8 s")
-	t.Parallel()
+	parallelLong(t)
 	ctx := context.Background()
 	eng := enginetest.Start(t, enginetest.Options{SnapshotEvery: 5, RetentionEvery: -1, Policy: `
 tenants:

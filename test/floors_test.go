@@ -16,7 +16,7 @@ func TestBinariesLinkOnlyTheirFloors(t *testing.T) {
 	if testing.Short() {
 		t.Skip("go list of the module: not in -short")
 	}
-	t.Parallel()
+	parallel(t)
 	const mod = "github.com/turnstone-dev/turnstone/"
 	engineSide := []string{
 		"github.com/nats-io/nats-server/",

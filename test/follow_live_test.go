@@ -170,7 +170,7 @@ func settled(t *testing.T, eng *engineProc, session string) (*projections.Sessio
 // from its start), and ends completed with no violation.
 func TestFollowBusyTurnIsNeverAbandoned(t *testing.T) {
 	skipShort(t, "follows a transcript at its real pace")
-	t.Parallel()
+	parallel(t)
 	const session = "busy-0000-4000-8000-000000000001"
 	var w *transcript
 	eng, _ := followLive(t, "turn_deadline: 2s\ntool_deadline: 2s\n", func(dir string) {
@@ -206,7 +206,7 @@ func TestFollowBusyTurnIsNeverAbandoned(t *testing.T) {
 // for 4.5 s until it returns: the turn is not abandoned (the call gets its
 // timeout and the grace), and completes.
 func TestFollowBashWithItsOwnTimeout(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	if os.Getenv("TURNSTONE_FOLLOW_FLUSH") == "" {
 		t.Skip("needs the follower to record a response still open (issue 15 item 3, the importers' branch): PENDING MERGE")
 	}
@@ -242,7 +242,7 @@ func TestFollowBashWithItsOwnTimeout(t *testing.T) {
 // abandoned after tool_deadline (2 s), and both become orphans, which
 // the worker repairs.
 func TestFollowParallelToolUseThenSilence(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	if os.Getenv("TURNSTONE_FOLLOW_FLUSH") == "" {
 		t.Skip("needs the follower to record a response still open (issue 15 item 3, the importers' branch): PENDING MERGE")
 	}

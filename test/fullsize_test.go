@@ -16,7 +16,7 @@ import (
 // decides its size on the race detector or -short (raceEnabled, sampled(),
 // corpusSample) must be listed, or its full size would run nowhere in CI.
 func TestFullSizePassNamesEverySampledTest(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	script, err := os.ReadFile("../scripts/fullsize")
 	if err != nil {
 		t.Fatal(err)
@@ -124,7 +124,7 @@ func testFuncs(src []byte) []testFunc {
 // empty (not running on into the next function), and never reads a
 // function out of another's body (a raw string holding a func line).
 func TestTestFuncsReadsEachFunctionOnce(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	src := "package x\n\nfunc TestA(t *testing.T) {\n}\n\nfunc TestB(t *testing.T) {\n\ts := `\nfunc TestC(t *testing.T) {\n`\n\t_ = s\n}\n\nfunc TestD(t *testing.T) {\n\tx()\n}\n"
 	got := testFuncs([]byte(src))
 	if len(got) != 3 || got[0] != (testFunc{"TestA", ""}) || got[1].name != "TestB" || got[2] != (testFunc{"TestD", "\tx()"}) {

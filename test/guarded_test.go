@@ -27,7 +27,7 @@ import (
 // nothing a tenant sent, only the tenant's name in the labels that carry
 // it.
 func TestServeUnderAuthGuardsTheWebViewAndKeepsMetricsFreeOfTenantData(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	dir := t.TempDir()
 	spec := filepath.Join(dir, "auth.yaml")
 	if err := os.WriteFile(spec, []byte("tenants: [acme]\ncredentials: ./credentials\n"), 0o600); err != nil {

@@ -270,7 +270,7 @@ func wantErr(t testing.TB, err, sentinel error, says ...string) {
 // engine neither crashes nor stops folding.
 func TestBadInput(t *testing.T) {
 	skipShort(t, "runs an engine process over every bad input")
-	t.Parallel()
+	parallel(t)
 	eng := startEngine(t, t.TempDir(), "--sync", "1s")
 	nc, js, log := connectJS(t, eng.url)
 	b := &badInput{eng: eng, nc: nc, js: js, log: log}

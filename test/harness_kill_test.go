@@ -140,7 +140,7 @@ var importCounts = regexp.MustCompile(`-> (\d+) events \((\d+) appended, (\d+) a
 // tail, as `engine inspect` serves it) equals a fresh replay of its log.
 func TestEngineKilledMidImport(t *testing.T) {
 	skipShort(t, "kills engine processes")
-	t.Parallel()
+	parallelLong(t)
 	const tenant = "killimport"
 	// Under the race detector, the two smallest (5.5 of 15 MB): the
 	// harness converts and folds what it imports in this process, ten to
@@ -282,7 +282,7 @@ func recordedTurns(stderr string) []turnRecorded {
 // projection equals a fresh replay of its log.
 func TestEngineKilledMidLiveIngest(t *testing.T) {
 	skipShort(t, "kills engine processes")
-	t.Parallel()
+	parallel(t)
 	const tenant = "live"
 	dir, port := t.TempDir(), freePort(t)
 	// Snapshots every 20 events, so that restores start from them.

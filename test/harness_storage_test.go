@@ -121,7 +121,7 @@ func padded(t testing.TB, tenant, session string, i, size int) events.Event {
 // succeed and every acknowledged event is readable.
 func TestStreamFullFailsClosedAndLosesNothing(t *testing.T) {
 	skipShort(t, "fills a stream")
-	t.Parallel()
+	parallel(t)
 	dir, port := t.TempDir(), freePort(t)
 	srv := startServerAt(t, dir, port, 0)
 	telemetry := fmt.Sprintf("127.0.0.1:%d", freePort(t))
@@ -205,7 +205,7 @@ func waitHealth(t testing.TB, eng *engineProc, addr string, code int, says strin
 // reconnects, appends succeed and every acknowledged event is still in the
 // log.
 func TestJetStreamStorageFullFailsClearlyAndRecovers(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	dir, port := t.TempDir(), freePort(t)
 	srv := startServerAt(t, dir, port, 8<<20)
 	_, js := connectRetrying(t, srv.ClientURL())
@@ -261,7 +261,7 @@ func TestJetStreamStorageFullFailsClearlyAndRecovers(t *testing.T) {
 // is stored once) and every acknowledged event is in the log.
 func TestStreamUnavailableMidAppend(t *testing.T) {
 	skipShort(t, "stops and restarts a server")
-	t.Parallel()
+	parallel(t)
 	dir, port := t.TempDir(), freePort(t)
 	srv := startServerAt(t, dir, port, 0)
 	_, js := connectRetrying(t, srv.ClientURL())

@@ -28,7 +28,7 @@ import (
 // full-size pass imports them all.
 func TestImportedHistoryIsNeverActedOn(t *testing.T) {
 	skipShort(t, "reads the whole transcript corpus")
-	t.Parallel()
+	parallel(t)
 	ctx := context.Background()
 	eng := enginetest.Start(t, enginetest.Options{}) // its runtime serves tenant acme
 	nc, err := nats.Connect(eng.URL)

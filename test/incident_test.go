@@ -22,7 +22,7 @@ import (
 // only after the repair, and `engine replay` must show the chain in order.
 func TestIncident20260219(t *testing.T) {
 	skipShort(t, "replays an incident through engine processes")
-	t.Parallel()
+	parallel(t)
 	ctx := context.Background()
 	// The deadlines of the policy before issue 15's calibration: the
 	// crashed turn (a tool call pending) falls due 2 minutes after its

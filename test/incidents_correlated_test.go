@@ -77,7 +77,7 @@ func (p *publisher) publish(f failure) {
 // incident with the 30 sessions and its evidence, keeps the 5 apart, and
 // marks the pattern seen in two windows recurring.
 func TestIncidentsCorrelated(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	eng := enginetest.Start(t, enginetest.Options{})
 	p := &publisher{t: t, eng: eng}
 	t0 := time.Now().UTC().Add(-3 * time.Hour).Truncate(time.Minute)

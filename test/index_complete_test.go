@@ -25,7 +25,7 @@ func TestFleetIndexHoldsEverySession(t *testing.T) {
 	if testing.Short() {
 		t.Skip("100,000 sessions: not in -short")
 	}
-	t.Parallel()
+	parallel(t)
 	// 100,000 new sessions at the ingest's full rate is what lost rows
 	// (issue 16). Under the race detector this process appends and reads
 	// ten times slower: a tenth of the sessions still outruns the

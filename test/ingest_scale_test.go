@@ -114,7 +114,7 @@ func TestEachEngineReceivesOnlyItsPartitionsAppends(t *testing.T) {
 	if testing.Short() {
 		t.Skip("two engine processes: not in -short")
 	}
-	t.Parallel()
+	parallel(t)
 	t1, t2 := fmt.Sprintf("127.0.0.1:%d", freePort(t)), fmt.Sprintf("127.0.0.1:%d", freePort(t))
 	e1 := startEngine(t, t.TempDir(), "--name", "e1", "--telemetry-listen", t1, "--sync", "1s")
 	e2 := startSecondEngine(t, e1.url, "--name", "e2", "--telemetry-listen", t2)

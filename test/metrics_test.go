@@ -34,7 +34,7 @@ func metric(body, name string) float64 {
 // deadline and that started = completed + failed + abandoned + in flight.
 func TestEngineMetricsAccountForEveryTurn(t *testing.T) {
 	skipShort(t, "runs engine processes")
-	t.Parallel()
+	parallel(t)
 	policy := filepath.Join(t.TempDir(), "policy.yaml")
 	if err := os.WriteFile(policy, []byte("turn_deadline: 3s\ntool_deadline: 3s\n"), 0o644); err != nil {
 		t.Fatal(err)

@@ -17,7 +17,7 @@ import (
 // --session TENANT/SESSION, a replay before the first event, --since in
 // days, the diff's ends, and a log that says each thing once.
 func TestOperatorsFirstHour(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	certs := t.TempDir()
 	if _, err := auth.WriteCerts(auth.CertConfig{Dir: certs, Hosts: []string{"127.0.0.1"}}); err != nil {
 		t.Fatal(err)

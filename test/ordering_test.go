@@ -85,7 +85,7 @@ func TestCommandsRunInPublishOrderAcrossWorkerDeath(t *testing.T) {
 	if testing.Short() {
 		t.Skip("multi-process ordering test")
 	}
-	t.Parallel()
+	parallel(t)
 	const sessions, perSession = 50, 20
 	eng := startEngine(t, t.TempDir(), "--sync", "1s")
 	_, js, log := connectJS(t, eng.url)

@@ -166,7 +166,7 @@ func TestJaegerShowsACrashedSession(t *testing.T) {
 	if testing.Short() {
 		t.Skip("the Jaeger demo is skipped under -short")
 	}
-	t.Parallel()
+	parallel(t)
 	otlp, ui := startJaeger(t)
 	eng := startEngine(t, t.TempDir(), "--sync", "1s")
 	startWorker(t, eng.url, "w1")

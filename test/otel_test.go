@@ -25,7 +25,7 @@ import (
 // export otel` of the same session then sends identical spans.
 func TestOTelExportsACrashedRuntime(t *testing.T) {
 	skipShort(t, "runs engine processes")
-	t.Parallel()
+	parallel(t)
 	live := otlptest.Start(t)
 	eng := startEngineEnvAt(t, t.TempDir(), freePort(t), []string{
 		"OTEL_EXPORTER_OTLP_ENDPOINT=" + live.HTTP, "OTEL_BSP_SCHEDULE_DELAY=100", "OTEL_SERVICE_NAME=turnstone-e2e",

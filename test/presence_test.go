@@ -26,7 +26,7 @@ import (
 // answers, exactly one resume_session is.
 func TestRuntimeKilledMidTurnIsGoneOnce(t *testing.T) {
 	skipShort(t, "kills a runtime process and waits out presence")
-	t.Parallel()
+	parallelLong(t)
 	eng := startEngine(t, t.TempDir(), "--sync", "1s")
 	startWorker(t, eng.url, "w1")
 	_, js, log := connectJS(t, eng.url)

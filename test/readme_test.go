@@ -226,7 +226,7 @@ func matchOutput(want []string, out string) string {
 }
 
 func TestREADMEConvention(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	blocks, ports, err := parseREADME("intro\n<!-- readme-test: ports 4222 9465 -->\n\n" +
 		"<!-- readme-test: background; ready: \"engine ready\"; timeout: 2m -->\n```sh\nbin/engine serve\n```\n" +
 		"```sh\nbin/engine sessions\n```\n<!-- readme-test: output -->\n```text\nTENANT  SESSION ...\ndemo    rt-...   idle\n```\n" +
@@ -266,7 +266,7 @@ func TestREADME(t *testing.T) {
 	if testing.Short() {
 		t.Skip("the README's walkthrough (about a minute): not in -short")
 	}
-	t.Parallel()
+	parallelLong(t)
 	started := time.Now()
 	text, err := os.ReadFile("../README.md")
 	if err != nil {

@@ -21,7 +21,7 @@ func TestReadyMeansEveryPartitionIsOwned(t *testing.T) {
 	if testing.Short() {
 		t.Skip("an engine process killed and restarted: not in -short")
 	}
-	t.Parallel()
+	parallel(t)
 	dir := t.TempDir()
 	port := freePort(t)
 	eng := startEngineAt(t, dir, port, "--sync", "1s")

@@ -18,7 +18,7 @@ import (
 // orphan repaired by the reconciler; `engine recovery list` and `engine
 // replay` show each attempt and outcome.
 func TestWorkerProcessRepairsACrashedRuntime(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	eng := startEngine(t, t.TempDir(), "--sync", "1s")
 	_, wout := startWorker(t, eng.url, "w1")
 

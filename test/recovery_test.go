@@ -135,7 +135,7 @@ func (e *recoveryEnv) turn(session string, spec refruntime.TurnSpec) refruntime.
 // orphan; a worker repairs it, and the history is valid for the model API
 // again (a distillation over it is clean).
 func TestReferenceRuntimeOrphanIsRepaired(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	e := newRecoveryEnv(t)
 	e.turn("crash", refruntime.TurnSpec{Tools: []refruntime.ToolSpec{{Name: "Read"}}})
 	res := e.turn("crash", refruntime.TurnSpec{
@@ -183,7 +183,7 @@ func TestReferenceRuntimeOrphanIsRepaired(t *testing.T) {
 // TestReferenceRuntimeFaultsEndInRecordedOutcomes drives each fault the
 // reference runtime knows through the command a reconciler would issue.
 func TestReferenceRuntimeFaultsEndInRecordedOutcomes(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	e := newRecoveryEnv(t)
 
 	// 529 overloaded: retry works once the provider is back.

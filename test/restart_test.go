@@ -17,7 +17,7 @@ import (
 // ends in an outcome without any new event arriving for its session.
 func TestEngineKilledWithTurnsInFlight(t *testing.T) {
 	skipShort(t, "kills engine processes")
-	t.Parallel()
+	parallel(t)
 	dir := t.TempDir()
 	policy := filepath.Join(t.TempDir(), "policy.yaml")
 	if err := os.WriteFile(policy, []byte("turn_deadline: 4s\n"), 0o644); err != nil {

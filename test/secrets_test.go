@@ -132,7 +132,7 @@ func quote(s string) string {
 // one, and neither do inspect, replay, recovery list, rejects or sessions.
 func TestSecretsFromARawClientNeverReachTheLog(t *testing.T) {
 	skipShort(t, "runs engine processes")
-	t.Parallel()
+	parallel(t)
 	dir := t.TempDir()
 	policy := filepath.Join(dir, "policy.yaml")
 	if err := os.WriteFile(policy, []byte("turn_deadline: 1s\ntool_deadline: 1s\n"), 0o600); err != nil {
@@ -314,7 +314,7 @@ func TestSecretsFromARawClientNeverReachTheLog(t *testing.T) {
 // the body names.
 func TestCrossTenantBodyLeavesTheOtherSessionAlone(t *testing.T) {
 	skipShort(t, "runs engine processes")
-	t.Parallel()
+	parallel(t)
 	ctx := context.Background()
 	eng := enginetest.Start(t, enginetest.Options{SnapshotEvery: 3, RetentionEvery: -1})
 	beta := eng.NewRuntime(t, refruntime.Config{Tenant: "beta"})

@@ -50,7 +50,7 @@ func checkDelivery(t *testing.T, js jetstream.JetStream, when string, want recov
 // nothing, runs (issues 19 and 21).
 func TestEngineSetupIsTheOnlyWriterOfConsumerSettings(t *testing.T) {
 	skipShort(t, "runs engine and worker processes")
-	t.Parallel()
+	parallel(t)
 	dir := t.TempDir()
 	port := freePort(t)
 	eng := startEngineAt(t, dir, port)

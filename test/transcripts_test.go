@@ -110,7 +110,7 @@ func (e *env) restore(t *testing.T, tenant, session string) *projections.Session
 // most 256 KiB (corpusSample); .ci/run's full-size pass reads them all.
 func TestEveryShippedTranscriptImportsClean(t *testing.T) {
 	skipShort(t, "reads the whole transcript corpus")
-	t.Parallel()
+	parallel(t)
 	e := newEnv(t)
 	files := transcripts(t)
 	sampled := raceEnabled
@@ -166,7 +166,7 @@ func TestEveryShippedTranscriptImportsClean(t *testing.T) {
 }
 
 func TestCompactionBecomesADistillation(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	e := newEnv(t)
 	file := filepath.Join(transcriptsDir, "spotter", "258c7280-ae70-4798-800f-63464d01a85d.jsonl")
 	e.importFiles(t, "real", file)
@@ -209,7 +209,7 @@ var errStopFold = errors.New("stop the fold")
 // full-size pass reads them all.
 func TestSecondImportAddsNothing(t *testing.T) {
 	skipShort(t, "reads the whole transcript corpus twice")
-	t.Parallel()
+	parallel(t)
 	e := newEnv(t)
 	files := corpusSample(t, transcripts(t))
 	first := e.importFiles(t, "real", files...)
@@ -328,7 +328,7 @@ func nextPrompt(t *testing.T, file string) string {
 
 func TestCutTranscriptReportsExactlyTheOrphan(t *testing.T) {
 	skipShort(t, "cuts and imports long transcripts")
-	t.Parallel()
+	parallel(t)
 	e := newEnv(t)
 	cases := []struct {
 		file string

@@ -169,7 +169,7 @@ const sidechainParent = "258c7280-ae70-4798-800f-63464d01a85d"
 // pages ask no host but the engine for anything.
 func TestWebViewInChromium(t *testing.T) {
 	skipShort(t, "drives Chromium")
-	t.Parallel()
+	parallel(t)
 	started := time.Now()
 	ctx := context.Background()
 	// The reconciler of this branch acts on imported sessions; this policy

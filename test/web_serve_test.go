@@ -17,7 +17,7 @@ import (
 // with a provider's 529, the incidents page shows it, and /metrics counts
 // the open incident by its class.
 func TestServeWebViewAndIncidentMetrics(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	ui := fmt.Sprintf("127.0.0.1:%d", freePort(t))
 	tele := fmt.Sprintf("127.0.0.1:%d", freePort(t))
 	eng := startEngine(t, t.TempDir(), "--sync", "1s", "--ui-listen", ui, "--telemetry-listen", tele, "--incidents-every", "200ms")

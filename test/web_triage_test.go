@@ -31,7 +31,7 @@ import (
 // screenshot.
 func TestWebViewTriageInChromium(t *testing.T) {
 	skipShort(t, "drives Chromium")
-	t.Parallel()
+	parallel(t)
 	ctx := context.Background()
 	eng := enginetest.Start(t, enginetest.Options{Policy: "budget:\n  same_error_limit: 1000\n  same_output_limit: 1000\n"})
 	fleet, addr := serveWebView(t, eng)

@@ -26,7 +26,7 @@ import (
 // runs print byte-identical JSON.
 func TestWhatifReplaysTheRecordedPolicy(t *testing.T) {
 	skipShort(t, "runs engine processes")
-	t.Parallel()
+	parallel(t)
 	policy := filepath.Join(t.TempDir(), "policy.yaml")
 	if err := os.WriteFile(policy, []byte("turn_deadline: 6s\ntool_deadline: 6s\n"), 0o644); err != nil {
 		t.Fatal(err)
