@@ -581,7 +581,29 @@ func (l *Log) appendAsync(ctx context.Context, evs []Event, msgs []*nats.Msg) ([
 // takes longer than Config.Timeout after the one before it and ctx has
 // no deadline of its own: a large batch is bounded by progress, not by
 // one fixed deadline.
+//
+// When the round holds two events of one session, its first event is sent
+// alone, and the rest only once it is stored: where no stream listens yet
+// (a stream just created, or whose leader just moved), events sent at once
+// could meet the stream's interest arriving midway, so that a session's
+// first events meet "no responders" and a later one is stored, ahead of
+// them. When the first meets "no responders", the rest are not sent and
+// count as having met it too, so that the next round sends them all again
+// in call order. (A round of one event per session has no order to keep:
+// it is sent at once.)
 func (l *Log) publishRound(ctx context.Context, evs []Event, msgs []*nats.Msg, send []int, acks []Ack, errs []error) error {
+	if len(send) > 1 && sessionTwice(msgs, send) {
+		if err := l.publishRound(ctx, evs, msgs, send[:1], acks, errs); err != nil {
+			return err
+		}
+		if errors.Is(errs[send[0]], jetstream.ErrNoStreamResponse) {
+			for _, i := range send[1:] {
+				errs[i] = jetstream.ErrNoStreamResponse
+			}
+			return nil
+		}
+		send = send[1:]
+	}
 	futures := make([]jetstream.PubAckFuture, len(send))
 	for k, i := range send {
 		f, err := l.js.PublishMsgAsync(msgs[i], jetstream.WithExpectStream(EventsStream), jetstream.WithRetryAttempts(0))
@@ -611,6 +633,19 @@ func (l *Log) publishRound(ctx context.Context, evs []Event, msgs []*nats.Msg, s
 		timer.Reset(l.cfg.Timeout)
 	}
 	return nil
+}
+
+// sessionTwice reports whether two of msgs[i], i in send, are on one
+// subject (one session's).
+func sessionTwice(msgs []*nats.Msg, send []int) bool {
+	seen := make(map[string]struct{}, len(send))
+	for _, i := range send {
+		if _, ok := seen[msgs[i].Subject]; ok {
+			return true
+		}
+		seen[msgs[i].Subject] = struct{}{}
+	}
+	return false
 }
 
 // MaxAtomicEvents is the most events one conditional Append stores as one

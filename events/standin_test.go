@@ -1,9 +1,16 @@
 package events
 
+// Tests of the log against a stand-in for JetStream: a plain NATS server
+// and a subscriber that answers as nats-server does, in the states a real
+// cluster passes through too briefly to be caught at will.
+
 import (
 	"context"
 	"errors"
+	"fmt"
+	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -23,24 +30,7 @@ import (
 // as nats-server does, unavailable the first times.
 func TestLastSeqWaitsOutALeaderElection(t *testing.T) {
 	t.Parallel()
-	ns, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, NoSigs: true, NoLog: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ns.Start()
-	t.Cleanup(ns.Shutdown)
-	if !ns.ReadyForConnections(10 * time.Second) {
-		t.Fatal("server not ready")
-	}
-	nc, err := nats.Connect(ns.ClientURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	nc, js := withoutJetStream(t)
 	const unavailable = `{"type":"io.nats.jetstream.api.v1.stream_msg_get_response","error":{"code":503,"err_code":10008,"description":"JetStream system temporarily unavailable"}}`
 	var asked atomic.Int32
 	var answer func(n int32) string
@@ -92,4 +82,86 @@ type replicatedStream struct{ jetstream.Stream }
 
 func (replicatedStream) CachedInfo() *jetstream.StreamInfo {
 	return &jetstream.StreamInfo{Config: jetstream.StreamConfig{Name: EventsStream, Replicas: 3}}
+}
+
+// withoutJetStream starts a NATS server without JetStream, for a test
+// whose subscriber stands in for JetStream, and returns a connection to
+// it with its JetStream context.
+func withoutJetStream(t *testing.T) (*nats.Conn, jetstream.JetStream) {
+	t.Helper()
+	ns, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, NoSigs: true, NoLog: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns.Start()
+	t.Cleanup(ns.Shutdown)
+	if !ns.ReadyForConnections(10 * time.Second) {
+		t.Fatal("server not ready")
+	}
+	nc, err := nats.Connect(ns.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return nc, js
+}
+
+// An append whose first events meet "no responders" (no stream listening
+// yet) and whose later ones would find the stream, as when the stream's
+// interest reaches the server midway through the events sent at once,
+// still stores them in the order given: the stand-in stream answers the
+// first three messages it receives "no responders" (a reply with status
+// 503 and no body, as nats-server sends when nothing listens) and stores
+// every later one. Sent all at once, events 3 to 40 would be stored before
+// events 0 to 2 were sent again.
+func TestAppendKeepsItsOrderWhenTheStreamAppearsMidway(t *testing.T) {
+	t.Parallel()
+	nc, js := withoutJetStream(t)
+	var mu sync.Mutex
+	var received int
+	var stored []string
+	sub, err := nc.Subscribe(EventSubjectPrefix+".>", func(m *nats.Msg) {
+		mu.Lock()
+		received++
+		if received <= 3 {
+			mu.Unlock()
+			_ = m.RespondMsg(&nats.Msg{Header: nats.Header{"Status": []string{"503"}}})
+			return
+		}
+		stored = append(stored, m.Header.Get(jetstream.MsgIDHeader))
+		seq := len(stored)
+		mu.Unlock()
+		_ = m.Respond(fmt.Appendf(nil, `{"stream":%q,"seq":%d}`, EventsStream, seq))
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sub.Unsubscribe() })
+	l := &Log{js: js, events: replicatedStream{}, cfg: Config{Timeout: 5 * time.Second, MaxEventBytes: DefaultMaxEventBytes}, partitions: 1}
+	var evs []Event
+	for i := range 41 {
+		e, err := New("acme", "s1", "t1", &TurnStarted{Prompt: fmt.Sprint(i)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		evs = append(evs, e)
+	}
+	acks, err := l.Append(context.Background(), evs)
+	if err != nil || len(acks) != len(evs) {
+		t.Fatalf("append: %d acks, %v", len(acks), err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(stored) != len(evs) {
+		t.Fatalf("%d events stored, want %d", len(stored), len(evs))
+	}
+	for i, id := range stored {
+		if id != evs[i].ID || acks[i].Seq != uint64(i+1) {
+			t.Fatalf("stored at position %d: event %d (ack seq %d); want the order given", i, slices.IndexFunc(evs, func(e Event) bool { return e.ID == id }), acks[i].Seq)
+		}
+	}
 }
