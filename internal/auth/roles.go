@@ -193,7 +193,7 @@ func Grants(role Role, tenant string) []Grant {
 		g = append(g, jsDurable(evStream, partitionName(projectorP), "the projector's partition consumers")...)
 		g = append(g, jsDurable(evStream, partitionName(otelP), "the OpenTelemetry export's partition consumers (docs/otel.md)")...)
 		g = append(g, jsRead(snapStream, "restore sessions from snapshots")...)
-		g = append(g, jsRead(recStream, "read commands (reissue)")...)
+		g = append(g, jsRead(recStream, "read commands (reissue), and the reconciler's write probe: is the stream full")...)
 		g = append(g, jsRead(quarStream, "check the quarantine stream exists")...)
 		g = append(g, kvRead(kvIndex, "the fleet index")...)
 		g = append(g, kvRead(kvMembers, "the engines' group")...)
