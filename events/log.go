@@ -581,29 +581,7 @@ func (l *Log) appendAsync(ctx context.Context, evs []Event, msgs []*nats.Msg) ([
 // takes longer than Config.Timeout after the one before it and ctx has
 // no deadline of its own: a large batch is bounded by progress, not by
 // one fixed deadline.
-//
-// When the round holds two events of one session, its first event is sent
-// alone, and the rest only once it is stored: where no stream listens yet
-// (a stream just created, or whose leader just moved), events sent at once
-// could meet the stream's interest arriving midway, so that a session's
-// first events meet "no responders" and a later one is stored, ahead of
-// them. When the first meets "no responders", the rest are not sent and
-// count as having met it too, so that the next round sends them all again
-// in call order. (A round of one event per session has no order to keep:
-// it is sent at once.)
 func (l *Log) publishRound(ctx context.Context, evs []Event, msgs []*nats.Msg, send []int, acks []Ack, errs []error) error {
-	if len(send) > 1 && sessionTwice(msgs, send) {
-		if err := l.publishRound(ctx, evs, msgs, send[:1], acks, errs); err != nil {
-			return err
-		}
-		if errors.Is(errs[send[0]], jetstream.ErrNoStreamResponse) {
-			for _, i := range send[1:] {
-				errs[i] = jetstream.ErrNoStreamResponse
-			}
-			return nil
-		}
-		send = send[1:]
-	}
 	futures := make([]jetstream.PubAckFuture, len(send))
 	for k, i := range send {
 		f, err := l.js.PublishMsgAsync(msgs[i], jetstream.WithExpectStream(EventsStream), jetstream.WithRetryAttempts(0))
@@ -633,19 +611,6 @@ func (l *Log) publishRound(ctx context.Context, evs []Event, msgs []*nats.Msg, s
 		timer.Reset(l.cfg.Timeout)
 	}
 	return nil
-}
-
-// sessionTwice reports whether two of msgs[i], i in send, are on one
-// subject (one session's).
-func sessionTwice(msgs []*nats.Msg, send []int) bool {
-	seen := make(map[string]struct{}, len(send))
-	for _, i := range send {
-		if _, ok := seen[msgs[i].Subject]; ok {
-			return true
-		}
-		seen[msgs[i].Subject] = struct{}{}
-	}
-	return false
 }
 
 // MaxAtomicEvents is the most events one conditional Append stores as one
@@ -813,7 +778,8 @@ func (l *Log) LastSeq(ctx context.Context, tenant, session string) (uint64, erro
 // heartbeat (1 s in nats-server) after the append was acknowledged.
 // jetstream.ErrMsgNotFound when the subject has no message (JetStream
 // error 10037). While the cluster elects a leader the request is retried
-// (retryUnavailable), within ctx.
+// (retryUnavailable), within ctx: each try waits leaderTry for its answer,
+// as the other replicas say nothing until they know the leader is gone.
 func (l *Log) lastMessage(ctx context.Context, subject string) (uint64, nats.Header, error) {
 	ctx, cancel := l.withTimeout(ctx)
 	defer cancel()
@@ -843,7 +809,12 @@ func (l *Log) lastMessage(ctx context.Context, subject string) (uint64, nats.Hea
 	}
 	var r getResponse
 	err = retryUnavailable(ctx, func() error {
-		resp, err := l.js.Conn().RequestWithContext(ctx, "$JS.API.STREAM.MSG.GET."+EventsStream, req)
+		tctx, cancel := context.WithTimeout(ctx, leaderTry)
+		defer cancel()
+		resp, err := l.js.Conn().RequestWithContext(tctx, "$JS.API.STREAM.MSG.GET."+EventsStream, req)
+		if err != nil && ctx.Err() == nil && tctx.Err() != nil {
+			return fmt.Errorf("%w within %s", errNoAnswer, leaderTry)
+		}
 		if err != nil {
 			return err
 		}
@@ -872,6 +843,13 @@ func (l *Log) lastMessage(ctx context.Context, subject string) (uint64, nats.Hea
 	}
 	return r.Message.Seq, hdr, nil
 }
+
+// leaderTry bounds each try of a request that only a stream's leader
+// answers. A leader that was killed answers nothing, and the other
+// replicas say nothing either until their election timer tells them it is
+// gone (4 to 9 s in nats-server): the request is sent again after
+// leaderTry rather than waiting out the whole read's context.
+const leaderTry = time.Second
 
 // FirstSeq returns the stream sequence of the session's first event, or 0
 // and ErrSessionNotFound when it has none. It costs one direct get (the

@@ -89,27 +89,33 @@ func (e *callbackError) Error() string { return e.err.Error() }
 
 // retryUnavailable is retryNoResponders for a JetStream API request that
 // a stream's leader answers: it also runs op again while it fails with
-// JetStream's "temporarily unavailable" (10008), which nats-server answers
-// to a "get message" request from any node that knows the meta group, or
-// the stream's group, to be without a leader (jsMsgGetRequest): for the
-// few seconds of an election, though the stream itself lost nothing.
+// errNoAnswer (a try had no answer in its time: the leader is gone and
+// the others do not know it yet) or with JetStream's "temporarily
+// unavailable" (10008), which nats-server answers to a "get message"
+// request from a node that knows the meta group, or the stream's group,
+// to be without a leader (jsMsgGetRequest): for the seconds of an
+// election, though the stream itself lost nothing.
 // When ctx ends first, the error is ctx's, with the last try's.
 func retryUnavailable(ctx context.Context, op func() error) error {
 	var last error
 	err := backoff.Retry(func() error {
 		err := op()
 		var apiErr *jetstream.APIError
-		if err != nil && !errors.Is(err, nats.ErrNoResponders) && !(errors.As(err, &apiErr) && apiErr.ErrorCode == jsErrCodeClusterNotAvail) {
+		if err != nil && !errors.Is(err, nats.ErrNoResponders) && !errors.Is(err, errNoAnswer) && !(errors.As(err, &apiErr) && apiErr.ErrorCode == jsErrCodeClusterNotAvail) {
 			return backoff.Permanent(err)
 		}
 		last = err
 		return err
 	}, backoff.WithContext(backoff.WithMaxRetries(resend.BackOff(), resend.Tries-1), ctx))
 	if err != nil && last != nil && ctx.Err() != nil && errors.Is(err, ctx.Err()) {
-		return fmt.Errorf("%w (the last try: %w)", err, last)
+		return fmt.Errorf("%w (the last answer: %w)", err, last)
 	}
 	return err
 }
+
+// errNoAnswer: a try of a request that only a stream's leader answers
+// had no answer within its time (leaderTry).
+var errNoAnswer = errors.New("no answer from the stream's leader")
 
 // jsErrCodeClusterNotAvail is JetStream's JSClusterNotAvailErr, "JetStream
 // system temporarily unavailable" (nats-server's errors.json; nats.go's
