@@ -5,6 +5,7 @@ import (
 	"go/parser"
 	"go/token"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -26,7 +27,14 @@ import (
 //
 // TestMain sets go test's -parallel far above any count of tests here,
 // so its semaphore never holds a test back, and gives admission the
-// slots (-parallel as given, or defaultParallel).
+// slots (-parallel as given, or defaultParallel). When fuzzing, where
+// -parallel is the count of fuzz workers and the tests still run first,
+// go test's semaphore keeps the slots and admission stands aside.
+//
+// So a test's time in go test's -v and -json output includes its wait
+// for a slot (the test logs a wait of 1 s or more), and a -timeout panic
+// lists the tests still waiting as running. Under -shuffle, "declaration
+// order" is the shuffled order.
 
 // parallel is t.Parallel for this package's top-level tests: it marks
 // the test parallel and waits for one of the package's slots, admitting
@@ -55,9 +63,10 @@ var admission = &admitter{}
 // arrived, so that the first choice is made among all of them.
 type admitter struct {
 	mu         sync.Mutex
-	slots      int // set by TestMain before any test runs
-	registered int // tests that called admit (before t.Parallel)
-	arrived    int // tests past t.Parallel, waiting or admitted
+	off        bool // set by TestMain when fuzzing: admit is t.Parallel
+	slots      int  // set by TestMain before any test runs
+	registered int  // tests that called admit (before t.Parallel)
+	arrived    int  // tests past t.Parallel, waiting or admitted
 	running    int
 	waiting    []*waiter
 }
@@ -70,6 +79,12 @@ type waiter struct {
 
 func admit(t *testing.T, long bool) {
 	a := admission
+	if a.off || strings.Contains(t.Name(), "/") {
+		// Fuzzing (go test's own -parallel holds the slots), or a
+		// subtest, which registers only once its parent runs.
+		t.Parallel()
+		return
+	}
 	a.mu.Lock()
 	order := a.registered
 	a.registered++
