@@ -537,7 +537,7 @@ func (l *Log) appendAsync(ctx context.Context, evs []Event, msgs []*nats.Msg) ([
 	}
 	// Events that met "no responders" (no stream listening yet: a
 	// replicated stream just created, or whose leader just moved) are sent
-	// again, by this goroutine, in call order, on retryNoResponders'
+	// again, by this goroutine, in call order, on retryTransient's
 	// schedule. nats.go's own retry (jetstream.WithRetryAttempts) sends
 	// each message again from a timer of its own, so that two events of
 	// one session could be stored in the other order: it is turned off.
@@ -634,9 +634,9 @@ func (l *Log) appendAtomic(ctx context.Context, evs []Event, msgs []*nats.Msg, e
 	// nothing of the batch, which the stream drops uncommitted: the whole
 	// batch is sent again, under a new batch id, as nats.go's own publish
 	// sends a message again on "no responders" (jetstream.WithRetryAttempts),
-	// for at most 10 tries over about 3.5 s (retryNoResponders).
+	// for at most 10 tries over about 3.5 s (retryTransient).
 	var acks []Ack
-	err := retryNoResponders(ctx, func() error {
+	err := retryTransient(ctx, noResponders, func() error {
 		var err error
 		acks, err = l.sendBatch(ctx, evs, msgs, expect)
 		return err
@@ -778,7 +778,7 @@ func (l *Log) LastSeq(ctx context.Context, tenant, session string) (uint64, erro
 // heartbeat (1 s in nats-server) after the append was acknowledged.
 // jetstream.ErrMsgNotFound when the subject has no message (JetStream
 // error 10037). While the cluster elects a leader the request is retried
-// (retryUnavailable), within ctx: each try waits leaderTry for its answer,
+// (leaderUnavailable), within ctx: each try waits leaderTry for its answer,
 // as the other replicas say nothing until they know the leader is gone.
 func (l *Log) lastMessage(ctx context.Context, subject string) (uint64, nats.Header, error) {
 	ctx, cancel := l.withTimeout(ctx)
@@ -808,7 +808,7 @@ func (l *Log) lastMessage(ctx context.Context, subject string) (uint64, nats.Hea
 		} `json:"message"`
 	}
 	var r getResponse
-	err = retryUnavailable(ctx, func() error {
+	err = retryTransient(ctx, leaderUnavailable, func() error {
 		tctx, cancel := context.WithTimeout(ctx, leaderTry)
 		defer cancel()
 		resp, err := l.js.Conn().RequestWithContext(tctx, "$JS.API.STREAM.MSG.GET."+EventsStream, req)

@@ -36,7 +36,7 @@ func ReadStream(ctx context.Context, st jetstream.Stream, cfg jetstream.OrderedC
 		return fmt.Errorf("read stream: %w", err)
 	}
 	var info *jetstream.ConsumerInfo
-	err = retryNoResponders(ctx, func() error {
+	err = retryTransient(ctx, noResponders, func() error {
 		var err error
 		info, err = cons.Info(ctx)
 		return err
@@ -47,7 +47,7 @@ func ReadStream(ctx context.Context, st jetstream.Stream, cfg jetstream.OrderedC
 	remaining := info.NumPending
 	for remaining > 0 {
 		n := 0
-		err := retryNoResponders(ctx, func() error {
+		err := retryTransient(ctx, noResponders, func() error {
 			msgs, err := cons.Fetch(int(min(remaining, uint64(batch))), jetstream.FetchMaxWait(5*time.Second))
 			if err != nil {
 				return err
@@ -87,21 +87,17 @@ type callbackError struct{ err error }
 
 func (e *callbackError) Error() string { return e.err.Error() }
 
-// retryUnavailable is retryNoResponders for a JetStream API request that
-// a stream's leader answers: it also runs op again while it fails with
-// errNoAnswer (a try had no answer in its time: the leader is gone and
-// the others do not know it yet) or with JetStream's "temporarily
-// unavailable" (10008), which nats-server answers to a "get message"
-// request from a node that knows the meta group, or the stream's group,
-// to be without a leader (jsMsgGetRequest): for the seconds of an
-// election, though the stream itself lost nothing.
-// When ctx ends first, the error is ctx's, with the last try's.
-func retryUnavailable(ctx context.Context, op func() error) error {
+// retryTransient runs op again while it fails with an error transient
+// reports, on internal/resend's schedule (pausing 50 ms, then about 1.5
+// times as long each time, each pause randomized by half, up to 1 s, for
+// at most 10 tries: about 3.5 s of pauses), within ctx; any other result
+// is returned at once. When ctx ends first, the error is ctx's, with the
+// last answer's.
+func retryTransient(ctx context.Context, transient func(error) bool, op func() error) error {
 	var last error
 	err := backoff.Retry(func() error {
 		err := op()
-		var apiErr *jetstream.APIError
-		if err != nil && !errors.Is(err, nats.ErrNoResponders) && !errors.Is(err, errNoAnswer) && !(errors.As(err, &apiErr) && apiErr.ErrorCode == jsErrCodeClusterNotAvail) {
+		if err != nil && !transient(err) {
 			return backoff.Permanent(err)
 		}
 		last = err
@@ -113,6 +109,23 @@ func retryUnavailable(ctx context.Context, op func() error) error {
 	return err
 }
 
+// noResponders: nothing listened on the request's subject (a stream just
+// created, or whose leader just moved, before its interest reached the
+// server this client is connected to).
+func noResponders(err error) bool { return errors.Is(err, nats.ErrNoResponders) }
+
+// leaderUnavailable is noResponders for a JetStream API request that a
+// stream's leader answers, and also errNoAnswer (a try had no answer in
+// its time: the leader is gone and the others do not know it yet) and
+// JetStream's "temporarily unavailable" (10008), which nats-server
+// answers to a "get message" request from a node that knows the meta
+// group, or the stream's group, to be without a leader (jsMsgGetRequest):
+// for the seconds of an election, though the stream itself lost nothing.
+func leaderUnavailable(err error) bool {
+	var apiErr *jetstream.APIError
+	return noResponders(err) || errors.Is(err, errNoAnswer) || errors.As(err, &apiErr) && apiErr.ErrorCode == jsErrCodeClusterNotAvail
+}
+
 // errNoAnswer: a try of a request that only a stream's leader answers
 // had no answer within its time (leaderTry).
 var errNoAnswer = errors.New("no answer from the stream's leader")
@@ -121,18 +134,3 @@ var errNoAnswer = errors.New("no answer from the stream's leader")
 // system temporarily unavailable" (nats-server's errors.json; nats.go's
 // jetstream names no constant for it).
 const jsErrCodeClusterNotAvail jetstream.ErrorCode = 10008
-
-// retryNoResponders runs op again while it fails with "no responders",
-// on internal/resend's schedule (pausing 50 ms, then about 1.5 times as
-// long each time, each pause randomized by half, up to 1 s, for at most
-// 10 tries: about 3.5 s of pauses), within ctx; any other result is
-// returned at once.
-func retryNoResponders(ctx context.Context, op func() error) error {
-	return backoff.Retry(func() error {
-		err := op()
-		if err != nil && !errors.Is(err, nats.ErrNoResponders) {
-			return backoff.Permanent(err)
-		}
-		return err
-	}, backoff.WithContext(backoff.WithMaxRetries(resend.BackOff(), resend.Tries-1), ctx))
-}
