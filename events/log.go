@@ -743,6 +743,9 @@ type ReadOptions struct {
 
 // LastID returns the stream sequence and the id (its Nats-Msg-Id) of the
 // session's last event, or 0, "" and ErrSessionNotFound when it has none.
+// Like LastSeq it includes every append acknowledged before the call, and
+// fails with ErrLogUnavailable when no answer comes within ctx (or
+// Config.Timeout).
 func (l *Log) LastID(ctx context.Context, tenant, session string) (uint64, string, error) {
 	seq, hdr, err := l.lastMessage(ctx, l.SessionSubject(tenant, session))
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
@@ -757,7 +760,10 @@ func (l *Log) LastID(ctx context.Context, tenant, session string) (uint64, strin
 // LastSeq returns the stream sequence of the session's last event, or 0 and
 // ErrSessionNotFound when it has none. The answer includes every append
 // acknowledged before the call (see lastMessage), so a conditional append
-// on it fails only if the session moved on meanwhile.
+// on it fails only if the session moved on meanwhile. ErrLogUnavailable
+// when no answer comes within ctx (or Config.Timeout): on a replicated
+// stream the leader is asked again through an election, each try waiting
+// up to a second, for at most 10 tries.
 func (l *Log) LastSeq(ctx context.Context, tenant, session string) (uint64, error) {
 	seq, _, err := l.lastMessage(ctx, l.SessionSubject(tenant, session))
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
