@@ -345,6 +345,7 @@ type Ack struct {
 type appendOpts struct {
 	expect    bool
 	expectSeq uint64
+	atomic    bool
 }
 
 // AppendOption sets an optional behaviour of Append.
@@ -354,25 +355,54 @@ type AppendOption func(*appendOpts)
 // stored event must be at stream sequence seq (0: the session must have no
 // event yet), or Append stores nothing and returns ErrConflict. The same
 // call sent again after it was stored (its reply lost) is answered with
-// the original acks, Duplicate set, not with a conflict (Resent). The events
-// of the call (one session's, at most MaxAtomicEvents) are stored as one
-// JetStream atomic batch: all of them at consecutive sequences, or none, so
-// no other writer interleaves and a crash never leaves half of them. It is
+// the original acks, Duplicate set, not with a conflict (docs/events.md,
+// "Sending again"). The events of the call (one session's, at most
+// MaxAtomicEvents) are stored as one JetStream atomic batch: all of them
+// at consecutive sequences, or none, so no other writer interleaves and a
+// crash never leaves half of them. It is
 // JetStream's Nats-Expected-Last-Subject-Sequence header on the first
 // message of an atomic batch (ADR-50; nats-server 2.12+).
 func ExpectLastSeq(seq uint64) AppendOption {
 	return func(o *appendOpts) { o.expect, o.expectSeq = true, seq }
 }
 
+// Atomic makes Append store the events of the call (one session's, at
+// most MaxAtomicEvents) as one JetStream atomic batch, without a
+// condition: all of them at consecutive sequences, or none, whatever else
+// the session is sent meanwhile. Events that must never be stored one
+// without the other (a recovery attempt and its completion) are appended
+// so: a writer that dies between two separate publishes leaves the first
+// alone in the log. The same call sent again after it was stored (its
+// reply lost) is answered with the original acks, Duplicate set, while
+// its ids are within the stream's duplicate window (Config's
+// DuplicateWindow); after it, the call is stored again, as an
+// unconditional Append is. ExpectLastSeq implies it. It is ADR-50's
+// atomic batch publish (nats-server 2.12+) with no expectation header.
+func Atomic() AppendOption {
+	return func(o *appendOpts) { o.atomic = true }
+}
+
 // ExpectedLastSeq reads opts: whether they make an Append conditional
 // (ExpectLastSeq) and on which sequence. For other implementations of
 // SessionLog.
 func ExpectedLastSeq(opts ...AppendOption) (seq uint64, conditional bool) {
+	o := readAppendOpts(opts)
+	return o.expectSeq, o.expect
+}
+
+// IsAtomic reads opts: whether they make an Append one atomic batch
+// (Atomic, or ExpectLastSeq). For other implementations of SessionLog.
+func IsAtomic(opts ...AppendOption) bool {
+	o := readAppendOpts(opts)
+	return o.atomic || o.expect
+}
+
+func readAppendOpts(opts []AppendOption) appendOpts {
 	var o appendOpts
 	for _, opt := range opts {
 		opt(&o)
 	}
-	return o.expectSeq, o.expect
+	return o
 }
 
 // SessionLog is what a publisher of one tenant's sessions needs of the log:
@@ -429,27 +459,30 @@ func (l *Log) PrepareBody(ev Event, body []byte) (*nats.Msg, error) {
 // *EventError per bad event, wrapping ErrInvalid (with *FieldError values)
 // or ErrTooLarge. Other errors: ErrConflict (see ExpectLastSeq; the acks of
 // events stored before the conflict are returned), ErrDuplicateID (a
-// conditional append reusing ids another call stored), ErrLogUnavailable.
-// Every form is idempotent: the identical call sent again returns the
-// original acks, Duplicate set. A publish that finds no stream listening
-// ("no responders": a replicated stream just created, or whose leader
-// just moved) is sent again before ErrLogUnavailable, up to 10 tries over
-// about 3.5 s: for an unconditional append, the events that met it, in
-// the call's order (so that one session's events keep their order: a
-// later event stored before an earlier one is possible only when the
-// stream began to answer between the two publishes); for a conditional
-// one, the whole batch.
+// conditional or atomic append reusing ids another call stored),
+// ErrLogUnavailable. Every form is idempotent: the identical call sent
+// again returns the original acks, Duplicate set. With Atomic or
+// ExpectLastSeq the events are one session's, at most MaxAtomicEvents,
+// stored as one atomic batch.
+//
+// A publish that finds no stream listening ("no responders": a replicated
+// stream just created, or whose leader just moved) is sent again before
+// ErrLogUnavailable, up to 10 tries over about 3.5 s: for an atomic or
+// conditional append, the whole batch; for an unconditional one, the
+// events that met it, in the call's order. A round of an unconditional
+// append that holds two events of one session sends its first alone, and
+// the rest once it is stored, so that one session's events keep their
+// order: a later event stored before an earlier one is possible only when
+// the stream stopped answering and began again while the round was sent
+// (its leader moved twice in a moment).
 func (l *Log) Append(ctx context.Context, evs []Event, opts ...AppendOption) ([]Ack, error) {
-	var o appendOpts
-	for _, opt := range opts {
-		opt(&o)
-	}
-	msgs, err := l.prepare(evs, o.expect)
+	o := readAppendOpts(opts)
+	msgs, err := l.prepare(evs, o.expect || o.atomic)
 	if err != nil {
 		return nil, err
 	}
-	if o.expect {
-		return l.appendAtomic(ctx, evs, msgs, o.expectSeq)
+	if o.expect || o.atomic {
+		return l.appendAtomic(ctx, evs, msgs, o.expect, o.expectSeq)
 	}
 	return l.appendAsync(ctx, evs, msgs)
 }
@@ -463,17 +496,14 @@ func (l *Log) AppendMsgs(ctx context.Context, evs []Event, msgs []*nats.Msg, opt
 	if len(evs) != len(msgs) {
 		return nil, fmt.Errorf("append events: %w: %d events, %d messages", ErrInvalid, len(evs), len(msgs))
 	}
-	var o appendOpts
-	for _, opt := range opts {
-		opt(&o)
-	}
-	if o.expect {
+	o := readAppendOpts(opts)
+	if o.expect || o.atomic {
 		for i := range evs {
 			if evs[i].Tenant != evs[0].Tenant || evs[i].Session != evs[0].Session {
-				return nil, fmt.Errorf("append events: %w: a conditional append takes events of one session", ErrInvalid)
+				return nil, fmt.Errorf("append events: %w: an atomic append takes events of one session", ErrInvalid)
 			}
 		}
-		return l.appendAtomic(ctx, evs, msgs, o.expectSeq)
+		return l.appendAtomic(ctx, evs, msgs, o.expect, o.expectSeq)
 	}
 	return l.appendAsync(ctx, evs, msgs)
 }
@@ -491,7 +521,7 @@ func (l *Log) prepare(evs []Event, oneSession bool) ([]*nats.Msg, error) {
 			continue
 		}
 		if oneSession && (ev.Tenant != evs[0].Tenant || ev.Session != evs[0].Session) {
-			bad(fmt.Errorf("%w: a conditional append takes events of one session", ErrInvalid))
+			bad(fmt.Errorf("%w: an atomic or conditional append takes events of one session", ErrInvalid))
 			continue
 		}
 		masked := Mask(ev)
@@ -581,7 +611,29 @@ func (l *Log) appendAsync(ctx context.Context, evs []Event, msgs []*nats.Msg) ([
 // takes longer than Config.Timeout after the one before it and ctx has
 // no deadline of its own: a large batch is bounded by progress, not by
 // one fixed deadline.
+//
+// When the round holds two events of one session, its first event is sent
+// alone, and the rest only once it is stored: where no stream listens yet
+// (a stream just created, or whose leader just moved), events sent at once
+// could meet the stream's interest arriving midway, so that a session's
+// first events meet "no responders" and a later one is stored, ahead of
+// them. When the first meets "no responders", the rest are not sent and
+// count as having met it too, so that the next round sends them all again
+// in call order. (A round of one event per session has no order to keep:
+// it is sent at once.)
 func (l *Log) publishRound(ctx context.Context, evs []Event, msgs []*nats.Msg, send []int, acks []Ack, errs []error) error {
+	if len(send) > 1 && sessionTwice(msgs, send) {
+		if err := l.publishRound(ctx, evs, msgs, send[:1], acks, errs); err != nil {
+			return err
+		}
+		if errors.Is(errs[send[0]], jetstream.ErrNoStreamResponse) {
+			for _, i := range send[1:] {
+				errs[i] = jetstream.ErrNoStreamResponse
+			}
+			return nil
+		}
+		send = send[1:]
+	}
 	futures := make([]jetstream.PubAckFuture, len(send))
 	for k, i := range send {
 		f, err := l.js.PublishMsgAsync(msgs[i], jetstream.WithExpectStream(EventsStream), jetstream.WithRetryAttempts(0))
@@ -613,17 +665,31 @@ func (l *Log) publishRound(ctx context.Context, evs []Event, msgs []*nats.Msg, s
 	return nil
 }
 
-// MaxAtomicEvents is the most events one conditional Append stores as one
-// atomic batch (nats-server's limit on an atomic publish batch).
+// sessionTwice reports whether two of msgs[i], i in send, are on one
+// subject (one session's).
+func sessionTwice(msgs []*nats.Msg, send []int) bool {
+	seen := make(map[string]struct{}, len(send))
+	for _, i := range send {
+		if _, ok := seen[msgs[i].Subject]; ok {
+			return true
+		}
+		seen[msgs[i].Subject] = struct{}{}
+	}
+	return false
+}
+
+// MaxAtomicEvents is the most events one atomic or conditional Append
+// stores as one atomic batch (nats-server's limit on an atomic publish
+// batch).
 const MaxAtomicEvents = 1000
 
 // appendAtomic stores evs as one JetStream atomic batch (ADR-50,
-// nats-server 2.12+): all of them or none, at consecutive sequences, the
-// first conditional on the session's last sequence being expect. A
-// conflict comes back as error 10164 on the commit.
-func (l *Log) appendAtomic(ctx context.Context, evs []Event, msgs []*nats.Msg, expect uint64) ([]Ack, error) {
+// nats-server 2.12+): all of them or none, at consecutive sequences; when
+// conditional, the first on the session's last sequence being expect (a
+// conflict comes back as error 10164 on the commit).
+func (l *Log) appendAtomic(ctx context.Context, evs []Event, msgs []*nats.Msg, conditional bool, expect uint64) ([]Ack, error) {
 	if len(msgs) > MaxAtomicEvents {
-		return nil, fmt.Errorf("append events: %w: a conditional append takes at most %d events, got %d", ErrInvalid, MaxAtomicEvents, len(msgs))
+		return nil, fmt.Errorf("append events: %w: an atomic append takes at most %d events, got %d", ErrInvalid, MaxAtomicEvents, len(msgs))
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("append events: %w: %w", ErrLogUnavailable, err)
@@ -638,7 +704,7 @@ func (l *Log) appendAtomic(ctx context.Context, evs []Event, msgs []*nats.Msg, e
 	var acks []Ack
 	err := retryTransient(ctx, noResponders, func() error {
 		var err error
-		acks, err = l.sendBatch(ctx, evs, msgs, expect)
+		acks, err = l.sendBatch(ctx, evs, msgs, conditional, expect)
 		return err
 	})
 	if err != nil && !errors.Is(err, ErrLogUnavailable) && ctx.Err() != nil && errors.Is(err, ctx.Err()) {
@@ -648,15 +714,15 @@ func (l *Log) appendAtomic(ctx context.Context, evs []Event, msgs []*nats.Msg, e
 }
 
 // sendBatch sends msgs as one atomic batch, the first conditional on
-// expect, and reads the commit's reply (appendAtomic).
-func (l *Log) sendBatch(ctx context.Context, evs []Event, msgs []*nats.Msg, expect uint64) ([]Ack, error) {
+// expect when conditional, and reads the commit's reply (appendAtomic).
+func (l *Log) sendBatch(ctx context.Context, evs []Event, msgs []*nats.Msg, conditional bool, expect uint64) ([]Ack, error) {
 	nc := l.js.Conn()
 	batch := nuid.Next()
 	for i, m := range msgs {
 		m.Header.Set(batchIDHeader, batch)
 		m.Header.Set(batchSeqHeader, strconv.Itoa(i+1))
 		m.Header.Set(jetstream.ExpectedStreamHeader, EventsStream)
-		if i == 0 {
+		if i == 0 && conditional {
 			m.Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(expect, 10))
 		}
 		if i < len(msgs)-1 {
@@ -685,7 +751,7 @@ func (l *Log) sendBatch(ctx context.Context, evs []Event, msgs []*nats.Msg, expe
 		if ack.Error != nil {
 			// A refusal of a batch that may be this call's own, stored
 			// before (a resend after a lost reply): resend.go.
-			return l.resendOrRefusal(ctx, evs, expect, ack.Error)
+			return l.resendOrRefusal(ctx, evs, conditional, expect, ack.Error)
 		}
 		acks := make([]Ack, len(evs))
 		for j := range evs {

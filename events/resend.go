@@ -17,16 +17,17 @@ import (
 // duplicate, as it does for a single message.
 const JSErrCodeBatchDuplicateID = 10201
 
-// Resends of an atomic batch (a conditional Append, or a batch through the
-// engine's ingest) are made idempotent here, not by JetStream: JetStream
-// answers a batch sent again after a lost reply with error 10201 (one of
-// its ids is stored) or with a wrong last sequence (10071, 10164: the
-// batch itself moved the session on). Either answer sends the log looking
-// for the batch in its session, and when every event of the call is
-// stored there as that call stored it (consecutive stream sequences, the
-// same ids in the same order, right after the expected sequence or, for
-// a batch whose condition the ingest set, within the duplicate window),
-// the original acks are returned with Duplicate set. The ids win over the
+// Resends of an atomic batch (an atomic or conditional Append, or a batch
+// through the engine's ingest) are made idempotent here, not by
+// JetStream: JetStream answers a batch sent again after a lost reply with
+// error 10201 (one of its ids is stored) or, for a conditional one, with
+// a wrong last sequence (10071, 10164: the batch itself moved the session
+// on). Either answer sends the log looking for the batch in its session,
+// and when every event of the call is stored there as that call stored
+// it (consecutive stream sequences, the same ids in the same order, right
+// after the expected sequence or, for a batch without a condition, within
+// the duplicate window), the original acks are returned with Duplicate
+// set. The ids win over the
 // expectation: a call is judged a resend before it is judged a conflict.
 // docs/events.md ("Sending again") is the contract.
 
@@ -38,17 +39,16 @@ const (
 	resendPause = 150 * time.Millisecond
 )
 
-// Resent looks for evs, one session's events sent as one atomic batch, in
+// resent looks for evs, one session's events sent as one atomic batch, in
 // the log: stored at consecutive sequences, in order, with the same ids,
 // as the session's first events after sequence expect when conditional
 // (the publisher's condition: the batch can only have been stored there),
 // else among its events stored within the stream's duplicate window (a
-// batch whose condition the caller set itself, as the ingest does for a
-// batch sent without one). It returns their acks, Duplicate set, and true
-// when found; nil and false when not. Append and the ingest server use it
-// when JetStream refuses a batch (10201, 10071, 10164). Errors:
+// batch sent without a condition: Atomic). It returns their acks,
+// Duplicate set, and true when found; nil and false when not. Append uses
+// it when JetStream refuses a batch (10201, 10071, 10164). Errors:
 // ErrLogUnavailable.
-func (l *Log) Resent(ctx context.Context, evs []Event, expect uint64, conditional bool) ([]Ack, bool, error) {
+func (l *Log) resent(ctx context.Context, evs []Event, expect uint64, conditional bool) ([]Ack, bool, error) {
 	if len(evs) == 0 {
 		return nil, false, nil
 	}
@@ -133,7 +133,7 @@ func matchBatch(got []Event, ids []string) ([]Ack, bool) {
 // BatchRefusal tells what JetStream's refusal of an atomic batch means for
 // a resend: dup is true for error 10201 (an id of the batch is stored),
 // conflict for a wrong last sequence (10071, 10164). Both send the caller
-// looking for the batch (Resent) before it answers.
+// looking for the batch (resent) before it answers.
 func BatchRefusal(err error) (dup, conflict bool) {
 	var apiErr *jetstream.APIError
 	if !errors.As(err, &apiErr) {
@@ -149,9 +149,10 @@ func BatchRefusal(err error) (dup, conflict bool) {
 }
 
 // resendOrRefusal answers a batch JetStream refused with apiErr: the
-// original acks when the call was stored before (a resend), else the
+// original acks when the call was stored before (a resend: resent, after
+// expect when conditional, else within the duplicate window), else the
 // refusal as the log's error (ErrConflict, ErrDuplicateID).
-func (l *Log) resendOrRefusal(ctx context.Context, evs []Event, expect uint64, apiErr *jetstream.APIError) ([]Ack, error) {
+func (l *Log) resendOrRefusal(ctx context.Context, evs []Event, conditional bool, expect uint64, apiErr *jetstream.APIError) ([]Ack, error) {
 	dup, conflict := BatchRefusal(apiErr)
 	if !dup && !conflict {
 		return nil, fmt.Errorf("append events: %w", classify(apiErr))
@@ -163,7 +164,7 @@ func (l *Log) resendOrRefusal(ctx context.Context, evs []Event, expect uint64, a
 		looks = resendLooks
 	}
 	for try := 1; ; try++ {
-		acks, found, err := l.Resent(ctx, evs, expect, true)
+		acks, found, err := l.resent(ctx, evs, expect, conditional)
 		if err != nil {
 			return nil, fmt.Errorf("append events: %w (looking for a resent batch: %w)", classify(apiErr), err)
 		}

@@ -7,7 +7,10 @@ package events
 import (
 	"context"
 	"errors"
+	"fmt"
+	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -123,4 +126,60 @@ func withoutJetStream(t *testing.T) (*nats.Conn, jetstream.JetStream) {
 		t.Fatal(err)
 	}
 	return nc, js
+}
+
+// An append whose first events meet "no responders" (no stream listening
+// yet) and whose later ones would find the stream, as when the stream's
+// interest reaches the server midway through the events sent at once,
+// still stores them in the order given: the stand-in stream answers the
+// first three messages it receives "no responders" (a reply with status
+// 503 and no body, as nats-server sends when nothing listens) and stores
+// every later one. Sent all at once, events 3 to 40 would be stored before
+// events 0 to 2 were sent again.
+func TestAppendKeepsItsOrderWhenTheStreamAppearsMidway(t *testing.T) {
+	t.Parallel()
+	nc, js := withoutJetStream(t)
+	var mu sync.Mutex
+	var received int
+	var stored []string
+	sub, err := nc.Subscribe(EventSubjectPrefix+".>", func(m *nats.Msg) {
+		mu.Lock()
+		received++
+		if received <= 3 {
+			mu.Unlock()
+			_ = m.RespondMsg(&nats.Msg{Header: nats.Header{"Status": []string{"503"}}})
+			return
+		}
+		stored = append(stored, m.Header.Get(jetstream.MsgIDHeader))
+		seq := len(stored)
+		mu.Unlock()
+		_ = m.Respond(fmt.Appendf(nil, `{"stream":%q,"seq":%d}`, EventsStream, seq))
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sub.Unsubscribe() })
+	l := &Log{js: js, events: replicatedStream{}, cfg: Config{Timeout: 5 * time.Second, MaxEventBytes: DefaultMaxEventBytes}, partitions: 1}
+	var evs []Event
+	for i := range 41 {
+		e, err := New("acme", "s1", "t1", &TurnStarted{Prompt: fmt.Sprint(i)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		evs = append(evs, e)
+	}
+	acks, err := l.Append(context.Background(), evs)
+	if err != nil || len(acks) != len(evs) {
+		t.Fatalf("append: %d acks, %v", len(acks), err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(stored) != len(evs) {
+		t.Fatalf("%d events stored, want %d", len(stored), len(evs))
+	}
+	for i, id := range stored {
+		if id != evs[i].ID || acks[i].Seq != uint64(i+1) {
+			t.Fatalf("stored at position %d: event %d (ack seq %d); want the order given", i, slices.IndexFunc(evs, func(e Event) bool { return e.ID == id }), acks[i].Seq)
+		}
+	}
 }

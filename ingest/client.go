@@ -72,13 +72,14 @@ func NewClient(nc *nats.Conn, cfg ClientConfig) (*Client, error) {
 // Append sends evs to the engine, in order, and returns one Ack per event
 // (see events.Log.Append for the semantics). Nothing is sent when any
 // event breaks the contract (events.Validate, here); the engine validates
-// again, masks, and quarantines what it refuses.
-// With events.ExpectLastSeq the events (of one session) are one request,
+// again, masks, and quarantines what it refuses. With events.Atomic or
+// events.ExpectLastSeq the events (of one session) are one request,
 // stored as one atomic batch or not at all. Errors: events.ErrInvalid
 // (refused here or by the engine, which quarantines it),
-// events.ErrTooLarge, events.ErrConflict, events.ErrLogUnavailable (no
-// engine answers: try again; the ids make a retry safe), ctx's error when
-// ctx ended before anything was sent (nothing is).
+// events.ErrTooLarge, events.ErrConflict, events.ErrDuplicateID,
+// events.ErrLogUnavailable (no engine answers: try again; the ids make a
+// retry safe), ctx's error when ctx ended before anything was sent
+// (nothing is).
 func (c *Client) Append(ctx context.Context, evs []events.Event, opts ...events.AppendOption) ([]events.Ack, error) {
 	if len(evs) == 0 {
 		return nil, nil
@@ -113,6 +114,7 @@ func (c *Client) Append(ctx context.Context, evs []events.Event, opts ...events.
 		return nil, fmt.Errorf("append events: %w", err)
 	}
 	seq, conditional := events.ExpectedLastSeq(opts...)
+	atomic := events.IsAtomic(opts...)
 	acks := make([]events.Ack, len(evs))
 	from := 0 // the first event not acknowledged yet
 	b := backoff.WithContext(backoff.NewExponentialBackOff(backoff.WithInitialInterval(100*time.Millisecond),
@@ -120,8 +122,8 @@ func (c *Client) Append(ctx context.Context, evs []events.Event, opts ...events.
 	for {
 		var got []events.Ack
 		var err error
-		if conditional {
-			got, err = c.appendBatch(ctx, evs, bodies, seq)
+		if atomic {
+			got, err = c.appendBatch(ctx, evs, bodies, conditional, seq)
 		} else {
 			got, err = c.appendAsync(ctx, evs[from:], bodies[from:])
 		}
@@ -204,12 +206,13 @@ func (c *Client) appendAsync(ctx context.Context, evs []events.Event, bodies [][
 	return acks, nil
 }
 
-// appendBatch sends the events as one request (a JSON array) conditional
-// on the session's last sequence.
-func (c *Client) appendBatch(ctx context.Context, evs []events.Event, bodies [][]byte, expect uint64) ([]events.Ack, error) {
+// appendBatch sends the events as one request (a JSON array), which the
+// engine stores as one atomic batch: conditional on the session's last
+// sequence being expect when conditional.
+func (c *Client) appendBatch(ctx context.Context, evs []events.Event, bodies [][]byte, conditional bool, expect uint64) ([]events.Ack, error) {
 	for i := range evs {
 		if evs[i].Tenant != evs[0].Tenant || evs[i].Session != evs[0].Session {
-			return nil, fmt.Errorf("append events: %w: a conditional append takes events of one session", events.ErrInvalid)
+			return nil, fmt.Errorf("append events: %w: an atomic or conditional append takes events of one session", events.ErrInvalid)
 		}
 	}
 	body := []byte{'['}
@@ -222,7 +225,9 @@ func (c *Client) appendBatch(ctx context.Context, evs []events.Event, bodies [][
 	body = append(body, ']')
 	m := nats.NewMsg(events.EventSubject(evs[0].Tenant, evs[0].Session))
 	m.Data = body
-	m.Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(expect, 10))
+	if conditional {
+		m.Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(expect, 10))
+	}
 	if len(evs) == 1 {
 		m.Header.Set(jetstream.MsgIDHeader, evs[0].ID)
 	}

@@ -50,6 +50,7 @@ func Run(t *testing.T, log events.SessionLog, f Features) {
 		{"AppendThenRead", testAppendThenRead},
 		{"ResendIsStoredOnce", testResendIsStoredOnce},
 		{"ConditionalAppend", testConditionalAppend},
+		{"AtomicAppend", testAtomicAppend},
 		{"InvalidIsRefusedWhole", testInvalidIsRefusedWhole},
 		{"TooLargeIsRefused", testTooLargeIsRefused},
 		{"SecretsAreMasked", testSecretsAreMasked},
@@ -215,6 +216,75 @@ func testConditionalAppend(t *testing.T, s *suite) {
 		t.Fatalf("not consecutive: %+v", macks)
 	}
 	s.checkStored(t, sess, append(start, more...), append(acks, macks...))
+}
+
+// testAtomicAppend: events.Atomic stores a call's events at consecutive
+// sequences, whatever other calls send the session at the same time; the
+// same call sent again comes back as duplicates at the first sequences;
+// a call over two sessions, or reusing an id another call stored, stores
+// nothing.
+func testAtomicAppend(t *testing.T, s *suite) {
+	sess := session(t, 0)
+	start := s.turn(t, sess, 0)
+	acks, err := s.log.Append(ctx(t), start, events.Atomic())
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, err := s.log.Append(ctx(t), start, events.Atomic())
+	if err != nil {
+		t.Fatalf("the same atomic call sent again: %v", err)
+	}
+	for i := range again {
+		if again[i].Seq != acks[i].Seq || !again[i].Duplicate {
+			t.Fatalf("resent event %d: %+v, want the first sequence %d as a duplicate", i, again[i], acks[i].Seq)
+		}
+	}
+	// Writers racing on one session: each call's three events stay
+	// together.
+	const writers = 6
+	calls := make([][]events.Event, writers)
+	for w := range calls {
+		for k := range 3 {
+			calls[w] = append(calls[w], s.ev(t, sess, "t1", text(fmt.Sprintf("writer %d event %d", w, k))))
+		}
+	}
+	var wg sync.WaitGroup
+	errs := make([]error, writers)
+	for w := range calls {
+		wg.Go(func() { _, errs[w] = s.log.Append(ctx(t), calls[w], events.Atomic()) })
+	}
+	wg.Wait()
+	for w, err := range errs {
+		if err != nil {
+			t.Fatalf("writer %d: %v", w, err)
+		}
+	}
+	got := s.read(t, sess, events.ReadOptions{})
+	if len(got) != len(start)+writers*3 {
+		t.Fatalf("%s holds %d events, want %d", sess, len(got), len(start)+writers*3)
+	}
+	for i := len(start); i < len(got); i += 3 {
+		w := -1
+		for j, c := range calls {
+			if c[0].ID == got[i].ID {
+				w = j
+			}
+		}
+		if w < 0 || got[i+1].ID != calls[w][1].ID || got[i+2].ID != calls[w][2].ID {
+			t.Fatalf("events %d to %d are not one atomic call's, in order: %s %s %s", i, i+2, got[i].ID, got[i+1].ID, got[i+2].ID)
+		}
+	}
+	other := s.ev(t, session(t, 1), "", &events.SessionStarted{})
+	if _, err := s.log.Append(ctx(t), []events.Event{s.ev(t, sess, "t1", text("x")), other}, events.Atomic()); !errors.Is(err, events.ErrInvalid) {
+		t.Fatalf("an atomic call over two sessions: %v, want ErrInvalid", err)
+	}
+	reused := []events.Event{s.ev(t, sess, "t1", text("new")), calls[0][1]}
+	if _, err := s.log.Append(ctx(t), reused, events.Atomic()); !errors.Is(err, events.ErrDuplicateID) {
+		t.Fatalf("an atomic call reusing a stored id among new events: %v, want ErrDuplicateID", err)
+	}
+	if n := len(s.read(t, sess, events.ReadOptions{})); n != len(got) {
+		t.Fatalf("refused atomic calls stored events: %d, want %d", n, len(got))
+	}
 }
 
 // testInvalidIsRefusedWhole: a call with an event that breaks the

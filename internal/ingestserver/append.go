@@ -171,8 +171,9 @@ func (s *Server) appendAsync(it item) (pendingReply, bool) {
 
 // appendSync handles a request that is appended on its own: a batch, or
 // an event with JetStream expectations. The events are stored as one
-// atomic batch, on the session's last sequence as the expectations
-// demand (or as it is now, for a batch without one).
+// atomic batch: on the session's last sequence as the expectations
+// demand, or without a condition (events.Atomic) for a batch without
+// one.
 func (s *Server) appendSync(it item) {
 	m, tenant, session := it.m, it.tenant, it.session
 	x, ref := readExpectations(m.Header)
@@ -197,52 +198,29 @@ func (s *Server) appendSync(it item) {
 	defer gate.Leave(tenant, session)
 	ctx, cancel := context.WithTimeout(context.Background(), s.log.Config().Timeout)
 	defer cancel()
-	expect, ref, err := s.checkExpectations(ctx, x, tenant, session)
-	if err != nil {
-		s.unavailable(m, err)
-		return
-	}
-	if ref != nil {
-		s.answerRefusal(m, tenant, session, ref)
-		return
-	}
-	if !x.conditional() && len(msgs) == 1 {
-		// Only Nats-Expected-Stream, which held: a plain append.
-		acks, err := s.log.AppendMsgs(ctx, d.evs, msgs)
+	var opts []events.AppendOption
+	switch {
+	case x.conditional():
+		expect, ref, err := s.checkExpectations(ctx, x, tenant, session)
 		if err != nil {
-			s.appendFailed(m, x, err)
+			s.unavailable(m, err)
 			return
 		}
-		s.stored(m, acks)
-		return
+		if ref != nil {
+			s.answerRefusal(m, tenant, session, ref)
+			return
+		}
+		opts = append(opts, events.ExpectLastSeq(expect))
+	case len(msgs) > 1:
+		opts = append(opts, events.Atomic())
 	}
-	acks, err := s.log.AppendMsgs(ctx, d.evs, msgs, events.ExpectLastSeq(expect))
-	if !x.conditional() {
-		// The condition is the ingest's, not the publisher's.
-		acks, err = s.resentBatch(ctx, d.evs, acks, err)
-	}
+	// Else only Nats-Expected-Stream, which held: a plain append.
+	acks, err := s.log.AppendMsgs(ctx, d.evs, msgs, opts...)
 	if err != nil {
 		s.appendFailed(m, x, err)
 		return
 	}
 	s.stored(m, acks)
-}
-
-// resentBatch answers a batch sent without a condition (the ingest set
-// one: the session's last sequence as it read it) that JetStream refused
-// for a duplicate id or a moved session: when the batch is the call's
-// own, stored before (a resend after a lost reply), the original acks,
-// Duplicate set (events.Log.Resent, over the duplicate window); else the
-// refusal.
-func (s *Server) resentBatch(ctx context.Context, evs []events.Event, acks []events.Ack, err error) ([]events.Ack, error) {
-	if !errors.Is(err, events.ErrDuplicateID) && !errors.Is(err, events.ErrConflict) {
-		return acks, err
-	}
-	orig, found, ferr := s.log.Resent(ctx, evs, 0, false)
-	if ferr != nil || !found {
-		return acks, err
-	}
-	return orig, nil
 }
 
 // stored answers an append JetStream acknowledged.

@@ -119,11 +119,11 @@ func readExpectations(h nats.Header) (expectations, *refusal) {
 	return x, nil
 }
 
-// checkExpectations checks what a request expects of its session before
-// its atomic append, and returns the last sequence to append on: the
-// expected one, or the session's as it is now (for Last-Msg-Id, and for
-// a batch without an expectation). The atomic append checks that
-// sequence again, so the whole check holds at the moment of the write.
+// checkExpectations checks what a conditional request expects of its
+// session before its atomic append, and returns the last sequence to
+// append on: the expected one, or the session's as it is now (for
+// Last-Msg-Id). The atomic append checks that sequence again, so the
+// whole check holds at the moment of the write.
 func (s *Server) checkExpectations(ctx context.Context, x expectations, tenant, session string) (uint64, *refusal, error) {
 	if x.hasSeq && x.lastMsgID == "" {
 		return x.seq, nil, nil

@@ -329,7 +329,7 @@ func (w *Worker) logThenNotice(ctx context.Context, cmd recovery.Command, state 
 		w.attempted(cmd, n, string(cmd.Kind), result, class, res.Err, time.Since(start)),
 		w.completed(cmd, outcome, string(cmd.Kind), n, detail),
 	}
-	if _, err := w.append(ctx, done); err != nil {
+	if _, err := w.append(ctx, done, events.Atomic()); err != nil {
 		return "", 0, err
 	}
 	return outcome, n, nil
