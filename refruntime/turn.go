@@ -488,7 +488,13 @@ func (t *turnRun) emit(ctx context.Context, ps ...events.Payload) error {
 		}
 		evs[i] = ev
 	}
-	acks, err := t.r.log.Append(ctx, evs)
+	var opts []events.AppendOption
+	if len(evs) > 1 {
+		// Stored together or not at all: a runtime that dies mid-call
+		// leaves none of them, not the first alone.
+		opts = append(opts, events.Atomic())
+	}
+	acks, err := t.r.log.Append(ctx, evs, opts...)
 	if err != nil {
 		return err
 	}

@@ -895,7 +895,8 @@ func (r *Reconciler) park(ctx context.Context, a Action, cause error) error {
 	}
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	if _, err := r.log.Append(ctx, evs); err != nil {
+	// One atomic batch: the park and the pause stand or fall together.
+	if _, err := r.log.Append(ctx, evs, events.Atomic()); err != nil {
 		if recovery.Refused(err) {
 			r.l.Error().Str("session", key(tenant, session)).Str("error", clipBytes(err.Error(), maxParkReason)).Msg("the park of a refused action was refused too; the action is dropped")
 			return nil

@@ -617,7 +617,9 @@ func (w *Worker) park(ctx context.Context, cmd recovery.Command, meta *jetstream
 			Cause:  events.CauseParked, CommandID: cmd.ID, Kind: string(cmd.Kind),
 		}))
 	}
-	if _, err := w.append(ctx, evs); err != nil {
+	// One atomic batch: a worker that died between the two would leave a
+	// parked command's session running.
+	if _, err := w.append(ctx, evs, events.Atomic()); err != nil {
 		return fmt.Errorf("park %s: %w", cmd.ID, err)
 	}
 	w.l.Warn().Str("command", cmd.ID).Str("session", cmd.Tenant+"/"+cmd.Session).Str("reason", reason).Msg("command parked; session paused")
