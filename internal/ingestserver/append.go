@@ -329,7 +329,7 @@ func (s *Server) awaitReply(l *lane, pr pendingReply, timer *time.Timer) {
 		if pause == nil {
 			pause = resend.BackOff()
 		} else if left > 0 {
-			time.Sleep(min(pause.NextBackOff(), left))
+			s.pauseWhileOwned(l.p, min(pause.NextBackOff(), left))
 			left = noResponderWindow - time.Since(l.outage)
 		}
 		if left <= 0 || !s.Owned(l.p) {
@@ -340,6 +340,20 @@ func (s *Server) awaitReply(l *lane, pr pendingReply, timer *time.Timer) {
 			s.failed1(pr, err)
 			return
 		}
+	}
+}
+
+// pauseWhileOwned waits d, or less when partition p stops being this
+// server's meanwhile (released, its lease ended, the server closing): a
+// lane's pause before it sends an event again never holds up a handover
+// or a close.
+func (s *Server) pauseWhileOwned(p int, d time.Duration) {
+	for end := time.Now().Add(d); ; {
+		left := time.Until(end)
+		if left <= 0 || !s.Owned(p) {
+			return
+		}
+		time.Sleep(min(left, 20*time.Millisecond))
 	}
 }
 
