@@ -16,14 +16,8 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/cenkalti/backoff/v4"
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
-	"github.com/rs/zerolog"
 	"github.com/spf13/cobra"
-	"github.com/turnstone-dev/turnstone/events"
 	"github.com/turnstone-dev/turnstone/internal/cli"
-	"github.com/turnstone-dev/turnstone/internal/telemetry"
 	"github.com/turnstone-dev/turnstone/internal/worker"
 	"github.com/turnstone-dev/turnstone/recovery"
 )
@@ -107,105 +101,19 @@ func run(ctx context.Context, f flags, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	opts, err := f.conn.Options("turnstone-worker")
-	if err != nil {
-		return err
-	}
-	nc, log, err := connect(ctx, f.conn, opts, logger)
-	if err != nil {
-		return err
-	}
-	defer nc.Close()
-	metrics := telemetry.NewMetrics(telemetry.Namespace)
-	if f.telemetry != "" {
-		health := telemetry.NewHealth()
-		health.Register("nats", func(context.Context) error {
-			if !nc.IsConnected() {
-				return fmt.Errorf("nats connection %s", nc.Status())
-			}
-			return nil
-		})
-		ts := telemetry.NewServer(f.telemetry, metrics, health, &logger)
-		if err := ts.Start(); err != nil {
-			if errors.Is(err, syscall.EADDRINUSE) {
-				return fmt.Errorf("--telemetry-listen %s: address in use (another process listens there); choose another with --telemetry-listen HOST:PORT (or \"\" for none)", f.telemetry)
-			}
-			return fmt.Errorf("--telemetry-listen %s: %w", f.telemetry, err)
-		}
-		defer func() {
-			cctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			defer cancel()
-			_ = ts.Close(cctx)
-		}()
-	}
-	// Open checks the recovery consumers' settings against the flags and
-	// joins the group. Right after a nats-server node is lost, a consumer
-	// whose leader was there answers nothing until it elects another
-	// (seconds), and right after engine serve starts the consumers may
-	// not exist yet: try again with back-off, with a fresh worker each
-	// time, for up to two minutes, rather than exit. Settings that differ
-	// from the flags are refused at once.
-	var w *worker.Worker
-	open := func() error {
-		var err error
-		w, err = worker.New(nc, log, worker.Config{
-			OnCommand: metrics.WorkerCommand,
-			OnLease: func(p int, token uint64, held bool) {
-				if held {
-					metrics.SetPartitionLease(recovery.WorkerGroup, p, token)
-				} else {
-					metrics.EndPartitionLease(recovery.WorkerGroup, p, token)
-				}
-			},
+	err = worker.Serve(ctx, worker.ServeConfig{
+		Worker: worker.Config{
 			Name:           f.name,
 			ControlTimeout: f.controlTimeout,
 			Delivery:       recovery.DeliveryConfig{AckWait: f.ackWait, MaxDeliver: f.maxDeliver, PinnedTTL: f.pinnedTTL},
-		}, &logger)
-		if err != nil {
-			return backoff.Permanent(err)
-		}
-		if err := w.Open(ctx); err != nil {
-			cctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			_ = w.Close(cctx)
-			cancel()
-			if serr := (*recovery.SettingsError)(nil); errors.As(err, &serr) {
-				return backoff.Permanent(settingsRefused(serr))
-			}
-			if errors.Is(err, events.ErrSettingsDiffer) {
-				return backoff.Permanent(err)
-			}
-			return err
-		}
-		return nil
+		},
+		Connection: f.conn,
+		Telemetry:  f.telemetry,
+	}, logger)
+	if serr := (*recovery.SettingsError)(nil); errors.As(err, &serr) {
+		return settingsRefused(serr)
 	}
-	ob := backoff.NewExponentialBackOff()
-	ob.MaxInterval = 5 * time.Second
-	ob.MaxElapsedTime = 2 * time.Minute
-	if err := backoff.RetryNotify(open, backoff.WithContext(ob, ctx), func(err error, next time.Duration) {
-		logger.Warn().Err(err).Dur("retry_in", next).Msg("worker could not open; trying again")
-	}); err != nil {
-		return err
-	}
-	go func() {
-		tick := time.NewTicker(5 * time.Second)
-		defer tick.Stop()
-		for {
-			metrics.SetPartitions(recovery.WorkerGroup, len(w.Partitions()), w.Rebalances())
-			select {
-			case <-ctx.Done():
-				return
-			case <-tick.C:
-			}
-		}
-	}()
-	<-ctx.Done()
-	logger.Info().Msg("worker stopping")
-	cctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if err := w.Close(cctx); err != nil && !errors.Is(err, context.Canceled) {
-		return err
-	}
-	return nil
+	return err
 }
 
 // settingsRefused is the worker's refusal of consumer settings that
@@ -218,46 +126,4 @@ func settingsRefused(e *recovery.SettingsError) error {
 	}
 	fmt.Fprintf(&b, "\nengine setup is the only writer of these settings: run `engine setup %s` to change them, or start the worker without these flags to use the stored ones", e.Asked())
 	return errors.New(b.String())
-}
-
-// connect connects to NATS and opens the event log (creating nothing),
-// retrying with exponential back-off until it works or ctx ends, so a
-// worker started beside the engine (or before it, or before engine setup)
-// waits for it instead of exiting.
-func connect(ctx context.Context, conn cli.Connection, opts []nats.Option, logger zerolog.Logger) (*nats.Conn, *events.Log, error) {
-	url := conn.URL
-	var (
-		nc  *nats.Conn
-		log *events.Log
-	)
-	op := func() error {
-		c, err := nats.Connect(url, append(opts, nats.MaxReconnects(-1))...)
-		if err != nil {
-			return cli.ExplainConnectError(err, conn.Client)
-		}
-		js, err := jetstream.New(c)
-		if err == nil {
-			log, err = events.Open(ctx, js, events.Config{UseExisting: true}, &logger)
-		}
-		if err != nil {
-			c.Close()
-			return err
-		}
-		nc = c
-		return nil
-	}
-	b := backoff.NewExponentialBackOff()
-	b.MaxInterval = 5 * time.Second
-	b.MaxElapsedTime = 0 // until ctx ends
-	err := backoff.RetryNotify(op, backoff.WithContext(b, ctx), func(err error, next time.Duration) {
-		msg := "waiting for the engine's NATS server"
-		if errors.Is(err, events.ErrNoStream) {
-			msg = "waiting for the streams (engine setup, or engine serve on its embedded server, creates them)"
-		}
-		logger.Warn().Err(err).Str("url", url).Str("context", conn.Applied).Dur("retry_in", next).Msg(msg)
-	})
-	if err != nil {
-		return nil, nil, fmt.Errorf("connect to %s: %w", url, err)
-	}
-	return nc, log, nil
 }
