@@ -12,10 +12,10 @@ import (
 
 	"github.com/turnstone-dev/turnstone/events"
 	"github.com/turnstone-dev/turnstone/internal/codex"
+	"github.com/turnstone-dev/turnstone/internal/enginetest"
 	"github.com/turnstone-dev/turnstone/internal/importer"
 	"github.com/turnstone-dev/turnstone/internal/importer/importertest"
 	"github.com/turnstone-dev/turnstone/internal/reconciler"
-	"github.com/turnstone-dev/turnstone/test/enginetest"
 )
 
 // codexDir holds real OpenAI Codex rollouts (shared/data/wild/codex

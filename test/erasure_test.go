@@ -14,10 +14,10 @@ import (
 	"github.com/turnstone-dev/turnstone/events"
 	"github.com/turnstone-dev/turnstone/ingest"
 	"github.com/turnstone-dev/turnstone/internal/audit"
+	"github.com/turnstone-dev/turnstone/internal/enginetest"
 	"github.com/turnstone-dev/turnstone/projections"
 	"github.com/turnstone-dev/turnstone/recovery"
 	"github.com/turnstone-dev/turnstone/refruntime"
-	"github.com/turnstone-dev/turnstone/test/enginetest"
 )
 
 // held is what the stores hold of one session.

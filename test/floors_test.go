@@ -55,3 +55,37 @@ func TestBinariesLinkOnlyTheirFloors(t *testing.T) {
 		}
 	}
 }
+
+// TestPublicSurfaceIsTheContract keeps the public packages to the ones a
+// runtime or an embedder imports (issue 19; docs/design.md, "Layout"):
+// every other package of the module is a main, the end-to-end tests, or
+// under internal/, where no other module can import it.
+func TestPublicSurfaceIsTheContract(t *testing.T) {
+	if testing.Short() {
+		t.Skip("go list of the module: not in -short")
+	}
+	parallel(t)
+	const mod = "github.com/turnstone-dev/turnstone"
+	public := map[string]bool{
+		mod + "/events": true, mod + "/events/sessionlogtest": true, mod + "/ingest": true,
+		mod + "/recovery": true, mod + "/projections": true, mod + "/refruntime": true,
+	}
+	out, err := exec.Command("go", "list", "-f", "{{.ImportPath}} {{.Name}}", "../...").CombinedOutput()
+	if err != nil {
+		t.Fatalf("go list: %v\n%s", err, out)
+	}
+	seen := 0
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		path, name, _ := strings.Cut(line, " ")
+		switch {
+		case public[path]:
+			seen++
+		case name == "main", path == mod+"/test", strings.HasPrefix(path, mod+"/internal/"):
+		default:
+			t.Errorf("%s is public (importable by other modules) but is not part of the contract: move it under internal/", path)
+		}
+	}
+	if seen != len(public) {
+		t.Errorf("%d of the %d public packages found: %s", seen, len(public), out)
+	}
+}

@@ -10,10 +10,10 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/turnstone-dev/turnstone/internal/claudecode"
 	"github.com/turnstone-dev/turnstone/internal/codex"
+	"github.com/turnstone-dev/turnstone/internal/enginetest"
 	"github.com/turnstone-dev/turnstone/internal/importer"
 	"github.com/turnstone-dev/turnstone/projections"
 	"github.com/turnstone-dev/turnstone/recovery"
-	"github.com/turnstone-dev/turnstone/test/enginetest"
 )
 
 // TestImportedHistoryIsNeverActedOn: with an engine, a worker and a

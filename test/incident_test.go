@@ -7,9 +7,9 @@ import (
 	"time"
 
 	"github.com/turnstone-dev/turnstone/events"
+	"github.com/turnstone-dev/turnstone/internal/enginetest"
 	"github.com/turnstone-dev/turnstone/projections"
 	"github.com/turnstone-dev/turnstone/refruntime"
-	"github.com/turnstone-dev/turnstone/test/enginetest"
 )
 
 // TestIncident20260219 replays the 2026-02-19 incident end to end: a turn

@@ -11,8 +11,8 @@ import (
 
 	"github.com/turnstone-dev/turnstone/events"
 	"github.com/turnstone-dev/turnstone/internal/correlate"
+	"github.com/turnstone-dev/turnstone/internal/enginetest"
 	"github.com/turnstone-dev/turnstone/projections"
-	"github.com/turnstone-dev/turnstone/test/enginetest"
 )
 
 // publisher writes whole sessions to the log, as a fleet of runtimes

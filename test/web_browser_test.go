@@ -15,10 +15,10 @@ import (
 	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/chromedp"
 	"github.com/turnstone-dev/turnstone/internal/claudecode"
+	"github.com/turnstone-dev/turnstone/internal/enginetest"
 	"github.com/turnstone-dev/turnstone/internal/web"
 	"github.com/turnstone-dev/turnstone/projections"
 	"github.com/turnstone-dev/turnstone/recovery"
-	"github.com/turnstone-dev/turnstone/test/enginetest"
 )
 
 // chromiumPath is the Chromium the browser tests drive: $TURNSTONE_CHROMIUM,

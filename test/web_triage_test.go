@@ -11,12 +11,12 @@ import (
 
 	"github.com/chromedp/chromedp"
 	"github.com/turnstone-dev/turnstone/internal/claudecode"
+	"github.com/turnstone-dev/turnstone/internal/enginetest"
 	"github.com/turnstone-dev/turnstone/internal/forensics"
 	"github.com/turnstone-dev/turnstone/internal/web"
 	"github.com/turnstone-dev/turnstone/projections"
 	"github.com/turnstone-dev/turnstone/recovery"
 	"github.com/turnstone-dev/turnstone/refruntime"
-	"github.com/turnstone-dev/turnstone/test/enginetest"
 )
 
 // TestWebViewTriageInChromium drives fleet triage in a real Chromium (issue

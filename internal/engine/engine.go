@@ -2,7 +2,7 @@
 // snapshot store, the projector, the reconciler, the runtimes' presence
 // and the metrics, and its membership in the engines' partition group
 // (package pgroup), which decides the partitions it folds and reconciles.
-// cmd/engine serve, test/enginetest and cmd/bench run engines through it.
+// cmd/engine serve, internal/enginetest and cmd/bench run engines through it.
 //
 // Open joins the group and takes the engine's share of the partitions
 // before it returns; Close leaves the group (the other engines take the

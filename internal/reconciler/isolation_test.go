@@ -10,8 +10,8 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/turnstone-dev/turnstone/events"
+	"github.com/turnstone-dev/turnstone/internal/enginetest"
 	"github.com/turnstone-dev/turnstone/projections"
-	"github.com/turnstone-dev/turnstone/test/enginetest"
 )
 
 // appendAll appends the events of one session in order, failing the test

@@ -11,11 +11,11 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/turnstone-dev/turnstone/events"
 	"github.com/turnstone-dev/turnstone/internal/clock"
+	"github.com/turnstone-dev/turnstone/internal/enginetest"
 	"github.com/turnstone-dev/turnstone/internal/reconciler"
 	"github.com/turnstone-dev/turnstone/projections"
 	"github.com/turnstone-dev/turnstone/recovery"
 	"github.com/turnstone-dev/turnstone/refruntime"
-	"github.com/turnstone-dev/turnstone/test/enginetest"
 )
 
 // env is an engine in a test (enginetest) with helpers for the tenant
