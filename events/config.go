@@ -163,7 +163,8 @@ func EventsStreamConfig(c Config, partitions int) jetstream.StreamConfig {
 		Duplicates:  c.DuplicateWindow,
 		DenyDelete:  true,
 		AllowDirect: true,
-		// Conditional appends are atomic batches (see ExpectLastSeq).
+		// Atomic and conditional appends are atomic batches (see Atomic,
+		// ExpectLastSeq).
 		AllowAtomicPublish: true,
 	}
 }

@@ -377,7 +377,9 @@ func ExpectLastSeq(seq uint64) AppendOption {
 // its ids are within the stream's duplicate window (Config's
 // DuplicateWindow); after it, the call is stored again, as an
 // unconditional Append is. ExpectLastSeq implies it. It is ADR-50's
-// atomic batch publish (nats-server 2.12+) with no expectation header.
+// atomic batch publish (nats-server 2.12+) with no expectation header;
+// one event is atomic as it is, and is published as an unconditional
+// Append publishes it.
 func Atomic() AppendOption {
 	return func(o *appendOpts) { o.atomic = true }
 }
@@ -409,8 +411,8 @@ func readAppendOpts(opts []AppendOption) appendOpts {
 // append events and read its sessions back. *Log implements it on
 // JetStream directly (Turnstone's own processes); ingest.Client implements
 // it through the engine (any publisher, under auth), with the same
-// semantics: validation, masking, Nats-Msg-Id deduplication and
-// conditional appends.
+// semantics: validation, masking, Nats-Msg-Id deduplication, and atomic
+// and conditional appends.
 type SessionLog interface {
 	Append(ctx context.Context, evs []Event, opts ...AppendOption) ([]Ack, error)
 	ReadSession(ctx context.Context, tenant, session string, opts ReadOptions, fn func(Event) error) error
@@ -481,17 +483,20 @@ func (l *Log) Append(ctx context.Context, evs []Event, opts ...AppendOption) ([]
 	if err != nil {
 		return nil, err
 	}
-	if o.expect || o.atomic {
+	if o.expect || o.atomic && len(evs) > 1 {
 		return l.appendAtomic(ctx, evs, msgs, o.expect, o.expectSeq)
 	}
+	// One event is atomic as it is: a plain publish, deduplicated by
+	// JetStream itself.
 	return l.appendAsync(ctx, evs, msgs)
 }
 
 // AppendMsgs stores evs as Append does, from the messages Prepare or
 // PrepareBody returned for them (one per event, in order), so that what
 // was prepared (a body stored byte for byte as its publisher sent it) is
-// what is stored. With ExpectLastSeq the events are one atomic batch;
-// its headers are added to the messages. Errors as Append's.
+// what is stored. With Atomic or ExpectLastSeq the events are one atomic
+// batch, as for Append; its headers are added to the messages. Errors as
+// Append's.
 func (l *Log) AppendMsgs(ctx context.Context, evs []Event, msgs []*nats.Msg, opts ...AppendOption) ([]Ack, error) {
 	if len(evs) != len(msgs) {
 		return nil, fmt.Errorf("append events: %w: %d events, %d messages", ErrInvalid, len(evs), len(msgs))
@@ -503,7 +508,9 @@ func (l *Log) AppendMsgs(ctx context.Context, evs []Event, msgs []*nats.Msg, opt
 				return nil, fmt.Errorf("append events: %w: an atomic append takes events of one session", ErrInvalid)
 			}
 		}
-		return l.appendAtomic(ctx, evs, msgs, o.expect, o.expectSeq)
+		if o.expect || len(evs) > 1 {
+			return l.appendAtomic(ctx, evs, msgs, o.expect, o.expectSeq)
+		}
 	}
 	return l.appendAsync(ctx, evs, msgs)
 }

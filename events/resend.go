@@ -130,11 +130,11 @@ func matchBatch(got []Event, ids []string) ([]Ack, bool) {
 	return acks, true
 }
 
-// BatchRefusal tells what JetStream's refusal of an atomic batch means for
+// batchRefusal tells what JetStream's refusal of an atomic batch means for
 // a resend: dup is true for error 10201 (an id of the batch is stored),
 // conflict for a wrong last sequence (10071, 10164). Both send the caller
 // looking for the batch (resent) before it answers.
-func BatchRefusal(err error) (dup, conflict bool) {
+func batchRefusal(err error) (dup, conflict bool) {
 	var apiErr *jetstream.APIError
 	if !errors.As(err, &apiErr) {
 		return false, false
@@ -153,7 +153,7 @@ func BatchRefusal(err error) (dup, conflict bool) {
 // expect when conditional, else within the duplicate window), else the
 // refusal as the log's error (ErrConflict, ErrDuplicateID).
 func (l *Log) resendOrRefusal(ctx context.Context, evs []Event, conditional bool, expect uint64, apiErr *jetstream.APIError) ([]Ack, error) {
-	dup, conflict := BatchRefusal(apiErr)
+	dup, conflict := batchRefusal(apiErr)
 	if !dup && !conflict {
 		return nil, fmt.Errorf("append events: %w", classify(apiErr))
 	}

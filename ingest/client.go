@@ -215,6 +215,9 @@ func (c *Client) appendBatch(ctx context.Context, evs []events.Event, bodies [][
 			return nil, fmt.Errorf("append events: %w: an atomic or conditional append takes events of one session", events.ErrInvalid)
 		}
 	}
+	if len(evs) > events.MaxAtomicEvents {
+		return nil, fmt.Errorf("append events: %w: an atomic append takes at most %d events, got %d", events.ErrInvalid, events.MaxAtomicEvents, len(evs))
+	}
 	body := []byte{'['}
 	for i, b := range bodies {
 		if i > 0 {

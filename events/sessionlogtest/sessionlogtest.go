@@ -285,6 +285,16 @@ func testAtomicAppend(t *testing.T, s *suite) {
 	if n := len(s.read(t, sess, events.ReadOptions{})); n != len(got) {
 		t.Fatalf("refused atomic calls stored events: %d, want %d", n, len(got))
 	}
+	// One event: stored, and sent again a duplicate.
+	one := []events.Event{s.ev(t, sess, "t1", text("one"))}
+	first, err := s.log.Append(ctx(t), one, events.Atomic())
+	if err != nil || len(first) != 1 || first[0].Duplicate {
+		t.Fatalf("an atomic call of one event: %+v, %v", first, err)
+	}
+	again, err = s.log.Append(ctx(t), one, events.Atomic())
+	if err != nil || len(again) != 1 || !again[0].Duplicate || again[0].Seq != first[0].Seq {
+		t.Fatalf("an atomic call of one event sent again: %+v, %v; want seq %d as a duplicate", again, err, first[0].Seq)
+	}
 }
 
 // testInvalidIsRefusedWhole: a call with an event that breaks the

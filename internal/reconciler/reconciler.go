@@ -895,8 +895,15 @@ func (r *Reconciler) park(ctx context.Context, a Action, cause error) error {
 	}
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	// One atomic batch: the park and the pause stand or fall together.
-	if _, err := r.log.Append(ctx, evs, events.Atomic()); err != nil {
+	// One atomic batch: the park and the pause stand or fall together. Its
+	// ids are the command's, so an earlier park may have stored the first
+	// alone (the session was paused then): the batch is refused for that
+	// id, and the events go one by one, the stored one a duplicate.
+	_, err := r.log.Append(ctx, evs, events.Atomic())
+	if errors.Is(err, events.ErrDuplicateID) {
+		_, err = r.log.Append(ctx, evs)
+	}
+	if err != nil {
 		if recovery.Refused(err) {
 			r.l.Error().Str("session", key(tenant, session)).Str("error", clipBytes(err.Error(), maxParkReason)).Msg("the park of a refused action was refused too; the action is dropped")
 			return nil

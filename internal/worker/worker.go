@@ -618,8 +618,15 @@ func (w *Worker) park(ctx context.Context, cmd recovery.Command, meta *jetstream
 		}))
 	}
 	// One atomic batch: a worker that died between the two would leave a
-	// parked command's session running.
-	if _, err := w.append(ctx, evs, events.Atomic()); err != nil {
+	// parked command's session running. Its ids are the command's, so a
+	// delivery before this one may have stored the park alone (the
+	// session was paused then): the batch is refused for that id, and the
+	// events go one by one, the stored one answered as a duplicate.
+	_, err = w.append(ctx, evs, events.Atomic())
+	if errors.Is(err, events.ErrDuplicateID) {
+		_, err = w.append(ctx, evs)
+	}
+	if err != nil {
 		return fmt.Errorf("park %s: %w", cmd.ID, err)
 	}
 	w.l.Warn().Str("command", cmd.ID).Str("session", cmd.Tenant+"/"+cmd.Session).Str("reason", reason).Msg("command parked; session paused")
