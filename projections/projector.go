@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -269,6 +270,37 @@ func PartitionStates(ctx context.Context, js jetstream.JetStream, durable string
 		out = append(out, ps)
 	}
 	return out, nil
+}
+
+// Backlog is how many events the projector (durable: ProjectorConfig.Durable,
+// "" for the default) has still to fold, over every partition: those its
+// consumers have not delivered yet (NumPending) and those delivered and
+// not acknowledged yet (NumAckPending; an event is acknowledged once the
+// index row it changed is stored). 0 means the fleet index shows the
+// status of every event stored when the consumers were read. It reads
+// AGENT_EVENTS' consumer list (one request per 256 consumers). Errors:
+// the stream or its consumer list cannot be read.
+func Backlog(ctx context.Context, js jetstream.JetStream, durable string) (uint64, error) {
+	if durable == "" {
+		durable = DefaultDurable
+	}
+	st, err := js.Stream(ctx, events.EventsStream)
+	if err != nil {
+		return 0, fmt.Errorf("projector backlog: %w", err)
+	}
+	var n uint64
+	list := st.ListConsumers(ctx)
+	for ci := range list.Info() {
+		p, ok := strings.CutPrefix(ci.Name, durable+"-p")
+		if _, err := strconv.Atoi(p); !ok || err != nil {
+			continue
+		}
+		n += ci.NumPending + uint64(max(ci.NumAckPending, 0))
+	}
+	if err := list.Err(); err != nil {
+		return 0, fmt.Errorf("projector backlog: %w", err)
+	}
+	return n, nil
 }
 
 // Anomaly is a violation the projector saw arise, with the session it

@@ -239,6 +239,14 @@ func TestCLIImportSessionsInspectReplay(t *testing.T) {
 	}
 	run(t, eng.url, "import", "--format", "claude-code", "--tenant", "cut", cut)
 
+	// The projector folds the imports after they are stored: sessions
+	// says so while it has events to fold (a session whose turn's end is
+	// not folded yet would show as interrupted), and not once it is done.
+	waitFor(t, "sessions without a projector backlog note", func() bool {
+		_, errOut, err := runErr(eng.url, "sessions")
+		return err == nil && !strings.Contains(errOut, "still to fold")
+	})
+
 	// sessions: one line per session, the cut one with its orphan.
 	var list []struct {
 		Tenant, Session, Status string

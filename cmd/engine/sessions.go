@@ -49,6 +49,10 @@ transcript ends mid-turn. The pending tool_use ids it left are named
 below the table. Nothing is written for it: importing the grown file
 continues the turn.
 
+The table and --json show the fleet index, which the engine's projector
+writes as it folds the log: when it has events still to fold, a note on
+stderr says how many, and rows may trail the log for that moment.
+
 Events stored under a subject that names no valid session (a token the
 contract forbids, such as a literal "*") are listed too, with status
 "invalid" and the reason below the table.
@@ -85,6 +89,16 @@ prints an array of the sessions' summaries (docs/cli.md).`,
 			if err != nil {
 				return err
 			}
+			// The projector's backlog is read before the rows: when it is
+			// 0, the rows hold every event stored before they were read.
+			bctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+			backlog, berr := projections.Backlog(bctx, js, "")
+			cancel()
+			defer func() {
+				if berr == nil && backlog > 0 {
+					fmt.Fprintf(g.stderr, "note: the engine's projector had %d event(s) still to fold: rows may trail the log; run again in a moment\n", backlog)
+				}
+			}()
 			l, err := listSessions(ctx, js, projections.IndexFilter{Tenant: tenant}, broken, limit, page)
 			if err != nil {
 				return fmt.Errorf("read the fleet index: %w (has an engine run on this log? engine setup builds the index)", err)
