@@ -499,6 +499,38 @@ func TestInvalidCommandIsParked(t *testing.T) {
 	}
 }
 
+// TestParkStoredAloneBeforeStillPausesTheSession: a park is one atomic
+// batch (recovery.parked and session.paused) with ids fixed by the
+// command. When an earlier delivery stored the park alone (the session
+// was paused then, and has been resumed since), the batch is refused for
+// that id; the park still pauses the session and records its status.
+func TestParkStoredAloneBeforeStillPausesTheSession(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, 1)
+	f.append("s1", "", &events.SessionStarted{})
+	// The worker's id for this command's park (worker.event: the
+	// command's issue time, zero here, and "<id>/<session>/parked").
+	parked, err := events.NewAt(time.Now().UTC(), events.DeterministicID(time.Unix(0, 0), "bogus-2/s1/parked"), "acme", "s1", "",
+		&events.RecoveryParked{CommandID: "bogus-2", Kind: "explode", Reason: "an earlier delivery", Deliveries: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.log.Append(context.Background(), []events.Event{parked}); err != nil {
+		t.Fatal(err)
+	}
+	body := []byte(`{"id":"bogus-2","kind":"explode","tenant":"acme","session":"s1","reason":"x"}`)
+	if _, err := f.js.Publish(context.Background(), recovery.CommandSubject("acme", "s1"), body, jetstream.WithMsgID("bogus-2")); err != nil {
+		t.Fatal(err)
+	}
+	st := f.wait("bogus-2")
+	if st.State != recovery.StateParked {
+		t.Fatalf("status %+v", st)
+	}
+	if s := f.state("s1"); !s.Paused {
+		t.Fatal("the session is not paused after its command was parked")
+	}
+}
+
 // TestOpenRefusesOtherDeliverySettings: a worker that expects other
 // delivery settings than the consumers hold is refused with a
 // SettingsError and joins nothing; one that expects nothing takes the
