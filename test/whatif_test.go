@@ -83,11 +83,7 @@ func TestWhatifReplaysTheRecordedPolicy(t *testing.T) {
 			time.Sleep(200 * time.Millisecond)
 		}
 	}
-	// The worker's chain for the provider error ends in a pause; let the
-	// log settle before it is read twice.
-	time.Sleep(3 * time.Second)
-
-	lastSeqs := func() (uint64, uint64, string) {
+	streamSeqs := func() (uint64, uint64) {
 		t.Helper()
 		var seqs [2]uint64
 		for i, name := range []string{events.EventsStream, recovery.Stream} {
@@ -101,7 +97,25 @@ func TestWhatifReplaysTheRecordedPolicy(t *testing.T) {
 			}
 			seqs[i] = info.State.LastSeq
 		}
-		return seqs[0], seqs[1], run(t, eng.url, "recovery", "list", "--json")
+		return seqs[0], seqs[1]
+	}
+	lastSeqs := func() (uint64, uint64, string) {
+		t.Helper()
+		ev, rec := streamSeqs()
+		return ev, rec, run(t, eng.url, "recovery", "list", "--json")
+	}
+	// The worker's chain for the provider error ends in a pause: wait
+	// until the log is quiet (neither stream has grown for a second)
+	// before it is read twice.
+	ev0, rec0 := streamSeqs()
+	for quiet, deadline := time.Now(), time.Now().Add(30*time.Second); time.Since(quiet) < time.Second; {
+		if time.Now().After(deadline) {
+			t.Fatalf("the log is still growing 30 s after the commands finished; engine:\n%s", eng.out)
+		}
+		time.Sleep(100 * time.Millisecond)
+		if ev, rec := streamSeqs(); ev != ev0 || rec != rec0 {
+			ev0, rec0, quiet = ev, rec, time.Now()
+		}
 	}
 	ev0, rec0, list0 := lastSeqs()
 
