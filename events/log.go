@@ -11,6 +11,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -30,6 +31,12 @@ type Log struct {
 	partitions int
 	log        zerolog.Logger
 	changes    []string // the stream settings Open changed
+	// infoAt is when the events stream's info (its replica count,
+	// replicated) was last read, in Unix nanoseconds; 0 for a Log that
+	// Open did not make, which never reads it again. infoBusy: a read
+	// is under way.
+	infoAt   atomic.Int64
+	infoBusy atomic.Bool
 }
 
 // Open creates the streams when they are missing and returns a Log that
@@ -119,6 +126,7 @@ func Open(ctx context.Context, js jetstream.JetStream, cfg Config, logger *zerol
 			Msg("stream " + EventsStream + ": effective durability")
 	}
 	l.partitions = partitions
+	l.infoAt.Store(time.Now().UnixNano())
 
 	if err := l.openSnapshots(ctx, requested); err != nil {
 		return nil, fmt.Errorf("open event log: %w", err)
@@ -1016,12 +1024,39 @@ const (
 	replicaWait  = 300 * time.Millisecond
 )
 
-// replicated reports whether the events stream has more than one replica
-// (as the stream's info said when the log was opened; unknown counts as
-// replicated).
+// replicated reports whether the events stream has more than one replica,
+// as the stream's info said when it was last read (unknown counts as
+// replicated). The info is read again in the background once it is
+// replicasRecheck old, so that a stream scaled from one replica to three
+// under a running process (engine setup --replicas 3) is read the
+// replicated way (from its leader) within about that long, not only after
+// a restart.
 func (l *Log) replicated() bool {
 	info := l.events.CachedInfo()
+	l.recheckReplicas()
 	return info == nil || info.Config.Replicas > 1
+}
+
+// replicasRecheck is how old the events stream's info may grow before
+// replicated reads it again.
+const replicasRecheck = 30 * time.Second
+
+// recheckReplicas reads the events stream's info again, in the background
+// and one read at a time, when it is replicasRecheck old. jetstream's
+// Stream.Info refreshes the CachedInfo that replicated reads. A read that
+// fails is tried again replicasRecheck later.
+func (l *Log) recheckReplicas() {
+	at := l.infoAt.Load()
+	if at == 0 || time.Since(time.Unix(0, at)) < replicasRecheck || !l.infoBusy.CompareAndSwap(false, true) {
+		return
+	}
+	l.infoAt.Store(time.Now().UnixNano())
+	go func() {
+		defer l.infoBusy.Store(false)
+		ctx, cancel := l.withTimeout(context.Background())
+		defer cancel()
+		_, _ = l.events.Info(ctx)
+	}()
 }
 
 // readSession is ReadSession from the replica that answers.
