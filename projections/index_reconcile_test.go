@@ -252,6 +252,7 @@ func waitUntil(t *testing.T, within time.Duration, what string, cond func() bool
 // is set right. (CI's scale-out test saw a finished session's row stay at
 // 2 of its 26 events after a nats-server was killed.)
 func TestAFailedIndexWriteGetsItsPartitionReconciled(t *testing.T) {
+	t.Parallel() // its own server: waits on the index settling more than it computes
 	ctx := testContext(t)
 	js, log := oneIndexedPartition(t, ctx)
 	p := heldIndexProjector(t, ctx, js, log, ProjectorConfig{Durable: "settle", IndexEvery: 100 * time.Millisecond})
@@ -450,6 +451,7 @@ func TestARestoredStateWritesItsRow(t *testing.T) {
 // the reconcile that follows every pin move once such writes have landed,
 // though no state dropped owed a row and IndexEvery is an hour.
 func TestAPinMoveReconcilesTheRowsThatLandAfterIt(t *testing.T) {
+	t.Parallel() // its own server: waits on the index settling more than it computes
 	ctx := testContext(t)
 	js, log := oneIndexedPartition(t, ctx)
 	moved := make(chan int, 4)
@@ -484,6 +486,7 @@ func TestAPinMoveReconcilesTheRowsThatLandAfterIt(t *testing.T) {
 // that code too: the retries hid the refusals), it shows that refused
 // writes are written again.
 func TestRefusedRowWritesNeverLeaveAStaleRow(t *testing.T) {
+	t.Parallel() // its own server: waits on the index settling more than it computes
 	ctx := testContext(t)
 	js, log := oneIndexedPartition(t, ctx)
 	heldIndexProjector(t, ctx, js, log, ProjectorConfig{Durable: "refused", IndexEvery: 100 * time.Millisecond})
