@@ -31,6 +31,7 @@ func main() {
 	cmd.SetArgs(os.Args[1:])
 	err := cmd.ExecuteContext(ctx)
 	stop()
+	removeEngineBinary()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)

@@ -20,7 +20,9 @@ func TestMain(m *testing.M) {
 		}
 		os.Exit(0)
 	}
-	os.Exit(m.Run())
+	code := m.Run()
+	removeEngineBinary() // the engine the scaling figures built
+	os.Exit(code)
 }
 
 // tinySizes run every benchmark in a few seconds.
@@ -187,5 +189,30 @@ func TestParseFlags(t *testing.T) {
 	}
 	if err := NewMain().ParseFlags([]string{"--only", "nope"}); err == nil {
 		t.Fatal("--only nope: no error")
+	}
+}
+
+// TestEngineBinaryIsRemoved checks that the engine the scaling figures
+// build (45 MB) goes with removeEngineBinary, which the command and
+// TestMain call as they end: each run used to leave one in the temporary
+// directory.
+func TestEngineBinaryIsRemoved(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds cmd/engine")
+	}
+	exe, err := engineBinary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, err := engineBinary()
+	if err != nil || again != exe {
+		t.Fatalf("second engineBinary: %q, %v; want the first build, %q", again, err, exe)
+	}
+	if _, err := os.Stat(exe); err != nil {
+		t.Fatal(err)
+	}
+	removeEngineBinary()
+	if _, err := os.Stat(filepath.Dir(exe)); !os.IsNotExist(err) {
+		t.Fatalf("%s after removeEngineBinary: %v, want it gone", filepath.Dir(exe), err)
 	}
 }

@@ -648,31 +648,52 @@ func (r *runner) ingestScaleFigure(ctx context.Context) error {
 }
 
 var (
-	engineOnce sync.Once
-	engineExe  string
-	engineErr  error
+	engineMu  sync.Mutex
+	engineDir string // the temporary directory engineExe is in, or ""
+	engineExe string
+	engineErr error
 )
 
-// engineBinary builds cmd/engine of this module once per run, into a
-// temporary directory, and returns its path.
+// engineBinary builds cmd/engine of this module once per process, into a
+// temporary directory that removeEngineBinary deletes, and returns its
+// path (about 45 MB; every Run of the process shares it).
 func engineBinary() (string, error) {
-	engineOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "turnstone-bench-engine-")
-		if err != nil {
-			engineErr = err
-			return
-		}
-		root, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}").Output()
-		if err != nil {
-			engineErr = fmt.Errorf("go list -m: %w", err)
-			return
-		}
-		engineExe = filepath.Join(dir, "engine")
-		build := exec.Command("go", "build", "-o", engineExe, "./cmd/engine")
-		build.Dir = strings.TrimSpace(string(root))
-		if out, err := build.CombinedOutput(); err != nil {
-			engineErr = fmt.Errorf("%w: %s", err, out)
-		}
-	})
+	engineMu.Lock()
+	defer engineMu.Unlock()
+	if engineExe == "" && engineErr == nil {
+		engineDir, engineExe, engineErr = buildEngine()
+	}
 	return engineExe, engineErr
+}
+
+// buildEngine builds cmd/engine into a new temporary directory and returns
+// the directory (to remove, even on error) and the binary's path.
+func buildEngine() (dir, exe string, err error) {
+	dir, err = os.MkdirTemp("", "turnstone-bench-engine-")
+	if err != nil {
+		return "", "", err
+	}
+	root, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}").Output()
+	if err != nil {
+		return dir, "", fmt.Errorf("go list -m: %w", err)
+	}
+	exe = filepath.Join(dir, "engine")
+	build := exec.Command("go", "build", "-o", exe, "./cmd/engine")
+	build.Dir = strings.TrimSpace(string(root))
+	if out, err := build.CombinedOutput(); err != nil {
+		return dir, "", fmt.Errorf("%w: %s", err, out)
+	}
+	return dir, exe, nil
+}
+
+// removeEngineBinary deletes the directory engineBinary built into, if it
+// did; the next engineBinary builds again. The bench command and its tests
+// call it as they end, so that no run leaves a binary behind.
+func removeEngineBinary() {
+	engineMu.Lock()
+	defer engineMu.Unlock()
+	if engineDir != "" {
+		_ = os.RemoveAll(engineDir)
+	}
+	engineDir, engineExe, engineErr = "", "", nil
 }
