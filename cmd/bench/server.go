@@ -46,15 +46,17 @@ func startServerSync(syncAlways bool, interval time.Duration) (*server, error) {
 	}
 	// As engine serve's embedded server: each append reaches the engine
 	// owning its partition (the streams here have the default count).
-	if err := srv.AddMapping(ingest.IngestMapping(events.DefaultPartitions)); err != nil {
-		return nil, err
-	}
-	return &server{url: srv.ClientURL(), close: func() {
+	closeServer := func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
 		_ = srv.Close(ctx)
 		_ = os.RemoveAll(dir)
-	}}, nil
+	}
+	if err := srv.AddMapping(ingest.IngestMapping(events.DefaultPartitions)); err != nil {
+		closeServer()
+		return nil, err
+	}
+	return &server{url: srv.ClientURL(), close: closeServer}, nil
 }
 
 // childEnv, set in a child process's environment, makes it a child (see
