@@ -4,6 +4,9 @@ import (
 	"bufio"
 	"context"
 	"errors"
+	"fmt"
+	"io"
+	"net/http"
 	"os/exec"
 	"path/filepath"
 	"regexp"
@@ -27,7 +30,8 @@ import (
 func TestRuntimeKilledMidTurnIsGoneOnce(t *testing.T) {
 	skipShort(t, "kills a runtime process and waits out presence")
 	parallelLong(t)
-	eng := startEngine(t, t.TempDir(), "--sync", "1s")
+	tele := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	eng := startEngine(t, t.TempDir(), "--sync", "1s", "--telemetry-listen", tele)
 	startWorker(t, eng.url, "w1")
 	_, js, log := connectJS(t, eng.url)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
@@ -78,6 +82,28 @@ func TestRuntimeKilledMidTurnIsGoneOnce(t *testing.T) {
 			time.Sleep(100 * time.Millisecond)
 		}
 	}
+	// ticks is how many passes the engine's reconciler has made
+	// (turnstone_reconciler_ticks_total, one a second); passes waits for
+	// n more: the span in which a wrong command would have been issued,
+	// counted in the reconciler's own judgements, not in wall time a
+	// loaded machine may spend elsewhere.
+	ticks := func() float64 {
+		resp, err := http.Get("http://" + tele + "/metrics")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return metric(string(b), "turnstone_reconciler_ticks_total")
+	}
+	passes := func(what string, n float64) {
+		t.Helper()
+		from := ticks()
+		waitFor(what, time.Duration(n)*5*time.Second, func() bool { return ticks() >= from+n })
+	}
 	gone := regexp.MustCompile(`runtime presence changed.*present=false.*tenant=pr|tenant=pr.*present=false`)
 	back := regexp.MustCompile(`runtime presence changed.*present=true.*tenant=pr|tenant=pr.*present=true`)
 	count := func(re *regexp.Regexp) int { return len(re.FindAllString(eng.out.String(), -1)) }
@@ -115,8 +141,9 @@ func TestRuntimeKilledMidTurnIsGoneOnce(t *testing.T) {
 		return s.Paused && s.PauseCause == events.CauseRuntimeUnavailable
 	})
 	waitFor("the runtime gone", 20*time.Second, func() bool { return count(gone) >= 1 })
-	// Away: several presence rounds (2 s each) and reconciler ticks.
-	time.Sleep(8 * time.Second)
+	// Away: eight reconciler passes, a second apart, which span four
+	// presence rounds (2 s each).
+	passes("eight reconciler passes with the runtime away", 8)
 	if n := resumes(); n != 0 {
 		t.Fatalf("%d resume_session while the runtime is dead; engine:\n%s", n, eng.out)
 	}
@@ -147,7 +174,7 @@ func TestRuntimeKilledMidTurnIsGoneOnce(t *testing.T) {
 	})
 	waitFor("one resume_session once the runtime is back", 30*time.Second, func() bool { return resumes() >= 1 })
 	waitFor("the session resumed", 30*time.Second, func() bool { return !state().Paused })
-	time.Sleep(5 * time.Second)
+	passes("five reconciler passes after the resume", 5)
 	if n := resumes(); n != 1 {
 		t.Fatalf("%d resume_session after the runtime came back, want exactly 1; engine:\n%s", n, eng.out)
 	}

@@ -382,6 +382,7 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config, logger *zerolog.Logger
 		}
 	}
 	if m != nil {
+		rcfg.OnTick = m.ReconcilerTicked
 		rcfg.OnFailClosed = func(err error) {
 			if err != nil {
 				m.SetFailClosed(true, err.Error())

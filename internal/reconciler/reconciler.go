@@ -57,6 +57,11 @@ type Config struct {
 	// OnFailClosed, when set, is called when the reconciler fails closed
 	// (err set) or opens again (err nil).
 	OnFailClosed func(err error)
+	// OnTick, when set, is called at the end of each tick (every Tick: the
+	// pass over due deadlines, pending requests and rescans), whether it
+	// failed closed or not: a sign that the control loop is alive
+	// (metrics).
+	OnTick func()
 	// Presence tells which runtimes are present (nil: none is ever
 	// present; sessions are live by the live horizon only). A
 	// *presence.Tracker implements it.
@@ -624,6 +629,9 @@ func (r *Reconciler) tickLoop(ctx context.Context) {
 		case <-t.C():
 		}
 		r.tick(ctx)
+		if r.cfg.OnTick != nil {
+			r.cfg.OnTick()
+		}
 	}
 }
 

@@ -110,3 +110,49 @@ func TestNoCommandOnStaleState(t *testing.T) {
 		t.Fatalf("%d decisions dropped, want only the stale one", n)
 	}
 }
+
+// TestOnTickCountsEachPass: OnTick (the engine's reconciler_ticks_total)
+// is called once at the end of each tick, and only then: a fake clock
+// advanced by three ticks makes three calls.
+func TestOnTickCountsEachPass(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	srv := embeddedtest.Start(t)
+	_, js := embeddedtest.Connect(t, srv)
+	log, err := events.Open(ctx, js, events.Config{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := recovery.Setup(ctx, log, recovery.DeliveryConfig{}); err != nil {
+		t.Fatal(err)
+	}
+	clk := clock.NewFakeClock(time.Now())
+	ticks := make(chan struct{}, 10)
+	rec := reconciler.New(log, nil, reconciler.Config{Clock: clk, Tick: time.Minute, OnTick: func() { ticks <- struct{}{} }}, nil)
+	if err := rec.Open(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = rec.Close(context.Background()) })
+	for i := range 3 {
+		// The loop's timer for the next tick is set once the last tick
+		// ended: wait for it before advancing.
+		deadline := time.Now().Add(10 * time.Second)
+		for clk.Pending() == 0 {
+			if time.Now().After(deadline) {
+				t.Fatalf("tick %d: the reconciler set no timer", i+1)
+			}
+			time.Sleep(time.Millisecond)
+		}
+		select {
+		case <-ticks:
+			t.Fatalf("tick %d: OnTick before the clock reached the tick", i+1)
+		default:
+		}
+		clk.Advance(time.Minute)
+		select {
+		case <-ticks:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("tick %d: no OnTick within 10 s of the clock reaching it", i+1)
+		}
+	}
+}

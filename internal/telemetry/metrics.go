@@ -48,6 +48,7 @@ type Metrics struct {
 
 	issued     *prometheus.CounterVec
 	failClosed prometheus.Gauge
+	ticks      *prometheus.CounterVec // no labels: see NewMetrics
 
 	workerCommands *prometheus.CounterVec
 	workerSeconds  *prometheus.HistogramVec
@@ -107,6 +108,9 @@ func NewMetrics(namespace string) *Metrics {
 	m.issued = counterVec("commands_issued_total", "Recovery commands the reconciler issued, by kind.", "kind")
 	m.failClosed = prometheus.NewGauge(prometheus.GaugeOpts{Namespace: namespace, Name: "reconciler_fail_closed",
 		Help: "1 while the reconciler fails closed (issues no command), else 0."})
+	// No labels, but a vector: the series appears with the first tick, so
+	// that a worker (which runs no reconciler) has none to alert on.
+	m.ticks = counterVec("reconciler_ticks_total", "Passes of the engine's reconciler control loop (deadlines, pending requests, retries): one per tick, 1 s by default, failed closed or not. A rate of 0 on an engine means the loop is stuck.")
 	m.workerCommands = counterVec("worker_commands_total", "Recovery commands this worker handled, by kind and outcome.", "kind", "outcome")
 	m.workerSeconds = prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: namespace, Name: "worker_command_seconds",
 		Help: "Seconds this worker took over a recovery command, from delivery to its end, by kind.", Buckets: WorkerCommandBuckets}, []string{"kind"})
@@ -144,7 +148,7 @@ func NewMetrics(namespace string) *Metrics {
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		m.turns, m.views,
 		m.events, m.redelivered, m.invalid, m.orphanRepairs, m.distillations, m.outcomes, m.attempts,
-		m.parked, m.breakers, m.violations, m.issued, m.failClosed, m.workerCommands, m.workerSeconds,
+		m.parked, m.breakers, m.violations, m.issued, m.failClosed, m.ticks, m.workerCommands, m.workerSeconds,
 	)
 	return m
 }
@@ -219,6 +223,15 @@ func (m *Metrics) CommandIssued(kind string) {
 		return
 	}
 	m.issued.WithLabelValues(label(kind)).Inc()
+}
+
+// ReconcilerTicked counts one pass of the reconciler's control loop in
+// reconciler_ticks_total (reconciler.Config.OnTick).
+func (m *Metrics) ReconcilerTicked() {
+	if m == nil {
+		return
+	}
+	m.ticks.WithLabelValues().Inc()
 }
 
 // SetFailClosed records whether the reconciler fails closed (issues no

@@ -84,6 +84,16 @@ func TestServerEndToEnd(t *testing.T) {
 	if ct := hdr.Get("Content-Type"); !strings.HasPrefix(ct, "text/plain") {
 		t.Errorf("GET /metrics Content-Type %q", ct)
 	}
+	// No reconciler tick yet (a worker's registry never has one): no
+	// series to alert on.
+	if strings.Contains(body, "turnstone_reconciler_ticks_total") {
+		t.Errorf("GET /metrics has turnstone_reconciler_ticks_total before any tick")
+	}
+	m.ReconcilerTicked()
+	m.ReconcilerTicked()
+	if _, body, _ = get(t, base+"/metrics"); !strings.Contains(body, "\nturnstone_reconciler_ticks_total 2\n") {
+		t.Errorf("GET /metrics after two ticks lacks \"turnstone_reconciler_ticks_total 2\"")
+	}
 	for _, want := range []string{
 		"turnstone_turns_started_total 1",
 		`turnstone_turns_failed_total{stage="execute"} 1`,
