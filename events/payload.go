@@ -437,29 +437,74 @@ type SnapshotTaken struct {
 	Version   int    `json:"version,omitzero"`
 }
 
-func (*SessionStarted) EventType() Type        { return TypeSessionStarted }
-func (*SessionPaused) EventType() Type         { return TypeSessionPaused }
-func (*SessionResumed) EventType() Type        { return TypeSessionResumed }
-func (*TurnStarted) EventType() Type           { return TypeTurnStarted }
-func (*TurnStageCompleted) EventType() Type    { return TypeTurnStageCompleted }
-func (*TurnCompleted) EventType() Type         { return TypeTurnCompleted }
-func (*TurnFailed) EventType() Type            { return TypeTurnFailed }
-func (*TurnAbandoned) EventType() Type         { return TypeTurnAbandoned }
-func (*MessageAppended) EventType() Type       { return TypeMessageAppended }
-func (*ToolCallStarted) EventType() Type       { return TypeToolCallStarted }
-func (*ToolCallCompleted) EventType() Type     { return TypeToolCallCompleted }
-func (*ErrorRecorded) EventType() Type         { return TypeErrorRecorded }
+// EventType returns TypeSessionStarted: the Payload interface.
+func (*SessionStarted) EventType() Type { return TypeSessionStarted }
+
+// EventType returns TypeSessionPaused: the Payload interface.
+func (*SessionPaused) EventType() Type { return TypeSessionPaused }
+
+// EventType returns TypeSessionResumed: the Payload interface.
+func (*SessionResumed) EventType() Type { return TypeSessionResumed }
+
+// EventType returns TypeTurnStarted: the Payload interface.
+func (*TurnStarted) EventType() Type { return TypeTurnStarted }
+
+// EventType returns TypeTurnStageCompleted: the Payload interface.
+func (*TurnStageCompleted) EventType() Type { return TypeTurnStageCompleted }
+
+// EventType returns TypeTurnCompleted: the Payload interface.
+func (*TurnCompleted) EventType() Type { return TypeTurnCompleted }
+
+// EventType returns TypeTurnFailed: the Payload interface.
+func (*TurnFailed) EventType() Type { return TypeTurnFailed }
+
+// EventType returns TypeTurnAbandoned: the Payload interface.
+func (*TurnAbandoned) EventType() Type { return TypeTurnAbandoned }
+
+// EventType returns TypeMessageAppended: the Payload interface.
+func (*MessageAppended) EventType() Type { return TypeMessageAppended }
+
+// EventType returns TypeToolCallStarted: the Payload interface.
+func (*ToolCallStarted) EventType() Type { return TypeToolCallStarted }
+
+// EventType returns TypeToolCallCompleted: the Payload interface.
+func (*ToolCallCompleted) EventType() Type { return TypeToolCallCompleted }
+
+// EventType returns TypeErrorRecorded: the Payload interface.
+func (*ErrorRecorded) EventType() Type { return TypeErrorRecorded }
+
+// EventType returns TypeDistillationRequested: the Payload interface.
 func (*DistillationRequested) EventType() Type { return TypeDistillationRequested }
-func (*DistillationStarted) EventType() Type   { return TypeDistillationStarted }
+
+// EventType returns TypeDistillationStarted: the Payload interface.
+func (*DistillationStarted) EventType() Type { return TypeDistillationStarted }
+
+// EventType returns TypeDistillationCompleted: the Payload interface.
 func (*DistillationCompleted) EventType() Type { return TypeDistillationCompleted }
-func (*DistillationSkipped) EventType() Type   { return TypeDistillationSkipped }
-func (*SnapshotTaken) EventType() Type         { return TypeSnapshotTaken }
-func (*SessionRewound) EventType() Type        { return TypeSessionRewound }
-func (*SessionForked) EventType() Type         { return TypeSessionForked }
-func (*RecoveryAttempted) EventType() Type     { return TypeRecoveryAttempted }
-func (*RecoveryCompleted) EventType() Type     { return TypeRecoveryCompleted }
-func (*RecoveryParked) EventType() Type        { return TypeRecoveryParked }
-func (*BreakerChanged) EventType() Type        { return TypeBreakerChanged }
+
+// EventType returns TypeDistillationSkipped: the Payload interface.
+func (*DistillationSkipped) EventType() Type { return TypeDistillationSkipped }
+
+// EventType returns TypeSnapshotTaken: the Payload interface.
+func (*SnapshotTaken) EventType() Type { return TypeSnapshotTaken }
+
+// EventType returns TypeSessionRewound: the Payload interface.
+func (*SessionRewound) EventType() Type { return TypeSessionRewound }
+
+// EventType returns TypeSessionForked: the Payload interface.
+func (*SessionForked) EventType() Type { return TypeSessionForked }
+
+// EventType returns TypeRecoveryAttempted: the Payload interface.
+func (*RecoveryAttempted) EventType() Type { return TypeRecoveryAttempted }
+
+// EventType returns TypeRecoveryCompleted: the Payload interface.
+func (*RecoveryCompleted) EventType() Type { return TypeRecoveryCompleted }
+
+// EventType returns TypeRecoveryParked: the Payload interface.
+func (*RecoveryParked) EventType() Type { return TypeRecoveryParked }
+
+// EventType returns TypeBreakerChanged: the Payload interface.
+func (*BreakerChanged) EventType() Type { return TypeBreakerChanged }
 
 // SessionRewound rewinds the session to stream sequence ToSeq: its state is
 // the state as of ToSeq, and the events after ToSeq up to this one are kept
