@@ -59,6 +59,11 @@ type ProjectorConfig struct {
 	// AckWait and MaxAckPending are the consumers' (see the defaults).
 	AckWait       time.Duration
 	MaxAckPending int
+	// UseExisting: Acquire never creates a partition's consumer (engine
+	// setup does: EnsureProjectorConsumers); a missing one is an error
+	// wrapping jetstream.ErrConsumerNotFound. False: Acquire creates a
+	// missing one.
+	UseExisting bool
 	// Shared says the projector shares the partitions with other engines
 	// (a partition group drives Acquire and Release). When false, Open
 	// acquires every partition: the projector is the only one.
@@ -228,6 +233,43 @@ func EnsureProjectorConsumers(ctx context.Context, js jetstream.JetStream, cfg P
 	}
 	if err := st.DeleteConsumer(ctx, cfg.Durable); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
 		return fmt.Errorf("delete the single projector consumer of earlier versions: %w", err)
+	}
+	return nil
+}
+
+// CheckProjectorConsumers checks, changing nothing, that the durable
+// consumer of every partition exists and reads its partition's events
+// (ProjectorConsumerConfig's filter): a process that may not create them
+// (ProjectorConfig.UseExisting) calls it before it starts. The error
+// names each consumer that is missing (wrapping
+// jetstream.ErrConsumerNotFound: engine setup creates them) or filters
+// other subjects; or the stream's or the server's error.
+func CheckProjectorConsumers(ctx context.Context, js jetstream.JetStream, cfg ProjectorConfig, partitions int) error {
+	cfg.setDefaults()
+	st, err := js.Stream(ctx, events.EventsStream)
+	if err != nil {
+		return fmt.Errorf("projector consumers: %w", err)
+	}
+	var missing, wrong []string
+	for p := 0; p < partitions; p++ {
+		name := ProjectorConsumerName(cfg.Durable, p)
+		cons, err := st.Consumer(ctx, name)
+		if errors.Is(err, jetstream.ErrConsumerNotFound) {
+			missing = append(missing, name)
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("projector consumer %s: %w", name, err)
+		}
+		if got, want := cons.CachedInfo().Config.FilterSubject, events.StoredPartitionFilter(p); got != want {
+			wrong = append(wrong, fmt.Sprintf("%s filters %q, not %q", name, got, want))
+		}
+	}
+	if len(missing) > 0 {
+		return fmt.Errorf("projector consumers %s of stream %s: %w", strings.Join(missing, ", "), events.EventsStream, jetstream.ErrConsumerNotFound)
+	}
+	if len(wrong) > 0 {
+		return fmt.Errorf("projector consumers of stream %s: %s; engine setup makes them again", events.EventsStream, strings.Join(wrong, "; "))
 	}
 	return nil
 }
@@ -531,7 +573,7 @@ func (p *Projector) Acquire(lease context.Context, part int, takenOver bool) err
 	}
 	name := ProjectorConsumerName(p.cfg.Durable, part)
 	cons, err := st.Consumer(ctx, name)
-	if errors.Is(err, jetstream.ErrConsumerNotFound) {
+	if errors.Is(err, jetstream.ErrConsumerNotFound) && !p.cfg.UseExisting {
 		cons, err = st.CreateConsumer(ctx, ProjectorConsumerConfig(p.cfg, part))
 	}
 	if err != nil {

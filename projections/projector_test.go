@@ -1,9 +1,12 @@
 package projections
 
 import (
+	"errors"
 	"fmt"
 	"testing"
 	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/turnstone-dev/turnstone/events"
 )
@@ -154,5 +157,57 @@ func TestProjectorCompactsIdleStates(t *testing.T) {
 	got, _ = p.Session(testTenant, "idle")
 	if string(mustJSON(t, stored(got))) != string(mustJSON(t, FoldLog(all))) {
 		t.Fatalf("folded on a compressed state:\n%s\nwant\n%s", mustJSON(t, stored(got)), mustJSON(t, FoldLog(all)))
+	}
+}
+
+// TestUseExistingAcquireCreatesNoConsumer: with UseExisting, acquiring a
+// partition whose consumer is missing fails (wrapping
+// jetstream.ErrConsumerNotFound) and creates none; without it, Acquire
+// creates the missing consumer, as before.
+func TestUseExistingAcquireCreatesNoConsumer(t *testing.T) {
+	t.Parallel()
+	ctx := testContext(t)
+	js := startJetStream(t)
+	log, err := events.Open(ctx, js, events.Config{Partitions: 2}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := js.Stream(ctx, events.EventsStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	name := ProjectorConsumerName("existing", 1)
+	for _, useExisting := range []bool{true, false} {
+		p, err := NewProjector(log, newStore(t, js), ProjectorConfig{Durable: "existing", Shared: true, UseExisting: useExisting}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := p.Open(ctx); err != nil {
+			t.Fatal(err)
+		}
+		err = p.Acquire(ctx, 1, false)
+		_, lookup := st.Consumer(ctx, name)
+		_ = p.Close(ctx)
+		if useExisting {
+			if !errors.Is(err, jetstream.ErrConsumerNotFound) {
+				t.Fatalf("UseExisting: Acquire without the consumer: %v, want jetstream.ErrConsumerNotFound", err)
+			}
+			if !errors.Is(lookup, jetstream.ErrConsumerNotFound) {
+				t.Fatalf("UseExisting: consumer %s after Acquire: %v, want none created", name, lookup)
+			}
+			if err := CheckProjectorConsumers(ctx, js, ProjectorConfig{Durable: "existing"}, 2); !errors.Is(err, jetstream.ErrConsumerNotFound) {
+				t.Fatalf("CheckProjectorConsumers with none: %v, want jetstream.ErrConsumerNotFound", err)
+			}
+			continue
+		}
+		if err != nil || lookup != nil {
+			t.Fatalf("without UseExisting: Acquire %v, consumer %s %v; want it created", err, name, lookup)
+		}
+	}
+	if err := EnsureProjectorConsumers(ctx, js, ProjectorConfig{Durable: "existing"}, 2); err != nil {
+		t.Fatal(err)
+	}
+	if err := CheckProjectorConsumers(ctx, js, ProjectorConfig{Durable: "existing"}, 2); err != nil {
+		t.Fatalf("CheckProjectorConsumers after EnsureProjectorConsumers: %v", err)
 	}
 }

@@ -345,9 +345,14 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config, logger *zerolog.Logger
 
 	m := cfg.Metrics
 	var rec *reconciler.Reconciler // set below, before any event is folded
+	if cfg.UseExisting {
+		if err := projections.CheckProjectorConsumers(ctx, js, projections.ProjectorConfig{}, e.Log.Partitions()); err != nil {
+			return nil, fmt.Errorf("open engine: %w", err)
+		}
+	}
 	e.Projector, err = projections.NewProjector(e.Log, e.Store, projections.ProjectorConfig{
 		SnapshotEvery: cfg.SnapshotEvery, MaxSessions: cfg.MaxSessions, IdleEvict: cfg.IdleEvict, CompressAfter: cfg.CompressAfter,
-		Shared: true, Index: true, Gate: e.Gate,
+		Shared: true, Index: true, Gate: e.Gate, UseExisting: cfg.UseExisting,
 		OnApply: func(s *projections.Session, ev events.Event, applied bool, vs []projections.Violation) {
 			if m != nil {
 				m.ObserveEvent(ev)

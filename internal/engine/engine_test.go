@@ -2,11 +2,14 @@ package engine_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/turnstone-dev/turnstone/events"
 	"github.com/turnstone-dev/turnstone/internal/embedded/embeddedtest"
 	"github.com/turnstone-dev/turnstone/internal/engine"
@@ -211,4 +214,65 @@ func TestRestartKeepsTheStreamsSettings(t *testing.T) {
 	if info, _ := st.Info(ctx); info.Config.Duplicates != time.Minute {
 		t.Fatalf("duplicates %s, want 1m after --update-streams", info.Config.Duplicates)
 	}
+}
+
+// TestUseExistingCreatesNoProjectorConsumer: an engine that may create
+// nothing (UseExisting: engine serve --nats-url) refuses to open when a
+// partition's projector consumer is missing, naming it (the error wraps
+// jetstream.ErrConsumerNotFound, which engine serve turns into "run
+// engine setup"), and creates none; and refuses one that reads another
+// partition's events. Before, the projector created a missing consumer
+// itself when it acquired the partition, with its own defaults. Once
+// setup made them again, it opens.
+func TestUseExistingCreatesNoProjectorConsumer(t *testing.T) {
+	t.Parallel()
+	srv := embeddedtest.Start(t)
+	nc, js := embeddedtest.Connect(t, srv)
+	ctx := context.Background()
+	if _, err := engine.Setup(ctx, js, engine.SetupConfig{}, nil); err != nil {
+		t.Fatal(err)
+	}
+	st, err := js.Stream(ctx, events.EventsStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	missing := projections.ProjectorConsumerName("", 2)
+	if err := st.DeleteConsumer(ctx, missing); err != nil {
+		t.Fatal(err)
+	}
+	cfg := engine.Config{UseExisting: true, RetentionEvery: -1}
+	if e, err := engine.Open(ctx, nc, cfg, nil); err == nil {
+		_ = e.Close(ctx)
+		t.Fatal("an engine with UseExisting opened without its projector consumer")
+	} else if !errors.Is(err, jetstream.ErrConsumerNotFound) || !strings.Contains(err.Error(), missing) {
+		t.Fatalf("open without %s: %v, want jetstream.ErrConsumerNotFound naming it", missing, err)
+	}
+	if _, err := st.Consumer(ctx, missing); !errors.Is(err, jetstream.ErrConsumerNotFound) {
+		t.Fatalf("consumer %s after the refused open: %v, want still missing", missing, err)
+	}
+
+	// One that reads another partition's events.
+	wrong := projections.ProjectorConsumerConfig(projections.ProjectorConfig{}, 2)
+	wrong.FilterSubject = events.StoredPartitionFilter(3)
+	if _, err := st.CreateConsumer(ctx, wrong); err != nil {
+		t.Fatal(err)
+	}
+	if e, err := engine.Open(ctx, nc, cfg, nil); err == nil {
+		_ = e.Close(ctx)
+		t.Fatal("an engine with UseExisting opened with a consumer reading another partition")
+	} else if !strings.Contains(err.Error(), missing+" filters") {
+		t.Fatalf("open with %s reading partition 3: %v, want it named", missing, err)
+	}
+
+	if err := st.DeleteConsumer(ctx, missing); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := engine.Setup(ctx, js, engine.SetupConfig{}, nil); err != nil {
+		t.Fatal(err)
+	}
+	e, err := engine.Open(ctx, nc, cfg, nil)
+	if err != nil {
+		t.Fatalf("open after setup: %v", err)
+	}
+	_ = e.Close(ctx)
 }
