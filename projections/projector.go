@@ -14,7 +14,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 	"github.com/turnstone-dev/turnstone/events"
-	"github.com/turnstone-dev/turnstone/internal/erasure"
 )
 
 // Defaults of ProjectorConfig.
@@ -118,11 +117,42 @@ type ProjectorConfig struct {
 	// event of a session being erased or of an erased sequence is
 	// acknowledged without being folded, and no write is made for a
 	// session whose erase began after its event was taken (package
-	// erasure). Forget drops the erased sessions' states.
-	Gate *erasure.Gate
+	// erasure). Forget drops the erased sessions' states. Nil: nothing is
+	// ever being erased.
+	Gate ErasureGate
 }
 
+// ErasureGate is what the projector asks of an erasure gate (the engine's
+// *erasure.Gate implements it), so that no write is made from a state
+// read before an erase of its session began.
+type ErasureGate interface {
+	// Epoch is the count of erases begun; take it before reading the
+	// state a write is decided from.
+	Epoch() uint64
+	// Enter asks to write for the session: false when it is being
+	// erased, or an erase of it began after since (an Epoch). On true,
+	// Leave must follow once the write is stored or has failed.
+	Enter(tenant, session string, since uint64) bool
+	// Leave ends a write Enter allowed.
+	Leave(tenant, session string)
+	// Skip reports whether the event at stream sequence seq of the
+	// session is erased or being erased: it is acknowledged, not folded.
+	Skip(tenant, session string, seq uint64) bool
+}
+
+// noGate is the ErasureGate of a projector without one: nothing is being
+// erased.
+type noGate struct{}
+
+func (noGate) Epoch() uint64                     { return 0 }
+func (noGate) Enter(string, string, uint64) bool { return true }
+func (noGate) Leave(string, string)              {}
+func (noGate) Skip(string, string, uint64) bool  { return false }
+
 func (c *ProjectorConfig) setDefaults() {
+	if c.Gate == nil {
+		c.Gate = noGate{}
+	}
 	if c.SnapshotEvery == 0 {
 		c.SnapshotEvery = DefaultSnapshotEvery
 	}
@@ -1463,22 +1493,23 @@ func (p *Projector) evict(_ context.Context, now time.Time) {
 	}
 }
 
-// Forget drops the state of every session in scope from memory (an
-// erase began: package erasure). A snapshot or index entry is never
+// Forget drops from memory the state of every session that covers
+// reports (an erase of them began: the engine passes its scope's Covers)
+// and returns how many it dropped. A snapshot or index entry is never
 // written from a dropped state; the next event of such a session restores
 // it from the log, as after an eviction.
-func (p *Projector) Forget(scope erasure.Scope) int {
+func (p *Projector) Forget(covers func(tenant, session string) bool) int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	n := 0
 	for _, t := range p.sessions {
-		if scope.Covers(t.tenant, t.session) {
+		if covers(t.tenant, t.session) {
 			p.drop(t)
 			n++
 		}
 	}
 	for key, r := range p.unsent {
-		if scope.Covers(r.sum.Tenant, r.sum.Session) {
+		if covers(r.sum.Tenant, r.sum.Session) {
 			delete(p.unsent, key)
 		}
 	}

@@ -562,7 +562,7 @@ func (e *Engine) pinMoved(p int) {
 // reconciler (erasure.MemberConfig.Forget).
 func (e *Engine) forget(scope erasure.Scope) {
 	if e.Projector != nil {
-		e.Projector.Forget(scope)
+		e.Projector.Forget(scope.Covers)
 	}
 	if e.Reconciler != nil {
 		e.Reconciler.Forget(scope)
