@@ -4,11 +4,11 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
 
+	"github.com/go-json-experiment/json"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/turnstone-dev/turnstone/events"
 	"github.com/turnstone-dev/turnstone/projections"
@@ -186,10 +186,14 @@ func (r *Reconciler) signsOfLife(ctx context.Context, s *projections.Session, tu
 				}
 				continue
 			}
+			// Strictly, as every entry Turnstone reads (go-json-experiment):
+			// an entry that does not decode is no sign of life.
 			var a Activity
-			if json.Unmarshal(e.Value(), &a) == nil {
-				later(turn, a.Stored)
+			if err := json.Unmarshal(e.Value(), &a); err != nil {
+				r.l.Debug().Err(err).Str("key", k).Msg("subagent activity unreadable")
+				continue
 			}
+			later(turn, a.Stored)
 		}
 	}
 	for turn, t := range out {
