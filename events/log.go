@@ -1083,7 +1083,9 @@ func (l *Log) readSession(ctx context.Context, tenant, session string, opts Read
 // within opts, up to the last event stored when the read started. Events are
 // delivered as by ReadSession. It reads through an ordered consumer (the
 // server pushes the events; no request per batch), created for the read
-// and gone after it.
+// and gone after it. Errors: fn's error, returned as it is (wrapped) and
+// ending the read; ErrLogUnavailable when the stream does not answer
+// (within ctx, or Config.Timeout for its first request); ctx's.
 func (l *Log) ReadAll(ctx context.Context, opts ReadOptions, fn func(Event) error) error {
 	ictx, cancel := l.withTimeout(ctx)
 	info, err := l.events.Info(ictx)
@@ -1191,7 +1193,9 @@ func (l *Log) Sessions(ctx context.Context, tenant string) ([]SessionRef, error)
 
 // PartitionSessions lists the sessions stored in partition partition, in
 // no order, with their event counts (subjects that name no valid session
-// left out). Like Sessions it asks the stream for its subjects.
+// left out). Like Sessions it asks the stream for its subjects. A
+// partition outside [0, Partitions()) is an error; ErrLogUnavailable when
+// the stream does not answer within ctx or Config.Timeout.
 func (l *Log) PartitionSessions(ctx context.Context, partition int) ([]SessionRef, error) {
 	if partition < 0 || partition >= l.Partitions() {
 		return nil, fmt.Errorf("list sessions: partition %d: the stream has %d", partition, l.Partitions())

@@ -48,7 +48,10 @@ type Client struct {
 
 var _ events.SessionLog = (*Client)(nil)
 
-// NewClient returns a client on nc.
+// NewClient returns a client on nc, with cfg's zero values set to their
+// defaults (Timeout events.DefaultTimeout, MaxPending 4,096, RetryFor
+// 30 s). A negative Timeout or MaxPending is an error; so is nats.go's
+// refusal of the JetStream context. It sends nothing.
 func NewClient(nc *nats.Conn, cfg ClientConfig) (*Client, error) {
 	if cfg.Timeout < 0 || cfg.MaxPending < 0 {
 		return nil, errors.New("new ingest client: timeout and max pending must not be negative")

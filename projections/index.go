@@ -258,7 +258,9 @@ func IndexBucketConfig(replicas int) jetstream.KeyValueConfig {
 	}
 }
 
-// EnsureIndexBucket creates or updates the fleet index bucket.
+// EnsureIndexBucket creates or updates the fleet index bucket
+// (IndexBucket) with replicas replicas; engine setup runs it. The error is
+// the server's refusal, wrapped.
 func EnsureIndexBucket(ctx context.Context, js jetstream.JetStream, replicas int) error {
 	if _, err := js.CreateOrUpdateKeyValue(ctx, IndexBucketConfig(replicas)); err != nil {
 		return fmt.Errorf("bucket %s: %w", IndexBucket, err)
@@ -452,7 +454,10 @@ func validIndexKey(tenant, session string) bool {
 // RebuildIndex writes the summary of every session of the log, each
 // restored from its snapshot and tail, to the fleet index: for an index
 // created over a log that already holds sessions (an upgrade). It returns
-// how many summaries it wrote.
+// how many summaries it wrote. It stops at the first error: the log's
+// (listing or restoring a session: events.ErrLogUnavailable, ctx's) or
+// the bucket's (it must exist: EnsureIndexBucket), with the count written
+// until then.
 func RebuildIndex(ctx context.Context, log *events.Log, store *SnapshotStore) (int, error) {
 	refs, err := log.Sessions(ctx, "")
 	if err != nil {

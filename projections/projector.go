@@ -317,7 +317,10 @@ type PartitionState struct {
 }
 
 // PartitionStates reads the state of the projector consumer of each of the
-// partitions (durable: ProjectorConfig.Durable, "" for the default).
+// partitions (durable: ProjectorConfig.Durable, "" for the default), in
+// the order of partitions. A partition whose consumer does not exist is
+// an error wrapping jetstream.ErrConsumerNotFound, naming it; so is any
+// other error of the server's.
 func PartitionStates(ctx context.Context, js jetstream.JetStream, durable string, partitions []int) ([]PartitionState, error) {
 	st, err := js.Stream(ctx, events.EventsStream)
 	if err != nil {
@@ -526,8 +529,9 @@ type pendingAck struct {
 	tenant, session string
 }
 
-// NewProjector returns a projector over log that saves snapshots in store.
-// logger may be nil.
+// NewProjector returns a projector over log that saves snapshots in store,
+// with cfg's zero values set to their defaults; it starts nothing (Open
+// does). logger may be nil. The only error is cfg.Validate's.
 func NewProjector(log *events.Log, store *SnapshotStore, cfg ProjectorConfig, logger *zerolog.Logger) (*Projector, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("new projector: %w", err)
@@ -544,6 +548,9 @@ func NewProjector(log *events.Log, store *SnapshotStore, cfg ProjectorConfig, lo
 
 // Open starts the projector's housekeeping on a goroutine it owns until
 // Close, and, unless the projector is Shared, acquires every partition.
+// Errors: a partition that cannot be acquired (Acquire's error; nothing
+// keeps running then); when Shared, the subscription to the consumers'
+// pin advisories.
 func (p *Projector) Open(ctx context.Context) error {
 	p.runCtx, p.cancel = context.WithCancel(context.Background())
 	p.wg.Add(1)

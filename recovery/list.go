@@ -128,8 +128,9 @@ func CheckSetUp(ctx context.Context, js jetstream.JetStream) error {
 
 // PendingCommands returns, for each of the partitions, how many commands
 // its consumer holds that are not done: not yet delivered, or delivered
-// and not yet acknowledged. A partition whose consumer does not exist is
-// left out. It writes nothing.
+// and not yet acknowledged. A partition whose consumer (or stream) does
+// not exist is left out. It writes nothing. Any other error of the
+// server's is returned, naming the partition.
 func PendingCommands(ctx context.Context, js jetstream.JetStream, partitions []int) (map[int]uint64, error) {
 	out := make(map[int]uint64, len(partitions))
 	for _, p := range partitions {

@@ -133,7 +133,9 @@ func consumerRange(partitions int) string {
 // consumers (filter, explicit ack, one command pending, the pinned group)
 // are always restored. It returns the status bucket and what it changed in
 // existing streams and consumers, one "<what> <setting>: <old> -> <new>"
-// each (for the audit stream).
+// each (for the audit stream). Errors: an invalid DeliveryConfig; the
+// server's refusal of a stream, consumer or bucket (under auth, a role
+// without the permission), wrapped with what was being set up.
 func Setup(ctx context.Context, log *events.Log, c DeliveryConfig) (jetstream.KeyValue, []string, error) {
 	if err := c.Validate(); err != nil {
 		return nil, nil, fmt.Errorf("set up recovery: %w", err)

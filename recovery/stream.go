@@ -201,7 +201,8 @@ func FindCommand(ctx context.Context, js jetstream.JetStream, tenant, session, i
 // SessionCommands returns the commands stored for a session in
 // AGENT_RECOVERY, in the order they were stored (one direct get per
 // command; those gone past CommandMaxAge are not there). It writes
-// nothing.
+// nothing. A session with no command gives none and no error; the
+// server's errors are returned, naming the session.
 func SessionCommands(ctx context.Context, js jetstream.JetStream, tenant, session string) ([]Command, error) {
 	st, err := js.Stream(ctx, Stream)
 	if err != nil {
