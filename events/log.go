@@ -192,6 +192,8 @@ func Changes(have, want jetstream.StreamConfig) []string {
 	}
 	add("replicas", have.Replicas, want.Replicas)
 	add("max bytes", have.MaxBytes, want.MaxBytes)
+	add("max age", have.MaxAge, want.MaxAge)
+	add("max messages", have.MaxMsgs, want.MaxMsgs)
 	add("max message size", have.MaxMsgSize, want.MaxMsgSize)
 	add("max messages per subject", have.MaxMsgsPerSubject, want.MaxMsgsPerSubject)
 	add("duplicate window", have.Duplicates, want.Duplicates)

@@ -26,6 +26,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 	"github.com/turnstone-dev/turnstone/events"
+	"github.com/turnstone-dev/turnstone/ingest"
 	"github.com/turnstone-dev/turnstone/internal/audit"
 	"github.com/turnstone-dev/turnstone/internal/clock"
 	"github.com/turnstone-dev/turnstone/internal/erasure"
@@ -202,8 +203,10 @@ type SetupConfig struct {
 // credentials under auth), and so does Open unless Config.UseExisting
 // (`engine serve` on the embedded server it owns), with no setting given,
 // so that a restart changes nothing. Every
-// setting it changes in an existing stream or consumer is recorded in the
-// audit stream. It is idempotent, and returns the log it opened.
+// setting it changes in an existing stream or bucket, or in a recovery
+// consumer, is recorded in the audit stream (an operator's own edit of a
+// stream it writes is undone, and so recorded). It is idempotent, and
+// returns the log it opened.
 func Setup(ctx context.Context, js jetstream.JetStream, cfg SetupConfig, logger *zerolog.Logger) (*events.Log, error) {
 	lcfg := cfg.Log
 	lcfg.UseExisting = false
@@ -211,6 +214,12 @@ func Setup(ctx context.Context, js jetstream.JetStream, cfg SetupConfig, logger 
 	if err != nil {
 		return nil, fmt.Errorf("setup: %w", err)
 	}
+	// The other streams and buckets it writes: what an update changes in
+	// their settings (an operator's edit undone, a new version's value)
+	// is recorded too, from their settings before and after.
+	others := []string{ingest.QuarantineStream, audit.Stream, "KV_" + projections.IndexBucket,
+		"KV_" + reconciler.ProbeBucket, "KV_" + reconciler.ActivityBucket, "KV_" + pgroup.DefaultBucket}
+	before := streamConfigs(ctx, js, others)
 	_, consumerChanges, err := recovery.Setup(ctx, log, cfg.Delivery)
 	if err != nil {
 		return nil, fmt.Errorf("setup: %w", err)
@@ -257,7 +266,16 @@ func Setup(ctx context.Context, js jetstream.JetStream, cfg SetupConfig, logger 
 	if err := audit.Ensure(ctx, js, replicas); err != nil {
 		return nil, fmt.Errorf("setup: %w", err)
 	}
-	if changes := append(log.Changed(), consumerChanges...); len(changes) > 0 {
+	changes := append(log.Changed(), consumerChanges...)
+	after := streamConfigs(ctx, js, others)
+	for _, name := range others {
+		if b, ok := before[name]; ok {
+			if a, ok := after[name]; ok {
+				changes = append(changes, events.Changes(b, a)...)
+			}
+		}
+	}
+	if len(changes) > 0 {
 		reason := "engine setup: this version's settings"
 		var asked []string
 		if cfg.Log.UpdateStreams {
@@ -277,6 +295,19 @@ func Setup(ctx context.Context, js jetstream.JetStream, cfg SetupConfig, logger 
 		}
 	}
 	return log, nil
+}
+
+// streamConfigs reads the configuration of each of the streams in names
+// that exists (one that does not, or cannot be read, is left out: setup
+// creates it, or fails on it).
+func streamConfigs(ctx context.Context, js jetstream.JetStream, names []string) map[string]jetstream.StreamConfig {
+	out := make(map[string]jetstream.StreamConfig, len(names))
+	for _, name := range names {
+		if st, err := js.Stream(ctx, name); err == nil {
+			out[name] = st.CachedInfo().Config
+		}
+	}
+	return out
 }
 
 // Open starts an engine on nc: it sets up JetStream (unless

@@ -4,11 +4,13 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/turnstone-dev/turnstone/events"
+	"github.com/turnstone-dev/turnstone/ingest"
 	"github.com/turnstone-dev/turnstone/internal/audit"
 	"github.com/turnstone-dev/turnstone/internal/embedded/embeddedtest"
 	"github.com/turnstone-dev/turnstone/internal/engine"
@@ -79,14 +81,37 @@ func TestSetupRecordsStreamChanges(t *testing.T) {
 	if recs, err := audit.List(ctx, js, audit.Filter{}); err != nil || len(recs) != 0 {
 		t.Fatalf("setups that changed nothing: %+v %v", recs, err)
 	}
-	if _, err := engine.Setup(ctx, js, engine.SetupConfig{Log: events.Config{DuplicateWindow: 10 * time.Minute, SnapshotsPerSession: 5, UpdateStreams: true}}, nil); err != nil {
+	// An operator's own edit of a stream setup writes (the quarantine's
+	// size) is undone by the next setup, and recorded.
+	qs, err := js.Stream(ctx, ingest.QuarantineStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	qcfg := qs.CachedInfo().Config
+	edited := qcfg
+	edited.MaxBytes = qcfg.MaxBytes / 2
+	if _, err := js.UpdateStream(ctx, edited); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := engine.Setup(ctx, js, engine.SetupConfig{}, nil); err != nil {
 		t.Fatal(err)
 	}
 	recs, err := audit.List(ctx, js, audit.Filter{Action: audit.ActionStreamsUpdated})
-	if err != nil || len(recs) != 1 {
+	want := fmt.Sprintf("AGENT_QUARANTINE max bytes: %d -> %d", edited.MaxBytes, qcfg.MaxBytes)
+	if err != nil || len(recs) != 1 || strings.Join(recs[0].Changes, "; ") != want {
+		t.Fatalf("setup over an edited quarantine: records %+v %v, want one with %q", recs, err, want)
+	}
+	if qs, err = js.Stream(ctx, ingest.QuarantineStream); err != nil || qs.CachedInfo().Config.MaxBytes != qcfg.MaxBytes {
+		t.Fatalf("quarantine after setup: %v, max bytes not restored to %d", err, qcfg.MaxBytes)
+	}
+	if _, err := engine.Setup(ctx, js, engine.SetupConfig{Log: events.Config{DuplicateWindow: 10 * time.Minute, SnapshotsPerSession: 5, UpdateStreams: true}}, nil); err != nil {
+		t.Fatal(err)
+	}
+	recs, err = audit.List(ctx, js, audit.Filter{Action: audit.ActionStreamsUpdated})
+	if err != nil || len(recs) != 2 {
 		t.Fatalf("records: %+v %v", recs, err)
 	}
-	r := recs[0]
+	r := recs[1]
 	changes := strings.Join(r.Changes, "; ")
 	if !strings.Contains(changes, "AGENT_EVENTS duplicate window: 5m0s -> 10m0s") || !strings.Contains(changes, "AGENT_SNAPSHOTS max messages per subject: 3 -> 5") ||
 		r.Reason != "engine setup --update-streams" || r.Who == "" || r.Seq == 0 {
