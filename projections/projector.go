@@ -574,7 +574,8 @@ func (p *Projector) Open(ctx context.Context) error {
 
 // Acquire starts folding partition part under lease: it pulls the
 // partition's durable consumer (created with ProjectorConsumerConfig when
-// it does not exist yet) in the priority group, and folds and
+// it does not exist yet, unless UseExisting: then its absence is an error
+// wrapping jetstream.ErrConsumerNotFound) in the priority group, and folds and
 // acknowledges only while lease is live: once it is done (the partition
 // group fenced this engine, or let the partition go) nothing more is
 // folded, written or acknowledged, and what was delivered is left for the
