@@ -75,9 +75,10 @@ func NewClient(nc *nats.Conn, cfg ClientConfig) (*Client, error) {
 // Append sends evs to the engine, in order, and returns one Ack per event
 // (see events.Log.Append for the semantics). Nothing is sent when any
 // event breaks the contract (events.Validate, here); the engine validates
-// again, masks, and quarantines what it refuses. With events.Atomic or
-// events.ExpectLastSeq the events (of one session) are one request,
-// stored as one atomic batch or not at all. Errors: events.ErrInvalid
+// again, masks, and quarantines what it refuses. With events.Atomic (two
+// or more events) or events.ExpectLastSeq the events (of one session) are
+// one request, stored as one atomic batch or not at all; one event with
+// Atomic alone is sent as any one event is, atomic as it is. Errors: events.ErrInvalid
 // (refused here or by the engine, which quarantines it),
 // events.ErrTooLarge, events.ErrConflict, events.ErrDuplicateID,
 // events.ErrLogUnavailable (no engine answers: try again; the ids make a
@@ -117,7 +118,9 @@ func (c *Client) Append(ctx context.Context, evs []events.Event, opts ...events.
 		return nil, fmt.Errorf("append events: %w", err)
 	}
 	seq, conditional := events.ExpectedLastSeq(opts...)
-	atomic := events.IsAtomic(opts...)
+	// One event is atomic as it is: with events.Atomic alone it goes out
+	// as an unconditional one does (as events.Log.Append sends it).
+	batch := conditional || events.IsAtomic(opts...) && len(evs) > 1
 	acks := make([]events.Ack, len(evs))
 	from := 0 // the first event not acknowledged yet
 	b := backoff.WithContext(backoff.NewExponentialBackOff(backoff.WithInitialInterval(100*time.Millisecond),
@@ -125,7 +128,7 @@ func (c *Client) Append(ctx context.Context, evs []events.Event, opts ...events.
 	for {
 		var got []events.Ack
 		var err error
-		if atomic {
+		if batch {
 			got, err = c.appendBatch(ctx, evs, bodies, conditional, seq)
 		} else {
 			got, err = c.appendAsync(ctx, evs[from:], bodies[from:])

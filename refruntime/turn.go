@@ -488,13 +488,9 @@ func (t *turnRun) emit(ctx context.Context, ps ...events.Payload) error {
 		}
 		evs[i] = ev
 	}
-	var opts []events.AppendOption
-	if len(evs) > 1 {
-		// Stored together or not at all: a runtime that dies mid-call
-		// leaves none of them, not the first alone.
-		opts = append(opts, events.Atomic())
-	}
-	acks, err := t.r.log.Append(ctx, evs, opts...)
+	// Stored together or not at all: a runtime that dies mid-call leaves
+	// none of them, not the first alone.
+	acks, err := t.r.log.Append(ctx, evs, events.Atomic())
 	if err != nil {
 		return err
 	}
