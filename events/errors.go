@@ -43,10 +43,10 @@ var (
 	// ErrNoStream: a stream the log needs does not exist and
 	// Config.UseExisting forbids creating it.
 	ErrNoStream = errors.New("stream missing")
-	// ErrDuplicateID: an event id of an atomic batch (an Atomic or
-	// conditional append of two or more events) is stored already, but not by this call as it is now: the
-	// id was used by another call, or the call sent again differs from
-	// the one stored. A resend must repeat the call as it was (then it is
+	// ErrDuplicateID: an event id of an atomic batch (an Atomic append of
+	// two or more events, or a conditional one) is stored already, but not
+	// by this call as it is now: the id was used by another call, or the
+	// call sent again differs from the one stored. A resend must repeat the call as it was (then it is
 	// answered with the original acks, Duplicate set); new events need
 	// new ids. JetStream reports it as error 10201 (ADR-50).
 	ErrDuplicateID = errors.New("event id already stored by another call")

@@ -369,9 +369,9 @@ type AppendOption func(*appendOpts)
 // "Sending again"). The events of the call (one session's, at most
 // MaxAtomicEvents) are stored as one JetStream atomic batch: all of them
 // at consecutive sequences, or none, so no other writer interleaves and a
-// crash never leaves half of them. It is
-// JetStream's Nats-Expected-Last-Subject-Sequence header on the first
-// message of an atomic batch (ADR-50; nats-server 2.12+).
+// crash never leaves half of them. It is JetStream's
+// Nats-Expected-Last-Subject-Sequence header on the first message of an
+// atomic batch (ADR-50; nats-server 2.12+).
 func ExpectLastSeq(seq uint64) AppendOption {
 	return func(o *appendOpts) { o.expect, o.expectSeq = true, seq }
 }

@@ -575,11 +575,11 @@ func (p *Projector) Open(ctx context.Context) error {
 // Acquire starts folding partition part under lease: it pulls the
 // partition's durable consumer (created with ProjectorConsumerConfig when
 // it does not exist yet, unless UseExisting: then its absence is an error
-// wrapping jetstream.ErrConsumerNotFound) in the priority group, and folds and
-// acknowledges only while lease is live: once it is done (the partition
-// group fenced this engine, or let the partition go) nothing more is
-// folded, written or acknowledged, and what was delivered is left for the
-// next holder. takenOver says the previous holder's lease ran out: the
+// wrapping jetstream.ErrConsumerNotFound) in the priority group, and
+// folds and acknowledges only while lease is live: once it is done (the
+// partition group fenced this engine, or let the partition go) nothing
+// more is folded, written or acknowledged, and what was delivered is left
+// for the next holder. takenOver says the previous holder's lease ran out: the
 // consumer is unpinned (waiting for its pin to expire would only delay).
 // The consumer is reset to its acknowledgement floor, so what an earlier
 // holder (this projector too, before its lease ended) was delivered and

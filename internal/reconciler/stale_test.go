@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/turnstone-dev/turnstone/events"
 	"github.com/turnstone-dev/turnstone/internal/clock"
 	"github.com/turnstone-dev/turnstone/internal/embedded/embeddedtest"
@@ -22,15 +23,7 @@ import (
 func TestNoCommandOnStaleState(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	srv := embeddedtest.Start(t)
-	_, js := embeddedtest.Connect(t, srv)
-	log, err := events.Open(ctx, js, events.Config{}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, _, err := recovery.Setup(ctx, log, recovery.DeliveryConfig{}); err != nil {
-		t.Fatal(err)
-	}
+	js, log := setUpLog(t)
 	policy, err := reconciler.ParsePolicy([]byte("turn_deadline: 10s\n"))
 	if err != nil {
 		t.Fatal(err)
@@ -117,15 +110,7 @@ func TestNoCommandOnStaleState(t *testing.T) {
 func TestOnTickCountsEachPass(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	srv := embeddedtest.Start(t)
-	_, js := embeddedtest.Connect(t, srv)
-	log, err := events.Open(ctx, js, events.Config{}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, _, err := recovery.Setup(ctx, log, recovery.DeliveryConfig{}); err != nil {
-		t.Fatal(err)
-	}
+	_, log := setUpLog(t)
 	clk := clock.NewFakeClock(time.Now())
 	ticks := make(chan struct{}, 10)
 	rec := reconciler.New(log, nil, reconciler.Config{Clock: clk, Tick: time.Minute, OnTick: func() { ticks <- struct{}{} }}, nil)
@@ -155,4 +140,20 @@ func TestOnTickCountsEachPass(t *testing.T) {
 			t.Fatalf("tick %d: no OnTick within 10 s of the clock reaching it", i+1)
 		}
 	}
+}
+
+// setUpLog starts an embedded server of the test's own and sets up the
+// event log and the recovery stream on it, as engine setup would.
+func setUpLog(t *testing.T) (jetstream.JetStream, *events.Log) {
+	t.Helper()
+	ctx := context.Background()
+	_, js := embeddedtest.Connect(t, embeddedtest.Start(t))
+	log, err := events.Open(ctx, js, events.Config{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := recovery.Setup(ctx, log, recovery.DeliveryConfig{}); err != nil {
+		t.Fatal(err)
+	}
+	return js, log
 }
