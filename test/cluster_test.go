@@ -42,17 +42,11 @@ func TestLogOnAThreeNodeCluster(t *testing.T) {
 	defer nc.Close()
 	js, _ := jetstream.New(nc)
 	var log *events.Log
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	// The meta leader may still be elected.
+	untilAvailable(t, "open the log", func() (err error) {
 		log, err = events.Open(ctx, js, events.Config{Replicas: 3}, nil)
-		if err == nil || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(200 * time.Millisecond) // the meta leader may still be elected
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
+		return err
+	})
 	st, _ := js.Stream(ctx, events.EventsStream)
 	if r := st.CachedInfo().Config.Replicas; r != 3 {
 		t.Fatalf("replicas %d", r)
@@ -96,9 +90,10 @@ func TestLogOnAThreeNodeCluster(t *testing.T) {
 		}
 		defer fnc.Close()
 		fjs, _ := jetstream.New(fnc)
-		if follower, err = events.Open(ctx, fjs, events.Config{Replicas: 3}, nil); err != nil {
-			t.Fatal(err)
-		}
+		untilAvailable(t, "open the log on a follower's node", func() (err error) {
+			follower, err = events.Open(ctx, fjs, events.Config{Replicas: 3}, nil)
+			return err
+		})
 		break
 	}
 	// A session with no event: not found, from the leader too.
@@ -111,27 +106,46 @@ func TestLogOnAThreeNodeCluster(t *testing.T) {
 	if err := follower.ReadSession(ctx, "acme", "nobody", events.ReadOptions{}, func(events.Event) error { return nil }); !errors.Is(err, events.ErrSessionNotFound) {
 		t.Fatalf("ReadSession of a session with no event: %v, want ErrSessionNotFound", err)
 	}
+	// Each call is retried only while the log is unavailable (no answer
+	// in Config.Timeout: on a loaded machine a stream's leader can be
+	// elected again); an answer is checked as it comes.
 	for i := range 200 {
-		acks, err := log.Append(ctx, []events.Event{ev("", &events.SessionResumed{Reason: fmt.Sprint(i)})})
-		if err != nil {
-			t.Fatal(err)
-		}
+		e := ev("", &events.SessionResumed{Reason: fmt.Sprint(i)})
+		var acks []events.Ack
+		untilAvailable(t, fmt.Sprintf("append %d", i), func() (err error) {
+			// Resent as it is: its id makes a resend of a stored event
+			// store nothing and answer with the first one's sequence.
+			acks, err = log.Append(ctx, []events.Event{e})
+			return err
+		})
 		// A read from it includes it (the follower may answer the direct
 		// gets; the read goes on until it has the leader's last event).
 		var read []uint64
-		if err := follower.ReadSession(ctx, "acme", "s1", events.ReadOptions{FromSeq: acks[0].Seq}, func(e events.Event) error {
-			read = append(read, e.Seq)
-			return nil
-		}); err != nil || len(read) != 1 || read[0] != acks[0].Seq {
-			t.Fatalf("append %d acknowledged at seq %d; a read from it right after: %v, %v", i, acks[0].Seq, read, err)
+		untilAvailable(t, fmt.Sprintf("read after append %d", i), func() error {
+			read = nil
+			return follower.ReadSession(ctx, "acme", "s1", events.ReadOptions{FromSeq: acks[0].Seq}, func(e events.Event) error {
+				read = append(read, e.Seq)
+				return nil
+			})
+		})
+		if len(read) != 1 || read[0] != acks[0].Seq {
+			t.Fatalf("append %d acknowledged at seq %d; a read from it right after: %v", i, acks[0].Seq, read)
 		}
-		last, err := follower.LastSeq(ctx, "acme", "s1")
-		if err != nil || last != acks[0].Seq {
-			t.Fatalf("append %d acknowledged at seq %d; LastSeq right after: %d, %v", i, acks[0].Seq, last, err)
+		var last uint64
+		untilAvailable(t, fmt.Sprintf("LastSeq after append %d", i), func() (err error) {
+			last, err = follower.LastSeq(ctx, "acme", "s1")
+			return err
+		})
+		if last != acks[0].Seq {
+			t.Fatalf("append %d acknowledged at seq %d; LastSeq right after: %d", i, acks[0].Seq, last)
 		}
-		last, id, err := follower.LastID(ctx, "acme", "s1")
-		if err != nil || last != acks[0].Seq || id != acks[0].ID {
-			t.Fatalf("append %d acknowledged at seq %d (%s); LastID right after: %d %s, %v", i, acks[0].Seq, acks[0].ID, last, id, err)
+		var id string
+		untilAvailable(t, fmt.Sprintf("LastID after append %d", i), func() (err error) {
+			last, id, err = follower.LastID(ctx, "acme", "s1")
+			return err
+		})
+		if last != acks[0].Seq || id != acks[0].ID {
+			t.Fatalf("append %d acknowledged at seq %d (%s); LastID right after: %d %s", i, acks[0].Seq, acks[0].ID, last, id)
 		}
 	}
 
@@ -142,25 +156,41 @@ func TestLogOnAThreeNodeCluster(t *testing.T) {
 	// One event, retried as it is: its id (Nats-Msg-Id) makes a retry
 	// whose first try was stored but not acknowledged in time store nothing.
 	completed := ev("t1", &events.TurnCompleted{})
-	deadline = time.Now().Add(20 * time.Second)
-	for {
-		_, err = log.Append(ctx, []events.Event{completed})
-		if err == nil || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
-	if err != nil {
-		t.Fatalf("append with a node down: %v", err)
-	}
+	untilAvailable(t, "append with a node down", func() error {
+		_, err := log.Append(ctx, []events.Event{completed})
+		return err
+	})
 	// The read includes the acknowledged event at once, though a follower
 	// that has not yet learned of its commit may answer the direct gets:
 	// ReadSession reads on until it has the leader's last event.
-	s, err := projections.Restore(ctx, log, nil, "acme", "s1")
-	if err != nil {
-		t.Fatal(err)
-	}
+	var s *projections.Session
+	untilAvailable(t, "restore with a node down", func() (err error) {
+		s, err = projections.Restore(ctx, log, nil, "acme", "s1")
+		return err
+	})
 	if s.Events != 203 || s.Turns[0].Status != projections.TurnCompleted {
 		t.Fatalf("state after a node went down: %d events, turns %+v", s.Events, s.Turns)
+	}
+}
+
+// untilAvailable calls op until it returns anything but
+// events.ErrLogUnavailable, for at most 30 s, and fails the test with the
+// last error unless that is nil. Only unavailability is retried: a
+// three-node cluster on a loaded two-core machine can take longer than
+// Config.Timeout to elect a stream's leader, and that says nothing of
+// the log's answers, which the caller checks.
+func untilAvailable(t *testing.T, what string, op func() error) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		err := op()
+		if err == nil {
+			return
+		}
+		if !errors.Is(err, events.ErrLogUnavailable) || time.Now().After(deadline) {
+			t.Fatalf("%s: %v", what, err)
+		}
+		t.Logf("%s: %v; retrying", what, err)
+		time.Sleep(200 * time.Millisecond)
 	}
 }
