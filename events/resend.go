@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/cenkalti/backoff/v4"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -38,6 +39,9 @@ const (
 	resendLooks = 3
 	resendPause = 150 * time.Millisecond
 )
+
+// errNotResent is a look that did not find the batch (looked for again).
+var errNotResent = errors.New("batch not found in its session")
 
 // resent looks for evs, one session's events sent as one atomic batch, in
 // the log: stored at consecutive sequences, in order, with the same ids,
@@ -163,22 +167,25 @@ func (l *Log) resendOrRefusal(ctx context.Context, evs []Event, conditional bool
 		// replica answered before it had it.
 		looks = resendLooks
 	}
-	for try := 1; ; try++ {
-		acks, found, err := l.resent(ctx, evs, expect, conditional)
-		if err != nil {
-			return nil, fmt.Errorf("append events: %w (looking for a resent batch: %w)", classify(apiErr), err)
+	var acks []Ack
+	err := backoff.Retry(func() error {
+		a, found, err := l.resent(ctx, evs, expect, conditional)
+		switch {
+		case err != nil:
+			return backoff.Permanent(fmt.Errorf("append events: %w (looking for a resent batch: %w)", classify(apiErr), err))
+		case !found:
+			return errNotResent
 		}
-		if found {
-			return acks, nil
-		}
-		if try >= looks {
-			break
-		}
-		select {
-		case <-ctx.Done():
-			return nil, fmt.Errorf("append events: %w: %w", ErrLogUnavailable, ctx.Err())
-		case <-time.After(resendPause):
-		}
+		acks = a
+		return nil
+	}, backoff.WithContext(backoff.WithMaxRetries(backoff.NewConstantBackOff(resendPause), uint64(looks-1)), ctx))
+	switch {
+	case err == nil:
+		return acks, nil
+	case ctx.Err() != nil && errors.Is(err, ctx.Err()):
+		return nil, fmt.Errorf("append events: %w: %w", ErrLogUnavailable, ctx.Err())
+	case !errors.Is(err, errNotResent):
+		return nil, err
 	}
 	if dup {
 		return nil, fmt.Errorf("append events: %w: %w", ErrDuplicateID, apiErr)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/cenkalti/backoff/v4"
 	"github.com/go-json-experiment/json"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/turnstone-dev/turnstone/events"
@@ -138,20 +139,21 @@ var errReadBehind = errors.New("the session read back fewer events than the stre
 // messages (JetStream ADR-31: direct gets on replicas may be stale, as
 // after a node is lost under load); errReadBehind when it never caught up.
 func (p *Projector) restoreAtLeast(ctx context.Context, ref events.SessionRef) (*Session, error) {
-	for try := 0; ; try++ {
-		s, err := Restore(ctx, p.log, p.store, ref.Tenant, ref.Session)
-		if err != nil || uint64(s.Events) >= ref.Events {
-			return s, err
+	var s *Session
+	err := backoff.Retry(func() error {
+		var err error
+		if s, err = Restore(ctx, p.log, p.store, ref.Tenant, ref.Session); err != nil {
+			return backoff.Permanent(err)
 		}
-		if try == 4 {
-			return nil, errReadBehind
+		if uint64(s.Events) < ref.Events {
+			return errReadBehind
 		}
-		select {
-		case <-time.After(200 * time.Millisecond):
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		}
+		return nil
+	}, backoff.WithContext(backoff.WithMaxRetries(backoff.NewConstantBackOff(200*time.Millisecond), 4), ctx))
+	if err != nil {
+		return nil, err
 	}
+	return s, nil
 }
 
 // indexEntry is a row read back from the index with its KV revision.

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/cenkalti/backoff/v4"
 	"github.com/nats-io/nats.go"
 	"github.com/turnstone-dev/turnstone/events"
 )
@@ -224,25 +225,21 @@ func (p *Projector) current(ctx context.Context, ev events.Event) (*Session, err
 		p.mu.Unlock()
 		return &Session{}, nil
 	}
-	pause := 20 * time.Millisecond
-	for try := 1; ; try++ {
-		state, err := Restore(ctx, p.log, p.store, ev.Tenant, ev.Session)
-		if err == nil && state.LastSeq >= ev.Seq {
-			return p.checked(ctx, state), nil
+	var state *Session
+	b := backoff.NewExponentialBackOff(backoff.WithInitialInterval(20*time.Millisecond), backoff.WithMultiplier(2),
+		backoff.WithRandomizationFactor(0), backoff.WithMaxElapsedTime(0))
+	err := backoff.Retry(func() error {
+		s, err := Restore(ctx, p.log, p.store, ev.Tenant, ev.Session)
+		if err == nil && s.LastSeq < ev.Seq {
+			err = fmt.Errorf("%w: the log read ends at seq %d, before the event at %d (a replica behind its leader)", events.ErrLogUnavailable, s.LastSeq, ev.Seq)
 		}
-		if err == nil {
-			err = fmt.Errorf("%w: the log read ends at seq %d, before the event at %d (a replica behind its leader)", events.ErrLogUnavailable, state.LastSeq, ev.Seq)
-		}
-		if try == restoreTries || ctx.Err() != nil {
-			return nil, err
-		}
-		select {
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		case <-time.After(pause):
-		}
-		pause *= 2
+		state = s
+		return err
+	}, backoff.WithContext(backoff.WithMaxRetries(b, restoreTries-1), ctx))
+	if err != nil {
+		return nil, err
 	}
+	return p.checked(ctx, state), nil
 }
 
 // restoreTries is how many times current reads a session before it gives

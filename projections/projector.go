@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/cenkalti/backoff/v4"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
@@ -701,7 +702,10 @@ func (p *Projector) consume(ps *partition, part int, cons jetstream.Consumer) (j
 // released.
 func (p *Projector) keepConsuming(ps *partition, part int, cons jetstream.Consumer) {
 	defer p.wg.Done()
-	wait := 100 * time.Millisecond
+	// Between tries: from 100 ms, doubling (with jitter) up to 5 s, for
+	// as long as the lease holds.
+	b := backoff.NewExponentialBackOff(backoff.WithInitialInterval(100*time.Millisecond),
+		backoff.WithMaxInterval(5*time.Second), backoff.WithMaxElapsedTime(0))
 	for {
 		ps.mu.Lock()
 		cc := ps.cc
@@ -713,39 +717,40 @@ func (p *Projector) keepConsuming(ps *partition, part int, cons jetstream.Consum
 			return
 		case <-cc.Closed():
 		}
-		for {
+		err := backoff.Retry(func() error {
 			ps.mu.Lock()
 			releasing := ps.releasing
 			ps.mu.Unlock()
 			if releasing || ps.lease.Err() != nil || p.runCtx.Err() != nil {
-				return
+				return backoff.Permanent(errReleased)
 			}
 			p.l.Warn().Int("partition", part).Msg("the partition's consumption stopped while it is held: consuming again")
 			p.dropPartition(part)
 			p.wg.Add(1)
 			p.redeliver(part, ps.consumer)
 			ncc, err := p.consume(ps, part, cons)
-			if err == nil {
-				ps.mu.Lock()
-				if ps.releasing {
-					ps.mu.Unlock()
-					ncc.Stop()
-					return
-				}
-				ps.cc = ncc
+			if err != nil {
+				return err
+			}
+			ps.mu.Lock()
+			if ps.releasing {
 				ps.mu.Unlock()
-				wait = 100 * time.Millisecond
-				break
+				ncc.Stop()
+				return backoff.Permanent(errReleased)
 			}
-			select {
-			case <-ps.lease.Done():
-				return
-			case <-time.After(wait):
-			}
-			wait = min(2*wait, 5*time.Second)
+			ps.cc = ncc
+			ps.mu.Unlock()
+			return nil
+		}, backoff.WithContext(b, ps.lease))
+		if err != nil { // released, or the lease ended
+			return
 		}
 	}
 }
+
+// errReleased: the partition was released, or its lease or the projector
+// ended, while its consumption was being started again.
+var errReleased = errors.New("partition released")
 
 // acker acknowledges the events of a partition that wait for their index
 // write, in order, once it is stored; an event whose write failed is

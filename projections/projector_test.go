@@ -211,3 +211,78 @@ func TestUseExistingAcquireCreatesNoConsumer(t *testing.T) {
 		t.Fatalf("CheckProjectorConsumers after EnsureProjectorConsumers: %v", err)
 	}
 }
+
+// TestProjectorConsumesAgainAfterItsConsumerIsDeleted: nats.go stops a
+// consumption for good when its consumer is deleted; a projector that
+// still holds the partition consumes it again, retrying until the
+// consumer is back (an operator's `engine setup` recreates it), and
+// folds what comes after as it folded what came before.
+func TestProjectorConsumesAgainAfterItsConsumerIsDeleted(t *testing.T) {
+	t.Parallel()
+	ctx := testContext(t)
+	js := startJetStream(t)
+	log, err := events.Open(ctx, js, events.Config{Partitions: 1}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := ProjectorConfig{Durable: "again"}
+	p, err := NewProjector(log, newStore(t, js), cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Open(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close(ctx)
+	add := func(pl events.Payload, turn string) {
+		ev, err := events.New(testTenant, "s1", turn, pl)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := log.Append(ctx, []events.Event{ev}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor := func(what string, events int) {
+		deadline := time.Now().Add(15 * time.Second)
+		for {
+			s, ok := p.Session(testTenant, "s1")
+			if ok && s.Events == events {
+				return
+			}
+			if time.Now().After(deadline) {
+				held := -1
+				if ok {
+					held = s.Events
+				}
+				t.Fatalf("%s: the projector holds the session with %d events (-1: not held), want %d", what, held, events)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	add(&events.SessionStarted{}, "")
+	add(&events.TurnStarted{Prompt: "go"}, "t1")
+	waitFor("before the delete", 2)
+
+	st, err := js.Stream(ctx, events.EventsStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.DeleteConsumer(ctx, ProjectorConsumerName(cfg.Durable, 0)); err != nil {
+		t.Fatal(err)
+	}
+	add(&events.TurnCompleted{}, "t1")
+	time.Sleep(300 * time.Millisecond) // a few tries against the missing consumer
+	if s, _ := p.Session(testTenant, "s1"); s != nil && s.Events != 2 {
+		t.Fatalf("folded %d events with no consumer", s.Events)
+	}
+	if err := EnsureProjectorConsumers(ctx, js, cfg, 1); err != nil {
+		t.Fatal(err)
+	}
+	waitFor("after the consumer is back", 3)
+	add(&events.TurnStarted{Prompt: "again"}, "t2")
+	waitFor("an event after it is back", 4)
+	if s, _ := p.Session(testTenant, "s1"); s.Totals.Turns != 2 || s.Turns[0].Status != TurnCompleted {
+		t.Fatalf("state after consuming again: %+v", s)
+	}
+}
