@@ -735,11 +735,10 @@ func (m *Member) observe(e jetstream.KeyValueEntry) bool {
 			m.claims[p] = &claimSeen{observed: observed{rev: e.Revision(), since: now}, absent: true}
 			return prev == nil || !prev.absent
 		}
-		var c Claim
-		_ = json.Unmarshal(e.Value(), &c)
 		if prev != nil && !prev.absent && prev.rev == e.Revision() {
 			return false
 		}
+		c := m.decodeClaim(p, e)
 		m.claims[p] = &claimSeen{observed: observed{rev: e.Revision(), since: now}, holder: c.Member, inc: c.Incarnation}
 		return prev == nil || prev.absent || prev.holder != c.Member || prev.inc != c.Incarnation
 	}
@@ -998,10 +997,24 @@ func (m *Member) refresh(ctx context.Context, p int) {
 		if prev := m.claims[p]; prev != nil && !prev.absent && prev.rev == e.Revision() {
 			return
 		}
-		var c Claim
-		_ = json.Unmarshal(e.Value(), &c)
+		c := m.decodeClaim(p, e)
 		m.claims[p] = &claimSeen{observed: observed{rev: e.Revision(), since: now}, holder: c.Member, inc: c.Incarnation}
 	}
+}
+
+// decodeClaim decodes the claim entry e of partition p. An entry that
+// does not decode (written by something other than a member) is logged
+// and read as held by no live member: nothing renews it, so a member
+// takes it over once it has gone unchanged for Config.TTL, as it takes
+// over a dead member's claim, and none takes the partition before.
+func (m *Member) decodeClaim(p int, e jetstream.KeyValueEntry) Claim {
+	var c Claim
+	if err := json.Unmarshal(e.Value(), &c); err != nil {
+		m.l.Warn().Err(err).Int("partition", p).Uint64("revision", e.Revision()).
+			Msg("a claim that does not decode: taken over once it has gone unchanged for the group's TTL")
+		return Claim{}
+	}
+	return c
 }
 
 // casFailed reports whether err is JetStream's refusal of a conditional

@@ -1,14 +1,17 @@
 package pgroup
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"sort"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/rs/zerolog"
 	"github.com/turnstone-dev/turnstone/internal/embedded/embeddedtest"
 )
 
@@ -367,4 +370,72 @@ func TestReadOwnership(t *testing.T) {
 	if err != nil || len(late.Members) != 0 || late.Owner("engines", 0) != "" {
 		t.Fatalf("an hour later: %+v, %v", late, err)
 	}
+}
+
+// A claim that does not decode (not written by a member) is logged and
+// held by no live member: the partition is taken over once the claim has
+// gone unchanged for TTL, as a dead member's would be, and not before;
+// the other partition is taken at once.
+func TestAClaimThatDoesNotDecodeIsTakenOverAfterTTL(t *testing.T) {
+	t.Parallel()
+	srv := embeddedtest.Start(t)
+	ctx := context.Background()
+	a := newActing(t)
+	_, js := embeddedtest.Connect(t, srv)
+	cfg := a.config("a", 2)
+	kv, err := OpenBucket(ctx, js, DefaultBucket, true, 1, cfg.TTL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.Put(ctx, ClaimKey(cfg.Group, 0), []byte("not a claim")); err != nil {
+		t.Fatal(err)
+	}
+	var logged lockedBuffer
+	logger := zerolog.New(&logged)
+	joined := time.Now()
+	m, err := Join(ctx, js, cfg, &logger)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = m.Leave(ctx) }()
+	holds := func(p int) func() bool {
+		return func() bool {
+			a.mu.Lock()
+			defer a.mu.Unlock()
+			lctx := a.leases[p]["a"]
+			return lctx != nil && lctx.Err() == nil
+		}
+	}
+	waitFor(t, "partition 1, unclaimed, taken", 5*time.Second, holds(1))
+	waitFor(t, "partition 0, under a claim that does not decode, taken over", 10*time.Second, holds(0))
+	if took := time.Since(joined); took < cfg.TTL {
+		t.Fatalf("partition 0 taken %s after joining, before its claim went unchanged for TTL (%s)", took, cfg.TTL)
+	}
+	a.mu.Lock()
+	taken := a.taken
+	a.mu.Unlock()
+	if taken != 1 {
+		t.Fatalf("%d take-overs, want 1 (partition 0)", taken)
+	}
+	if !strings.Contains(logged.String(), "a claim that does not decode") {
+		t.Fatalf("the claim that does not decode was not logged: %s", logged.String())
+	}
+}
+
+// lockedBuffer is a bytes.Buffer a logger writes to while a test reads it.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }
