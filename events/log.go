@@ -207,6 +207,27 @@ func Changes(have, want jetstream.StreamConfig) []string {
 	return out
 }
 
+// ConsumerChanges describes the settings of a consumer that differ
+// between have and want, one "<setting>: <old> -> <new>" each, in a fixed
+// order. Only settings JetStream lets an update change are compared;
+// those a worker's flag sets are named as the flag is (ack-wait,
+// max-deliver, pinned-ttl).
+func ConsumerChanges(have, want jetstream.ConsumerConfig) []string {
+	var out []string
+	add := func(name string, a, b any) {
+		if fmt.Sprint(a) != fmt.Sprint(b) {
+			out = append(out, fmt.Sprintf("%s: %v -> %v", name, a, b))
+		}
+	}
+	add("filter subject", have.FilterSubject, want.FilterSubject)
+	add("ack-wait", have.AckWait, want.AckWait)
+	add("max-deliver", have.MaxDeliver, want.MaxDeliver)
+	add("max ack pending", have.MaxAckPending, want.MaxAckPending)
+	add("priority groups", have.PriorityGroups, want.PriorityGroups)
+	add("pinned-ttl", have.PinnedTTL, want.PinnedTTL)
+	return out
+}
+
 func transformOf(t *jetstream.SubjectTransformConfig) string {
 	if t == nil {
 		return "none"

@@ -181,7 +181,7 @@ func Setup(ctx context.Context, log *events.Log, c DeliveryConfig) (jetstream.Ke
 		}
 		have := cons.CachedInfo().Config
 		want := ConsumerConfig(p, c.Over(DeliveryOf(have)))
-		diff := consumerChanges(have, want)
+		diff := events.ConsumerChanges(have, want)
 		if len(diff) == 0 {
 			continue
 		}
@@ -229,25 +229,6 @@ func StatusBucketConfig(replicas int) jetstream.KeyValueConfig {
 		History:     1,
 		TTL:         CommandMaxAge,
 	}
-}
-
-// consumerChanges lists the settings of a partition consumer that differ
-// between have and want, "<setting>: <old> -> <new>" each, in a fixed
-// order. Only settings JetStream lets an update change are compared.
-func consumerChanges(have, want jetstream.ConsumerConfig) []string {
-	var out []string
-	add := func(name string, a, b any) {
-		if fmt.Sprint(a) != fmt.Sprint(b) {
-			out = append(out, fmt.Sprintf("%s: %v -> %v", name, a, b))
-		}
-	}
-	add("filter subject", have.FilterSubject, want.FilterSubject)
-	add(SettingAckWait, have.AckWait, want.AckWait)
-	add(SettingMaxDeliver, have.MaxDeliver, want.MaxDeliver)
-	add("max ack pending", have.MaxAckPending, want.MaxAckPending)
-	add("priority groups", have.PriorityGroups, want.PriorityGroups)
-	add(SettingPinnedTTL, have.PinnedTTL, want.PinnedTTL)
-	return out
 }
 
 // checkShape reports how partition p's consumer breaks the contract's

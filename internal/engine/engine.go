@@ -202,11 +202,11 @@ type SetupConfig struct {
 // the one writer of their settings: `engine setup` runs it (with operator
 // credentials under auth), and so does Open unless Config.UseExisting
 // (`engine serve` on the embedded server it owns), with no setting given,
-// so that a restart changes nothing. Every
-// setting it changes in an existing stream or bucket, or in a recovery
-// consumer, is recorded in the audit stream (an operator's own edit of a
-// stream it writes is undone, and so recorded). It is idempotent, and
-// returns the log it opened.
+// so that a restart changes nothing. Every setting it changes in an
+// existing stream, bucket or consumer it writes is recorded in the audit
+// stream (an operator's own edit of one is undone, and so recorded), as is
+// its deletion of the single projector consumer of earlier versions. It
+// is idempotent, and returns the log it opened.
 func Setup(ctx context.Context, js jetstream.JetStream, cfg SetupConfig, logger *zerolog.Logger) (*events.Log, error) {
 	lcfg := cfg.Log
 	lcfg.UseExisting = false
@@ -220,6 +220,10 @@ func Setup(ctx context.Context, js jetstream.JetStream, cfg SetupConfig, logger 
 	others := []string{ingest.QuarantineStream, audit.Stream, "KV_" + projections.IndexBucket,
 		"KV_" + reconciler.ProbeBucket, "KV_" + reconciler.ActivityBucket, "KV_" + pgroup.DefaultBucket}
 	before := streamConfigs(ctx, js, others)
+	// And the consumers on the event stream: the projector's and, with
+	// the export, the OTel export's (the recovery consumers' changes come
+	// from recovery.Setup).
+	consumersBefore := consumerConfigs(ctx, js, events.EventsStream)
 	_, consumerChanges, err := recovery.Setup(ctx, log, cfg.Delivery)
 	if err != nil {
 		return nil, fmt.Errorf("setup: %w", err)
@@ -275,6 +279,11 @@ func Setup(ctx context.Context, js jetstream.JetStream, cfg SetupConfig, logger 
 			}
 		}
 	}
+	families := [][]string{projectorConsumers(log.Partitions())}
+	if cfg.OTelExport {
+		families = append(families, otelConsumers(log.Partitions()))
+	}
+	changes = append(changes, eventConsumerChanges(families, consumersBefore, consumerConfigs(ctx, js, events.EventsStream))...)
 	if len(changes) > 0 {
 		reason := "engine setup: this version's settings"
 		var asked []string
@@ -305,6 +314,85 @@ func streamConfigs(ctx context.Context, js jetstream.JetStream, names []string) 
 	for _, name := range names {
 		if st, err := js.Stream(ctx, name); err == nil {
 			out[name] = st.CachedInfo().Config
+		}
+	}
+	return out
+}
+
+// consumerConfigs reads the configuration of every consumer of stream,
+// by name, in one listing (empty when it cannot be read: setup then fails
+// on the stream itself, or records no consumer change).
+func consumerConfigs(ctx context.Context, js jetstream.JetStream, stream string) map[string]jetstream.ConsumerConfig {
+	out := map[string]jetstream.ConsumerConfig{}
+	st, err := js.Stream(ctx, stream)
+	if err != nil {
+		return out
+	}
+	list := st.ListConsumers(ctx)
+	for info := range list.Info() {
+		out[info.Name] = info.Config
+	}
+	return out
+}
+
+// projectorConsumers and otelConsumers name the consumers of each
+// partition that setup writes on the event stream, in partition order.
+func projectorConsumers(partitions int) []string {
+	names := make([]string, partitions)
+	for p := range names {
+		names[p] = projections.ProjectorConsumerName("", p)
+	}
+	return names
+}
+
+func otelConsumers(partitions int) []string {
+	names := make([]string, partitions)
+	for p := range names {
+		names[p] = otel.ConsumerName("", p)
+	}
+	return names
+}
+
+// eventConsumerChanges describes what setup changed in the consumers of
+// the event stream, from their settings before and after: for each
+// family (one consumer per partition), "consumers AGENT_EVENTS
+// <names> <setting>: <old> -> <new>" for each setting changed, with
+// <names> "<first>..<last>" when every consumer of the family changed
+// alike, else the ones that did; and, when it was there before and is
+// not after, that the single projector consumer of earlier versions was
+// deleted. A consumer created by setup is no change.
+func eventConsumerChanges(families [][]string, before, after map[string]jetstream.ConsumerConfig) []string {
+	var out []string
+	for _, names := range families {
+		changed := map[string][]string{} // "ack-wait: 30s -> 10s" -> consumers
+		var order []string
+		for _, name := range names {
+			b, had := before[name]
+			a, has := after[name]
+			if !had || !has {
+				continue
+			}
+			for _, d := range events.ConsumerChanges(b, a) {
+				if changed[d] == nil {
+					order = append(order, d)
+				}
+				changed[d] = append(changed[d], name)
+			}
+		}
+		for _, d := range order {
+			who := strings.Join(changed[d], ",")
+			if len(changed[d]) == len(names) && len(names) > 1 {
+				who = names[0] + ".." + names[len(names)-1]
+			}
+			out = append(out, "consumers "+events.EventsStream+" "+who+" "+d)
+		}
+	}
+	// What setup deletes: the single projector consumer of earlier
+	// versions (other consumers come and go by themselves: a reader's
+	// ephemeral ones).
+	if _, had := before[projections.DefaultDurable]; had {
+		if _, has := after[projections.DefaultDurable]; !has {
+			out = append(out, "consumer "+events.EventsStream+" "+projections.DefaultDurable+" deleted (the single projector consumer of earlier versions)")
 		}
 	}
 	return out

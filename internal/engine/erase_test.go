@@ -9,13 +9,16 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/turnstone-dev/turnstone/events"
 	"github.com/turnstone-dev/turnstone/ingest"
 	"github.com/turnstone-dev/turnstone/internal/audit"
 	"github.com/turnstone-dev/turnstone/internal/embedded/embeddedtest"
 	"github.com/turnstone-dev/turnstone/internal/engine"
 	"github.com/turnstone-dev/turnstone/internal/erasure"
+	"github.com/turnstone-dev/turnstone/internal/otel"
 	"github.com/turnstone-dev/turnstone/internal/pgroup"
+	"github.com/turnstone-dev/turnstone/projections"
 	"github.com/turnstone-dev/turnstone/recovery"
 )
 
@@ -126,5 +129,70 @@ func TestSetupRecordsStreamChanges(t *testing.T) {
 	}
 	if err := st.DeleteMsg(ctx, r.Seq); err == nil {
 		t.Fatal("an audit record was deleted")
+	}
+}
+
+// TestSetupRecordsConsumerChanges: an operator's edits of the consumers
+// setup writes on the event stream (one projector consumer's ack wait,
+// every export consumer's max ack pending) are undone by the next setup
+// and recorded, a family changed alike as one range; the single projector
+// consumer of earlier versions is deleted, and that is recorded too. A
+// setup that changes nothing records nothing.
+func TestSetupRecordsConsumerChanges(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	srv := embeddedtest.Start(t)
+	_, js := embeddedtest.Connect(t, srv)
+	cfg := engine.SetupConfig{Log: events.Config{Partitions: 2}, OTelExport: true}
+	for range 2 {
+		if _, err := engine.Setup(ctx, js, cfg, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if recs, err := audit.List(ctx, js, audit.Filter{}); err != nil || len(recs) != 0 {
+		t.Fatalf("setups that changed nothing: %+v %v", recs, err)
+	}
+	edit := func(name string, change func(*jetstream.ConsumerConfig)) jetstream.ConsumerConfig {
+		t.Helper()
+		c, err := js.Consumer(ctx, events.EventsStream, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		orig := c.CachedInfo().Config
+		edited := orig
+		change(&edited)
+		if _, err := js.UpdateConsumer(ctx, events.EventsStream, edited); err != nil {
+			t.Fatal(err)
+		}
+		return orig
+	}
+	proj := edit(projections.ProjectorConsumerName("", 0), func(c *jetstream.ConsumerConfig) { c.AckWait = 3 * time.Minute })
+	var exp jetstream.ConsumerConfig
+	for p := range 2 {
+		exp = edit(otel.ConsumerName("", p), func(c *jetstream.ConsumerConfig) { c.MaxAckPending = 7 })
+	}
+	if _, err := js.CreateConsumer(ctx, events.EventsStream, jetstream.ConsumerConfig{Durable: projections.DefaultDurable, AckPolicy: jetstream.AckExplicitPolicy}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := engine.Setup(ctx, js, cfg, nil); err != nil {
+		t.Fatal(err)
+	}
+	recs, err := audit.List(ctx, js, audit.Filter{Action: audit.ActionStreamsUpdated})
+	want := []string{
+		fmt.Sprintf("consumers AGENT_EVENTS %s ack-wait: 3m0s -> %s", projections.ProjectorConsumerName("", 0), proj.AckWait),
+		fmt.Sprintf("consumers AGENT_EVENTS %s..%s max ack pending: 7 -> %d", otel.ConsumerName("", 0), otel.ConsumerName("", 1), exp.MaxAckPending),
+		"consumer AGENT_EVENTS " + projections.DefaultDurable + " deleted (the single projector consumer of earlier versions)",
+	}
+	if err != nil || len(recs) != 1 || strings.Join(recs[0].Changes, "\n") != strings.Join(want, "\n") {
+		t.Fatalf("setup over edited consumers: records %+v %v, want one with\n%s", recs, err, strings.Join(want, "\n"))
+	}
+	if c, err := js.Consumer(ctx, events.EventsStream, projections.ProjectorConsumerName("", 0)); err != nil || c.CachedInfo().Config.AckWait != proj.AckWait {
+		t.Fatalf("projector consumer after setup: %v, ack wait not restored to %s", err, proj.AckWait)
+	}
+	if _, err := engine.Setup(ctx, js, cfg, nil); err != nil {
+		t.Fatal(err)
+	}
+	if recs, err := audit.List(ctx, js, audit.Filter{}); err != nil || len(recs) != 1 {
+		t.Fatalf("a setup that changed nothing after the edits: %d records, %v", len(recs), err)
 	}
 }
