@@ -390,14 +390,14 @@ func TestAClaimThatDoesNotDecodeIsTakenOverAfterTTL(t *testing.T) {
 	if _, err := kv.Put(ctx, ClaimKey(cfg.Group, 0), []byte("not a claim")); err != nil {
 		t.Fatal(err)
 	}
-	var logged lockedBuffer
+	var logged bytes.Buffer // read once the member has left
 	logger := zerolog.New(&logged)
 	joined := time.Now()
 	m, err := Join(ctx, js, cfg, &logger)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer func() { _ = m.Leave(ctx) }()
+	t.Cleanup(func() { _ = m.Leave(ctx) }) // when a check fails before it leaves
 	holds := func(p int) func() bool {
 		return func() bool {
 			a.mu.Lock()
@@ -417,25 +417,10 @@ func TestAClaimThatDoesNotDecodeIsTakenOverAfterTTL(t *testing.T) {
 	if taken != 1 {
 		t.Fatalf("%d take-overs, want 1 (partition 0)", taken)
 	}
+	if err := m.Leave(ctx); err != nil {
+		t.Fatal(err)
+	}
 	if !strings.Contains(logged.String(), "a claim that does not decode") {
 		t.Fatalf("the claim that does not decode was not logged: %s", logged.String())
 	}
-}
-
-// lockedBuffer is a bytes.Buffer a logger writes to while a test reads it.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }
