@@ -167,12 +167,16 @@ func (l *Log) resendOrRefusal(ctx context.Context, evs []Event, conditional bool
 		// replica answered before it had it.
 		looks = resendLooks
 	}
-	var acks []Ack
+	var (
+		acks    []Ack
+		lookErr error // a look that failed: no more looks
+	)
 	err := backoff.Retry(func() error {
 		a, found, err := l.resent(ctx, evs, expect, conditional)
 		switch {
 		case err != nil:
-			return backoff.Permanent(fmt.Errorf("append events: %w (looking for a resent batch: %w)", classify(apiErr), err))
+			lookErr = err
+			return backoff.Permanent(err)
 		case !found:
 			return errNotResent
 		}
@@ -182,10 +186,10 @@ func (l *Log) resendOrRefusal(ctx context.Context, evs []Event, conditional bool
 	switch {
 	case err == nil:
 		return acks, nil
-	case ctx.Err() != nil && errors.Is(err, ctx.Err()):
-		return nil, fmt.Errorf("append events: %w: %w", ErrLogUnavailable, ctx.Err())
-	case !errors.Is(err, errNotResent):
-		return nil, err
+	case lookErr != nil:
+		return nil, fmt.Errorf("append events: %w (looking for a resent batch: %w)", classify(apiErr), lookErr)
+	case !errors.Is(err, errNotResent): // ctx ended between two looks
+		return nil, fmt.Errorf("append events: %w: %w", ErrLogUnavailable, err)
 	}
 	if dup {
 		return nil, fmt.Errorf("append events: %w: %w", ErrDuplicateID, apiErr)
