@@ -1085,17 +1085,22 @@ func checkFreshFold(t *testing.T, log *events.Log, js jetstream.JetStream, tenan
 			if try > 0 {
 				time.Sleep(300 * time.Millisecond)
 			}
-			if restored, err = projections.Restore(ctx, log, store, tenant, session); err != nil {
+			if err = whileUnavailable(t, "restore "+session, func() (err error) {
+				restored, err = projections.Restore(ctx, log, store, tenant, session)
+				return err
+			}); err != nil {
 				break
 			}
 			full = projections.FoldLog(evs)
 			if restored.LastSeq == full.LastSeq {
 				break
 			}
-			evs = evs[:0:0]
-			if err = log.ReadSession(ctx, tenant, session, events.ReadOptions{}, func(ev events.Event) error {
-				evs = append(evs, ev)
-				return nil
+			if err = whileUnavailable(t, "read "+session, func() error {
+				evs = evs[:0:0]
+				return log.ReadSession(ctx, tenant, session, events.ReadOptions{}, func(ev events.Event) error {
+					evs = append(evs, ev)
+					return nil
+				})
 			}); err != nil {
 				break
 			}

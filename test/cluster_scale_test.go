@@ -70,10 +70,11 @@ func scaleOutOnAThreeNodeCluster(t *testing.T) {
 	_, js, log := connectJS(t, url)
 	ctx := context.Background()
 	for _, name := range []string{events.EventsStream, recovery.Stream} {
-		st, err := js.Stream(ctx, name)
-		if err != nil {
-			t.Fatal(err)
-		}
+		var st jetstream.Stream
+		untilAvailable(t, "stream "+name, func() (err error) {
+			st, err = js.Stream(ctx, name)
+			return unavailable(err)
+		})
 		if r := st.CachedInfo().Config.Replicas; r != 3 {
 			t.Fatalf("%s: %d replicas, want 3", name, r)
 		}
@@ -197,7 +198,10 @@ func scaleOutOnAThreeNodeCluster(t *testing.T) {
 		want += len(ids)
 	}
 	for _, n := range nodes[:2] {
-		out := run(t, n.url, "recovery", "list", "--json")
+		out, errOut, err := runWhileUnavailable(t, n.url, "recovery", "list", "--json")
+		if err != nil {
+			t.Fatalf("engine recovery list --json on %s: %v\n%s", n.name, err, errOut)
+		}
 		var rows []commandRow
 		if err := json.Unmarshal([]byte(out), &rows); err != nil {
 			t.Fatal(err)
@@ -260,8 +264,12 @@ type membersReport struct {
 // membersJSON runs `engine members --json`.
 func membersJSON(t *testing.T, url string) membersReport {
 	t.Helper()
+	out, errOut, err := runWhileUnavailable(t, url, "members", "--json")
+	if err != nil {
+		t.Fatalf("engine members --json: %v\n%s", err, errOut)
+	}
 	var rep membersReport
-	if err := json.Unmarshal([]byte(run(t, url, "members", "--json")), &rep); err != nil {
+	if err := json.Unmarshal([]byte(out), &rep); err != nil {
 		t.Fatal(err)
 	}
 	return rep
@@ -406,14 +414,14 @@ func waitCommandsDone(t *testing.T, js jetstream.JetStream, issued map[string][]
 func commandsByWorker(t *testing.T, js jetstream.JetStream) map[string]int {
 	t.Helper()
 	ctx := context.Background()
-	kv, err := js.KeyValue(ctx, recovery.StatusBucket)
-	if err != nil {
-		t.Fatal(err)
-	}
-	w, err := kv.WatchAll(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	var w jetstream.KeyWatcher
+	untilAvailable(t, "watch "+recovery.StatusBucket, func() error {
+		kv, err := js.KeyValue(ctx, recovery.StatusBucket)
+		if err == nil {
+			w, err = kv.WatchAll(ctx)
+		}
+		return unavailable(err)
+	})
 	defer w.Stop()
 	counts := map[string]int{}
 	for e := range w.Updates() {
@@ -440,23 +448,23 @@ func checkCommandsRanOnce(t *testing.T, log *events.Log, issued map[string][]str
 	sort.Strings(sessions)
 	for _, session := range sessions {
 		var done []string
-		attempts := map[string]int{}
-		err := log.ReadSession(ctx, "ops", session, events.ReadOptions{}, func(ev events.Event) error {
-			p, err := ev.Payload()
-			if err != nil {
-				return err
-			}
-			switch p := p.(type) {
-			case *events.RecoveryCompleted:
-				done = append(done, p.CommandID)
-			case *events.RecoveryAttempted:
-				attempts[p.CommandID]++
-			}
-			return nil
+		var attempts map[string]int
+		untilAvailable(t, "read "+session, func() error {
+			done, attempts = nil, map[string]int{}
+			return log.ReadSession(ctx, "ops", session, events.ReadOptions{}, func(ev events.Event) error {
+				p, err := ev.Payload()
+				if err != nil {
+					return err
+				}
+				switch p := p.(type) {
+				case *events.RecoveryCompleted:
+					done = append(done, p.CommandID)
+				case *events.RecoveryAttempted:
+					attempts[p.CommandID]++
+				}
+				return nil
+			})
 		})
-		if err != nil {
-			t.Fatal(err)
-		}
 		if strings.Join(done, " ") != strings.Join(issued[session], " ") {
 			t.Errorf("%s: completed %v, want the issue order %v", session, done, issued[session])
 		}

@@ -47,7 +47,11 @@ func TestLogOnAThreeNodeCluster(t *testing.T) {
 		log, err = events.Open(ctx, js, events.Config{Replicas: 3}, nil)
 		return err
 	})
-	st, _ := js.Stream(ctx, events.EventsStream)
+	var st jetstream.Stream
+	untilAvailable(t, "stream "+events.EventsStream, func() (err error) {
+		st, err = js.Stream(ctx, events.EventsStream)
+		return unavailable(err)
+	})
 	if r := st.CachedInfo().Config.Replicas; r != 3 {
 		t.Fatalf("replicas %d", r)
 	}
@@ -58,14 +62,27 @@ func TestLogOnAThreeNodeCluster(t *testing.T) {
 		}
 		return e
 	}
-	acks, err := log.Append(ctx, []events.Event{ev("", &events.SessionStarted{})}, events.ExpectLastSeq(0))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := log.Append(ctx, []events.Event{ev("t1", &events.TurnStarted{})}); err != nil {
-		t.Fatal(err)
-	}
-	_, err = log.Append(ctx, []events.Event{ev("", &events.DistillationRequested{})}, events.ExpectLastSeq(acks[0].Seq))
+	// Each call is retried only while the log is unavailable (no answer
+	// in Config.Timeout: on a loaded machine a stream's leader can be
+	// elected again); an answer is checked as it comes. Appends are
+	// resent as they are: a resend of a stored event or batch stores
+	// nothing and answers with the first one's sequence.
+	var acks []events.Ack
+	started := ev("", &events.SessionStarted{})
+	untilAvailable(t, "the first append", func() (err error) {
+		acks, err = log.Append(ctx, []events.Event{started}, events.ExpectLastSeq(0))
+		return err
+	})
+	turn := ev("t1", &events.TurnStarted{})
+	untilAvailable(t, "the second append", func() error {
+		_, err := log.Append(ctx, []events.Event{turn})
+		return err
+	})
+	stale := ev("", &events.DistillationRequested{})
+	err = whileUnavailable(t, "an append on a stale expected sequence", func() error {
+		_, err := log.Append(ctx, []events.Event{stale}, events.ExpectLastSeq(acks[0].Seq))
+		return err
+	})
 	if !errors.Is(err, events.ErrConflict) {
 		t.Fatalf("stale expected sequence on a replicated stream: want ErrConflict, got %v", err)
 	}
@@ -75,9 +92,13 @@ func TestLogOnAThreeNodeCluster(t *testing.T) {
 	// them, not the follower (a direct get's queue group prefers the
 	// replica on the client's node), which learns of a commit up to a
 	// heartbeat later.
-	info, err := st.Info(ctx)
-	if err != nil || info.Cluster == nil {
-		t.Fatalf("stream info: %+v, %v", info, err)
+	var info *jetstream.StreamInfo
+	untilAvailable(t, "stream info", func() (err error) {
+		info, err = st.Info(ctx)
+		return unavailable(err)
+	})
+	if info.Cluster == nil {
+		t.Fatalf("stream info: %+v", info)
 	}
 	var follower *events.Log
 	for _, srv := range servers {
@@ -97,24 +118,27 @@ func TestLogOnAThreeNodeCluster(t *testing.T) {
 		break
 	}
 	// A session with no event: not found, from the leader too.
-	if _, err := follower.LastSeq(ctx, "acme", "nobody"); !errors.Is(err, events.ErrSessionNotFound) {
+	if err := whileUnavailable(t, "LastSeq of nobody", func() error {
+		_, err := follower.LastSeq(ctx, "acme", "nobody")
+		return err
+	}); !errors.Is(err, events.ErrSessionNotFound) {
 		t.Fatalf("LastSeq of a session with no event: %v, want ErrSessionNotFound", err)
 	}
-	if _, _, err := follower.LastID(ctx, "acme", "nobody"); !errors.Is(err, events.ErrSessionNotFound) {
+	if err := whileUnavailable(t, "LastID of nobody", func() error {
+		_, _, err := follower.LastID(ctx, "acme", "nobody")
+		return err
+	}); !errors.Is(err, events.ErrSessionNotFound) {
 		t.Fatalf("LastID of a session with no event: %v, want ErrSessionNotFound", err)
 	}
-	if err := follower.ReadSession(ctx, "acme", "nobody", events.ReadOptions{}, func(events.Event) error { return nil }); !errors.Is(err, events.ErrSessionNotFound) {
+	if err := whileUnavailable(t, "ReadSession of nobody", func() error {
+		return follower.ReadSession(ctx, "acme", "nobody", events.ReadOptions{}, func(events.Event) error { return nil })
+	}); !errors.Is(err, events.ErrSessionNotFound) {
 		t.Fatalf("ReadSession of a session with no event: %v, want ErrSessionNotFound", err)
 	}
-	// Each call is retried only while the log is unavailable (no answer
-	// in Config.Timeout: on a loaded machine a stream's leader can be
-	// elected again); an answer is checked as it comes.
 	for i := range 200 {
 		e := ev("", &events.SessionResumed{Reason: fmt.Sprint(i)})
 		var acks []events.Ack
 		untilAvailable(t, fmt.Sprintf("append %d", i), func() (err error) {
-			// Resent as it is: its id makes a resend of a stored event
-			// store nothing and answer with the first one's sequence.
 			acks, err = log.Append(ctx, []events.Event{e})
 			return err
 		})
@@ -170,27 +194,5 @@ func TestLogOnAThreeNodeCluster(t *testing.T) {
 	})
 	if s.Events != 203 || s.Turns[0].Status != projections.TurnCompleted {
 		t.Fatalf("state after a node went down: %d events, turns %+v", s.Events, s.Turns)
-	}
-}
-
-// untilAvailable calls op until it returns anything but
-// events.ErrLogUnavailable, for at most 30 s, and fails the test with the
-// last error unless that is nil. Only unavailability is retried: a
-// three-node cluster on a loaded two-core machine can take longer than
-// Config.Timeout to elect a stream's leader, and that says nothing of
-// the log's answers, which the caller checks.
-func untilAvailable(t *testing.T, what string, op func() error) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		err := op()
-		if err == nil {
-			return
-		}
-		if !errors.Is(err, events.ErrLogUnavailable) || time.Now().After(deadline) {
-			t.Fatalf("%s: %v", what, err)
-		}
-		t.Logf("%s: %v; retrying", what, err)
-		time.Sleep(200 * time.Millisecond)
 	}
 }

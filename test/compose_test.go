@@ -556,10 +556,11 @@ func TestDockerComposeRunsWithAuthAndTLS(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	log, err := events.Open(context.Background(), js, events.Config{}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	var log *events.Log
+	untilAvailable(t, "open the log", func() (err error) {
+		log, err = events.Open(context.Background(), js, events.Config{UseExisting: true}, nil)
+		return err
+	})
 	stored := tenantLog(t, log, "demo")
 	for _, s := range strings.Fields(rt.out.String()) {
 		if len(stored[s]) == 0 {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -14,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/turnstone-dev/turnstone/events"
 	"github.com/turnstone-dev/turnstone/projections"
@@ -197,19 +199,79 @@ func waitProjectorIdle(t testing.TB, js jetstream.JetStream) {
 	}
 }
 
+// whileUnavailable calls op until it returns anything but
+// events.ErrLogUnavailable, for at most 30 s, and returns that (or, after
+// 30 s, the last unavailability). Only unavailability is retried: on a
+// loaded two-core machine a cluster's stream can take longer than
+// Config.Timeout to elect its leader, right after it is created or a node
+// is killed, and that says nothing of the log's answers, which the caller
+// checks.
+func whileUnavailable(t testing.TB, what string, op func() error) error {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		err := op()
+		if !errors.Is(err, events.ErrLogUnavailable) || time.Now().After(deadline) {
+			return err
+		}
+		t.Logf("%s: %v; retrying", what, err)
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// unavailable wraps a JetStream error as events.ErrLogUnavailable, for
+// whileUnavailable to retry it; nil stays nil.
+func unavailable(err error) error {
+	if err == nil {
+		return nil
+	}
+	return fmt.Errorf("%w: %w", events.ErrLogUnavailable, err)
+}
+
+// untilAvailable is whileUnavailable that fails the test on any error.
+func untilAvailable(t testing.TB, what string, op func() error) {
+	t.Helper()
+	if err := whileUnavailable(t, what, op); err != nil {
+		t.Fatalf("%s: %v", what, err)
+	}
+}
+
+// runWhileUnavailable runs `engine args...` (runErr) until it fails for
+// anything but JetStream not answering, as its stderr says (the log
+// unavailable, events.ErrLogUnavailable's text, or a request that timed
+// out or found no responders), for at most 30 s (whileUnavailable).
+func runWhileUnavailable(t testing.TB, url string, args ...string) (string, string, error) {
+	t.Helper()
+	var out, errOut string
+	err := whileUnavailable(t, "engine "+strings.Join(args, " "), func() error {
+		var err error
+		out, errOut, err = runErr(url, args...)
+		if err == nil {
+			return nil
+		}
+		for _, unanswered := range []string{events.ErrLogUnavailable.Error(), context.DeadlineExceeded.Error(), nats.ErrNoResponders.Error()} {
+			if strings.Contains(errOut, unanswered) {
+				return fmt.Errorf("%w: %s", events.ErrLogUnavailable, strings.TrimSpace(errOut))
+			}
+		}
+		return err
+	})
+	return out, errOut, err
+}
+
 // tenantLog reads every event of tenant in stream order, by session.
 func tenantLog(t testing.TB, log *events.Log, tenant string) map[string][]events.Event {
 	t.Helper()
-	out := map[string][]events.Event{}
-	err := log.ReadAll(context.Background(), events.ReadOptions{}, func(ev events.Event) error {
-		if ev.Tenant == tenant {
-			out[ev.Session] = append(out[ev.Session], ev)
-		}
-		return nil
+	var out map[string][]events.Event
+	untilAvailable(t, "read the log", func() error {
+		out = map[string][]events.Event{}
+		return log.ReadAll(context.Background(), events.ReadOptions{}, func(ev events.Event) error {
+			if ev.Tenant == tenant {
+				out[ev.Session] = append(out[ev.Session], ev)
+			}
+			return nil
+		})
 	})
-	if err != nil {
-		t.Fatalf("read the log: %v", err)
-	}
 	return out
 }
 
@@ -276,7 +338,11 @@ func checkProjectionsEqualReplay(t testing.TB, url string, log *events.Log, tena
 	for _, session := range sessions {
 		full := projections.FoldLog(bySession[session])
 		want, _ := json.Marshal(full)
-		restored, err := projections.Restore(ctx, log, store, tenant, session)
+		var restored *projections.Session
+		err := whileUnavailable(t, "restore "+tenant+"/"+session, func() (err error) {
+			restored, err = projections.Restore(ctx, log, store, tenant, session)
+			return err
+		})
 		if err != nil {
 			t.Errorf("restore %s/%s: %v", tenant, session, err)
 			continue
@@ -287,7 +353,7 @@ func checkProjectionsEqualReplay(t testing.TB, url string, log *events.Log, tena
 		if _, err := store.Latest(ctx, tenant, session); err == nil {
 			snapshots++
 		}
-		out, errOut, err := runErr(url, "inspect", tenant+"/"+session, "--json")
+		out, errOut, err := runWhileUnavailable(t, url, "inspect", tenant+"/"+session, "--json")
 		if err != nil {
 			t.Errorf("engine inspect %s/%s: %v\n%s", tenant, session, err, errOut)
 			continue

@@ -70,10 +70,12 @@ func connectJS(t *testing.T, url string) (*nats.Conn, jetstream.JetStream, *even
 	if err != nil {
 		t.Fatal(err)
 	}
-	log, err := events.Open(context.Background(), js, events.Config{}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	var log *events.Log
+	// On a cluster just set up, a stream's leader may still be elected.
+	untilAvailable(t, "open the log", func() (err error) {
+		log, err = events.Open(context.Background(), js, events.Config{}, nil)
+		return err
+	})
 	return nc, js, log
 }
 
