@@ -173,7 +173,12 @@ func (p *Projector) pinAdvisory(m *nats.Msg) {
 		PinnedClientID string `json:"pinned_id"`
 		Group          string `json:"group"`
 	}
-	_ = json.Unmarshal(m.Data, &adv)
+	if err := json.Unmarshal(m.Data, &adv); err != nil {
+		// nats-server's own advisory (ADR-42), read as its subject says,
+		// for any group and with no pin id: an unpin still drops the
+		// partition's states, a pin drops nothing.
+		p.l.Warn().Err(err).Str("subject", m.Subject).Msg("a pin advisory that does not decode: read by its subject alone")
+	}
 	if adv.Group != "" && adv.Group != p.cfg.Group {
 		return
 	}
