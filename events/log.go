@@ -209,9 +209,11 @@ func Changes(have, want jetstream.StreamConfig) []string {
 
 // ConsumerChanges describes the settings of a consumer that differ
 // between have and want, one "<setting>: <old> -> <new>" each, in a fixed
-// order. Only settings JetStream lets an update change are compared;
-// those a worker's flag sets are named as the flag is (ack-wait,
-// max-deliver, pinned-ttl).
+// order. The settings compared are those of a pull consumer that
+// JetStream lets an update change (nats-server's checkNewConsumerConfig
+// refuses the others, max waiting among them), but metadata, to which the
+// server adds keys of its own; those a worker's flag sets are named as
+// the flag is (ack-wait, max-deliver, pinned-ttl).
 func ConsumerChanges(have, want jetstream.ConsumerConfig) []string {
 	var out []string
 	add := func(name string, a, b any) {
@@ -219,10 +221,19 @@ func ConsumerChanges(have, want jetstream.ConsumerConfig) []string {
 			out = append(out, fmt.Sprintf("%s: %v -> %v", name, a, b))
 		}
 	}
+	add("description", have.Description, want.Description)
 	add("filter subject", have.FilterSubject, want.FilterSubject)
+	add("filter subjects", have.FilterSubjects, want.FilterSubjects)
 	add("ack-wait", have.AckWait, want.AckWait)
 	add("max-deliver", have.MaxDeliver, want.MaxDeliver)
+	add("backoff", have.BackOff, want.BackOff)
 	add("max ack pending", have.MaxAckPending, want.MaxAckPending)
+	add("max request batch", have.MaxRequestBatch, want.MaxRequestBatch)
+	add("max request expires", have.MaxRequestExpires, want.MaxRequestExpires)
+	add("max request max bytes", have.MaxRequestMaxBytes, want.MaxRequestMaxBytes)
+	add("inactive threshold", have.InactiveThreshold, want.InactiveThreshold)
+	add("headers only", have.HeadersOnly, want.HeadersOnly)
+	add("replicas", have.Replicas, want.Replicas)
 	add("priority groups", have.PriorityGroups, want.PriorityGroups)
 	add("pinned-ttl", have.PinnedTTL, want.PinnedTTL)
 	return out

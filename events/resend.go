@@ -169,9 +169,11 @@ func (l *Log) resendOrRefusal(ctx context.Context, evs []Event, conditional bool
 	}
 	var (
 		acks    []Ack
+		looked  int
 		lookErr error // a look that failed: no more looks
 	)
 	err := backoff.Retry(func() error {
+		looked++
 		a, found, err := l.resent(ctx, evs, expect, conditional)
 		switch {
 		case err != nil:
@@ -188,7 +190,7 @@ func (l *Log) resendOrRefusal(ctx context.Context, evs []Event, conditional bool
 		return acks, nil
 	case lookErr != nil:
 		return nil, fmt.Errorf("append events: %w (looking for a resent batch: %w)", classify(apiErr), lookErr)
-	case !errors.Is(err, errNotResent): // ctx ended between two looks
+	case looked < looks: // ctx ended between two looks
 		return nil, fmt.Errorf("append events: %w: %w", ErrLogUnavailable, err)
 	}
 	if dup {

@@ -173,12 +173,10 @@ func (p *Projector) pinAdvisory(m *nats.Msg) {
 		PinnedClientID string `json:"pinned_id"`
 		Group          string `json:"group"`
 	}
-	if err := json.Unmarshal(m.Data, &adv); err != nil {
-		// nats-server's own advisory (ADR-42), read as its subject says,
-		// for any group and with no pin id: an unpin still drops the
-		// partition's states, a pin drops nothing.
-		p.l.Warn().Err(err).Str("subject", m.Subject).Msg("a pin advisory that does not decode: read by its subject alone")
-	}
+	// nats-server's own advisory (ADR-42). One that does not decode is
+	// read as its subject says, for any group and with no pin id: an
+	// unpin still drops the partition's states, a pin drops nothing.
+	derr := json.Unmarshal(m.Data, &adv)
 	if adv.Group != "" && adv.Group != p.cfg.Group {
 		return
 	}
@@ -193,6 +191,9 @@ func (p *Projector) pinAdvisory(m *nats.Msg) {
 	p.mu.Unlock()
 	if ps == nil {
 		return
+	}
+	if derr != nil {
+		p.l.Warn().Err(derr).Str("subject", m.Subject).Msg("a pin advisory that does not decode: read by its subject alone")
 	}
 	if !unpinned {
 		ps.mu.Lock()

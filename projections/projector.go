@@ -702,10 +702,10 @@ func (p *Projector) consume(ps *partition, part int, cons jetstream.Consumer) (j
 // released.
 func (p *Projector) keepConsuming(ps *partition, part int, cons jetstream.Consumer) {
 	defer p.wg.Done()
-	// Between tries: from 100 ms, doubling (with jitter) up to 5 s, for
-	// as long as the lease holds.
-	b := backoff.NewExponentialBackOff(backoff.WithInitialInterval(100*time.Millisecond),
-		backoff.WithMaxInterval(5*time.Second), backoff.WithMaxElapsedTime(0))
+	// Between tries: from 100 ms, doubling up to 5 s, for as long as the
+	// lease holds.
+	b := backoff.NewExponentialBackOff(backoff.WithInitialInterval(100*time.Millisecond), backoff.WithMultiplier(2),
+		backoff.WithRandomizationFactor(0), backoff.WithMaxInterval(5*time.Second), backoff.WithMaxElapsedTime(0))
 	for {
 		ps.mu.Lock()
 		cc := ps.cc

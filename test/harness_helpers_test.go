@@ -219,13 +219,21 @@ func whileUnavailable(t testing.TB, what string, op func() error) error {
 	}
 }
 
-// unavailable wraps a JetStream error as events.ErrLogUnavailable, for
-// whileUnavailable to retry it; nil stays nil.
+// unavailable wraps a JetStream error that means no answer came (a
+// timeout, no responders, JetStream not yet available: HTTP-like code
+// 503) as events.ErrLogUnavailable, for whileUnavailable to retry it;
+// any other error (a stream not found) and nil are returned as they are.
 func unavailable(err error) error {
-	if err == nil {
+	var apiErr *jetstream.APIError
+	switch {
+	case err == nil:
 		return nil
+	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, nats.ErrTimeout), errors.Is(err, nats.ErrNoResponders),
+		errors.Is(err, jetstream.ErrNoStreamResponse), errors.Is(err, jetstream.ErrJetStreamNotEnabled),
+		errors.As(err, &apiErr) && apiErr.Code == 503:
+		return fmt.Errorf("%w: %w", events.ErrLogUnavailable, err)
 	}
-	return fmt.Errorf("%w: %w", events.ErrLogUnavailable, err)
+	return err
 }
 
 // untilAvailable is whileUnavailable that fails the test on any error.

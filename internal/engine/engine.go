@@ -221,9 +221,21 @@ func Setup(ctx context.Context, js jetstream.JetStream, cfg SetupConfig, logger 
 		"KV_" + reconciler.ProbeBucket, "KV_" + reconciler.ActivityBucket, "KV_" + pgroup.DefaultBucket}
 	before := streamConfigs(ctx, js, others)
 	// And the consumers on the event stream: the projector's and, with
-	// the export, the OTel export's (the recovery consumers' changes come
-	// from recovery.Setup).
-	consumersBefore := consumerConfigs(ctx, js, events.EventsStream)
+	// the export, the OTel export's, and the projector consumer of
+	// earlier versions, which setup deletes (the recovery consumers'
+	// changes come from recovery.Setup).
+	families := [][]string{projectorConsumers(log.Partitions())}
+	if cfg.OTelExport {
+		families = append(families, otelConsumers(log.Partitions()))
+	}
+	named := []string{projections.DefaultDurable}
+	for _, names := range families {
+		named = append(named, names...)
+	}
+	consumersBefore, err := consumerConfigs(ctx, js, events.EventsStream, named)
+	if err != nil {
+		return nil, fmt.Errorf("setup: %w", err)
+	}
 	_, consumerChanges, err := recovery.Setup(ctx, log, cfg.Delivery)
 	if err != nil {
 		return nil, fmt.Errorf("setup: %w", err)
@@ -279,11 +291,11 @@ func Setup(ctx context.Context, js jetstream.JetStream, cfg SetupConfig, logger 
 			}
 		}
 	}
-	families := [][]string{projectorConsumers(log.Partitions())}
-	if cfg.OTelExport {
-		families = append(families, otelConsumers(log.Partitions()))
+	consumersAfter, err := consumerConfigs(ctx, js, events.EventsStream, named)
+	if err != nil {
+		return nil, fmt.Errorf("setup: consumers brought to this version's settings but not recorded: %w", err)
 	}
-	changes = append(changes, eventConsumerChanges(families, consumersBefore, consumerConfigs(ctx, js, events.EventsStream))...)
+	changes = append(changes, eventConsumerChanges(families, consumersBefore, consumersAfter)...)
 	if len(changes) > 0 {
 		reason := "engine setup: this version's settings"
 		var asked []string
@@ -319,20 +331,23 @@ func streamConfigs(ctx context.Context, js jetstream.JetStream, names []string) 
 	return out
 }
 
-// consumerConfigs reads the configuration of every consumer of stream,
-// by name, in one listing (empty when it cannot be read: setup then fails
-// on the stream itself, or records no consumer change).
-func consumerConfigs(ctx context.Context, js jetstream.JetStream, stream string) map[string]jetstream.ConsumerConfig {
-	out := map[string]jetstream.ConsumerConfig{}
-	st, err := js.Stream(ctx, stream)
-	if err != nil {
-		return out
+// consumerConfigs reads the configuration of each of the consumers of
+// stream named in names that exists. An error other than a missing
+// consumer fails it: a change setup made or is about to make could not
+// be recorded.
+func consumerConfigs(ctx context.Context, js jetstream.JetStream, stream string, names []string) (map[string]jetstream.ConsumerConfig, error) {
+	out := make(map[string]jetstream.ConsumerConfig, len(names))
+	for _, name := range names {
+		c, err := js.Consumer(ctx, stream, name)
+		switch {
+		case errors.Is(err, jetstream.ErrConsumerNotFound):
+		case err != nil:
+			return nil, fmt.Errorf("read consumer %s of %s: %w", name, stream, err)
+		default:
+			out[name] = c.CachedInfo().Config
+		}
 	}
-	list := st.ListConsumers(ctx)
-	for info := range list.Info() {
-		out[info.Name] = info.Config
-	}
-	return out
+	return out, nil
 }
 
 // projectorConsumers and otelConsumers name the consumers of each
@@ -388,8 +403,7 @@ func eventConsumerChanges(families [][]string, before, after map[string]jetstrea
 		}
 	}
 	// What setup deletes: the single projector consumer of earlier
-	// versions (other consumers come and go by themselves: a reader's
-	// ephemeral ones).
+	// versions.
 	if _, had := before[projections.DefaultDurable]; had {
 		if _, has := after[projections.DefaultDurable]; !has {
 			out = append(out, "consumer "+events.EventsStream+" "+projections.DefaultDurable+" deleted (the single projector consumer of earlier versions)")
