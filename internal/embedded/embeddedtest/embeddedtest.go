@@ -148,7 +148,8 @@ func ConnectDenied(tb testing.TB, deny ...string) (*nats.Conn, jetstream.JetStre
 // from too: with the tests' processes connecting all the time, one could
 // take the port between this check and the server's bind. So the ports come
 // from below that range (where no connection is given one), unless the
-// range leaves no room there.
+// range leaves no room there. Nor does another test process get it: each
+// port is locked for this process's life (claimPort).
 func FreePort(tb testing.TB) int {
 	tb.Helper()
 	portPool.Lock()
@@ -160,7 +161,9 @@ func FreePort(tb testing.TB) int {
 			portPool.lo, portPool.hi = 0, 0 // no room below the range: ask for ":0"
 		}
 		if portPool.hi > 0 {
-			portPool.next = portPool.lo + os.Getpid()%(portPool.hi-portPool.lo)
+			// Processes started together have pids a few apart: a
+			// prime spreads their starting points over the range.
+			portPool.next = portPool.lo + os.Getpid()*7919%(portPool.hi-portPool.lo)
 		}
 	}
 	for tries := 0; portPool.hi > 0 && tries < portPool.hi-portPool.lo; tries++ {
@@ -178,6 +181,9 @@ func FreePort(tb testing.TB) int {
 		}
 		l.Close()
 		portPool.given[p] = true
+		if !claimPort(p) {
+			continue // another test process gave it
+		}
 		return p
 	}
 	for {
@@ -189,7 +195,9 @@ func FreePort(tb testing.TB) int {
 		l.Close()
 		if !portPool.given[p] {
 			portPool.given[p] = true
-			return p
+			if claimPort(p) {
+				return p
+			}
 		}
 	}
 }
