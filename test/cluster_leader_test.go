@@ -598,21 +598,7 @@ func httpGetBody(url string) (string, error) {
 
 // metricValue is the value of an unlabelled metric line, as printed.
 func metricValue(body, name string) string {
-	sum := 0.0
-	found := false
-	for _, line := range strings.Split(body, "\n") {
-		if strings.HasPrefix(line, name+" ") || strings.HasPrefix(line, name+"{") {
-			f := strings.Fields(line)
-			if v, err := strconv.ParseFloat(f[len(f)-1], 64); err == nil {
-				sum += v
-				found = true
-			}
-		}
-	}
-	if !found {
-		return "0"
-	}
-	return strconv.FormatFloat(sum, 'f', -1, 64)
+	return strconv.FormatFloat(metric(body, name), 'f', -1, 64)
 }
 
 // fetchLeases reads the partitions a process holds in group, with their

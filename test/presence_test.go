@@ -5,8 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"net/http"
 	"os/exec"
 	"path/filepath"
 	"regexp"
@@ -88,16 +86,11 @@ func TestRuntimeKilledMidTurnIsGoneOnce(t *testing.T) {
 	// counted in the reconciler's own judgements, not in wall time a
 	// loaded machine may spend elsewhere.
 	ticks := func() float64 {
-		resp, err := http.Get("http://" + tele + "/metrics")
+		body, err := httpGetBody("http://" + tele + "/metrics")
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer resp.Body.Close()
-		b, err := io.ReadAll(resp.Body)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return metric(string(b), "turnstone_reconciler_ticks_total")
+		return metric(body, "turnstone_reconciler_ticks_total")
 	}
 	passes := func(what string, n float64) {
 		t.Helper()

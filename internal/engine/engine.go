@@ -219,14 +219,17 @@ func Setup(ctx context.Context, js jetstream.JetStream, cfg SetupConfig, logger 
 	// is recorded too, from their settings before and after.
 	others := []string{ingest.QuarantineStream, audit.Stream, "KV_" + projections.IndexBucket,
 		"KV_" + reconciler.ProbeBucket, "KV_" + reconciler.ActivityBucket, "KV_" + pgroup.DefaultBucket}
-	before := streamConfigs(ctx, js, others)
+	before, err := streamConfigs(ctx, js, others)
+	if err != nil {
+		return nil, fmt.Errorf("setup: %w", err)
+	}
 	// And the consumers on the event stream: the projector's and, with
 	// the export, the OTel export's, and the projector consumer of
 	// earlier versions, which setup deletes (the recovery consumers'
 	// changes come from recovery.Setup).
-	families := [][]string{projectorConsumers(log.Partitions())}
+	families := [][]string{consumerNames(log.Partitions(), func(p int) string { return projections.ProjectorConsumerName("", p) })}
 	if cfg.OTelExport {
-		families = append(families, otelConsumers(log.Partitions()))
+		families = append(families, consumerNames(log.Partitions(), func(p int) string { return otel.ConsumerName("", p) }))
 	}
 	named := []string{projections.DefaultDurable}
 	for _, names := range families {
@@ -283,7 +286,10 @@ func Setup(ctx context.Context, js jetstream.JetStream, cfg SetupConfig, logger 
 		return nil, fmt.Errorf("setup: %w", err)
 	}
 	changes := append(log.Changed(), consumerChanges...)
-	after := streamConfigs(ctx, js, others)
+	after, err := streamConfigs(ctx, js, others)
+	if err != nil {
+		return nil, fmt.Errorf("setup: streams and buckets brought to this version's settings but not recorded: %w", err)
+	}
 	for _, name := range others {
 		if b, ok := before[name]; ok {
 			if a, ok := after[name]; ok {
@@ -319,16 +325,22 @@ func Setup(ctx context.Context, js jetstream.JetStream, cfg SetupConfig, logger 
 }
 
 // streamConfigs reads the configuration of each of the streams in names
-// that exists (one that does not, or cannot be read, is left out: setup
-// creates it, or fails on it).
-func streamConfigs(ctx context.Context, js jetstream.JetStream, names []string) map[string]jetstream.StreamConfig {
+// that exists. An error other than a missing stream (which setup creates)
+// fails it: a change setup made or is about to make could not be
+// recorded.
+func streamConfigs(ctx context.Context, js jetstream.JetStream, names []string) (map[string]jetstream.StreamConfig, error) {
 	out := make(map[string]jetstream.StreamConfig, len(names))
 	for _, name := range names {
-		if st, err := js.Stream(ctx, name); err == nil {
+		st, err := js.Stream(ctx, name)
+		switch {
+		case errors.Is(err, jetstream.ErrStreamNotFound):
+		case err != nil:
+			return nil, fmt.Errorf("read stream %s: %w", name, err)
+		default:
 			out[name] = st.CachedInfo().Config
 		}
 	}
-	return out
+	return out, nil
 }
 
 // consumerConfigs reads the configuration of each of the consumers of
@@ -350,20 +362,12 @@ func consumerConfigs(ctx context.Context, js jetstream.JetStream, stream string,
 	return out, nil
 }
 
-// projectorConsumers and otelConsumers name the consumers of each
-// partition that setup writes on the event stream, in partition order.
-func projectorConsumers(partitions int) []string {
+// consumerNames names the consumer of each partition, name(p), in
+// partition order.
+func consumerNames(partitions int, name func(p int) string) []string {
 	names := make([]string, partitions)
 	for p := range names {
-		names[p] = projections.ProjectorConsumerName("", p)
-	}
-	return names
-}
-
-func otelConsumers(partitions int) []string {
-	names := make([]string, partitions)
-	for p := range names {
-		names[p] = otel.ConsumerName("", p)
+		names[p] = name(p)
 	}
 	return names
 }
